@@ -1,0 +1,197 @@
+"""The one exception hierarchy of tether.
+
+Every error a user can cause derives from :class:`TetherError`; the CLI maps each
+subclass to a one-line message and a distinct exit code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class TetherError(Exception):
+    """Base class of every error tether raises on purpose."""
+
+    exit_code: int = 1
+
+
+class SessionCorruption(TetherError):
+    """A session log violates the session format contract.
+
+    ``code`` is one of the spec's error codes (section 12), ``line`` the 1-based line
+    number and ``seq`` the fact's sequence number, or ``None`` where the spec has none.
+    """
+
+    exit_code = 1
+
+    def __init__(self, code: str, line: int, seq: int | None = None, detail: str = "") -> None:
+        self.code = code
+        self.line = line
+        self.seq = seq
+        self.detail = detail
+        where = f"line {line}" + (f", seq {seq}" if seq is not None else "")
+        super().__init__(f"{code} at {where}" + (f": {detail}" if detail else ""))
+
+    def to_json(self) -> dict[str, Any]:
+        """The error as the spec encodes it: ``seq`` omitted when absent."""
+        out: dict[str, Any] = {"code": self.code, "line": self.line}
+        if self.seq is not None:
+            out["seq"] = self.seq
+        return out
+
+
+class CanonicalizationError(TetherError, ValueError):
+    """A value is outside the closed JSON subset that canonical JSON admits."""
+
+
+class ConfigurationError(TetherError, ValueError):
+    """A configuration input (e.g. the planner's ``current``) is malformed."""
+
+    exit_code = 2
+
+
+# --- Session store errors (tether.session.store) -------------------------------------------
+#
+# Exit codes: 1 generic / corrupt candidate, 2 configuration, 3 session not found,
+# 4 session busy, 5 corrupt session log, 6 unsupported session version, 7 ambiguous session
+# id, 8 unsafe session path, 9 write/sync failure, 10 store not usable (closed, read-only or
+# failed).
+
+import os as _os  # noqa: E402  (appended section; keeps the module head untouched)
+
+
+class SessionNotFound(TetherError, LookupError):
+    """No session log matches the given id, prefix or path."""
+
+    exit_code = 3
+
+    def __init__(self, query: str, where: str = "") -> None:
+        self.query = query
+        self.where = where
+        super().__init__(f"no session {query!r}" + (f" in {where}" if where else ""))
+
+
+class SessionBusy(TetherError):
+    """Another writer (another process, or this one) holds the session's lock."""
+
+    exit_code = 4
+
+    def __init__(self, path: str, pid: int | None) -> None:
+        self.path = path
+        self.pid = pid
+        if pid is None:
+            holder = "another writer (pid unknown)"
+        elif pid == _os.getpid():
+            holder = f"this process (pid {pid})"
+        else:
+            holder = f"pid {pid}"
+        super().__init__(f"session {path} is already open for writing by {holder}")
+
+
+class CorruptSession(SessionCorruption):
+    """A session log on disk violates the format; carries the file's path.
+
+    Still a :class:`SessionCorruption` (same ``code``/``line``/``seq``), so callers that
+    catch the spec-level error keep working.
+    """
+
+    exit_code = 5
+
+    def __init__(
+        self, path: str, code: str, line: int, seq: int | None = None, detail: str = ""
+    ) -> None:
+        super().__init__(code, line, seq, detail)
+        self.path = path
+        where = f"line {line}" + (f", seq {seq}" if seq is not None else "")
+        self.args = (
+            f"session {path} is corrupt: {code} at {where}" + (f" ({detail})" if detail else ""),
+        )
+
+    @classmethod
+    def wrap(cls, path: str, error: SessionCorruption) -> CorruptSession:
+        """The right subclass for ``error`` found in the file at ``path``."""
+        kind = UnsupportedSessionVersion if error.code == "UNSUPPORTED_VERSION" else cls
+        return kind(path, error.code, error.line, error.seq, error.detail)
+
+
+class UnsupportedSessionVersion(CorruptSession):
+    """The log's header names a format version this tether does not read."""
+
+    exit_code = 6
+
+    def __init__(
+        self, path: str, code: str, line: int, seq: int | None = None, detail: str = ""
+    ) -> None:
+        super().__init__(path, code, line, seq, detail)
+        self.args = (
+            f"session {path} has an unsupported format version (this tether reads version 2)"
+            + (f": {detail}" if detail else ""),
+        )
+
+
+class FactRejected(SessionCorruption):
+    """A candidate transaction failed validation; nothing was written or changed.
+
+    ``code``/``line``/``seq`` are what the reducer would report if the line were on disk.
+    """
+
+    exit_code = 1
+
+
+class AmbiguousSessionId(TetherError, LookupError):
+    """A session id prefix matches more than one session."""
+
+    exit_code = 7
+
+    def __init__(self, prefix: str, candidates: list[str]) -> None:
+        self.prefix = prefix
+        self.candidates = candidates
+        shown = ", ".join(candidates[:5]) + (", …" if len(candidates) > 5 else "")
+        super().__init__(
+            f"session id prefix {prefix!r} is ambiguous: {len(candidates)} sessions match ({shown})"
+        )
+
+
+class UnsafeSessionPath(TetherError):
+    """A session path is a symlink, not a regular file, or outside the sessions directory."""
+
+    exit_code = 8
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"refusing session path {path}: {reason}")
+
+
+class SessionWriteError(TetherError, OSError):
+    """Writing or syncing a transaction failed; the transaction is not committed.
+
+    ``errno`` is the operating system's error. When ``failed`` is true the store could not
+    prove that file and memory agree (a sync failed, or undoing the write failed): it accepts
+    no further commits until the session is reopened.
+    """
+
+    exit_code = 9
+
+    def __init__(self, path: str, op: str, errno_: int | None, failed: bool) -> None:
+        OSError.__init__(self, errno_, _os.strerror(errno_) if errno_ else "I/O error")
+        self.path = path
+        self.op = op
+        self.failed = failed
+        tail = "; store is unusable until reopened" if failed else "; nothing was committed"
+        reason = _os.strerror(errno_) if errno_ else "I/O error"
+        self.args = (f"session {path}: {op} failed: {reason}{tail}",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class StoreUnavailable(TetherError):
+    """The store cannot accept commits: it is closed, read-only, or failed earlier."""
+
+    exit_code = 10
+
+    def __init__(self, path: str, why: str) -> None:
+        self.path = path
+        self.why = why
+        super().__init__(f"session {path}: {why}")

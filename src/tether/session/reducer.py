@@ -867,7 +867,8 @@ class Reducer:
         record: Any = fact.get("record")
         if type(record) is not dict:
             raise _Invalid(INVALID_FACT, seq)
-        handler = _RECORD_HANDLERS.get(record.get("type"))
+        record_type: Any = record.get("type")
+        handler = _RECORD_HANDLERS.get(record_type)
         if handler is None:
             raise _Invalid(INVALID_FACT, seq)
         handler(self, record, fact_id, seq)

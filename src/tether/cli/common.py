@@ -1,0 +1,150 @@
+"""Shared plumbing of the command modules: error mapping, input reading, output.
+
+Every command body runs inside :func:`handle_errors`, which turns the errors a user
+can cause into one line on stderr and a distinct exit code:
+
+* :class:`~tether.errors.TetherError` subclasses → ``error: <message>``, ``exc.exit_code``
+  (a :class:`~tether.errors.SessionCorruption` reads ``error: session is corrupt: …`` and
+  exits 1; a :class:`~tether.errors.ConfigurationError` exits 2);
+* unreadable inputs (:func:`read_input` wraps :class:`OSError`) → exit 2;
+* anything else is a bug in tether → one line naming the exception, exit
+  :data:`EXIT_INTERNAL` (set ``TETHER_DEBUG=1`` to get the traceback instead).
+
+Typer's own usage errors (unknown flag, missing argument) keep their exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from enum import Enum
+from pathlib import Path
+from typing import Any, NoReturn
+
+import orjson
+import typer
+
+from tether.errors import SessionCorruption, TetherError
+
+EXIT_OK = 0
+EXIT_CORRUPT = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 70  # sysexits.h EX_SOFTWARE: an internal error, never caused by input
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a reader that went away
+
+DEBUG_ENV = "TETHER_DEBUG"
+
+
+class InputError(TetherError):
+    """A command-line input (a file, a flag value) is missing, unreadable or malformed."""
+
+    exit_code = EXIT_USAGE
+
+
+def printable(text: str) -> str:
+    """``text`` with every non-printable character (ESC, C1 controls, …) escaped.
+
+    Session content is untrusted; escaping keeps it from driving the terminal.
+    """
+    if text.isprintable():
+        return text
+    out = []
+    for char in text:
+        if char.isprintable() or char == " ":
+            out.append(char)
+        elif ord(char) <= 0xFF:
+            out.append(f"\\x{ord(char):02x}")
+        else:
+            out.append(f"\\u{ord(char):04x}")
+    return "".join(out)
+
+
+def one_line(text: str) -> str:
+    """Collapse whitespace runs (including newlines) and escape control characters."""
+    return printable(" ".join(text.split()))
+
+
+def fail(message: str, exit_code: int) -> NoReturn:
+    """Print ``error: <message>`` as one line on stderr and exit with ``exit_code``."""
+    typer.echo(f"error: {one_line(message)}", err=True)
+    raise typer.Exit(exit_code)
+
+
+@contextmanager
+def handle_errors() -> Iterator[None]:
+    """Map every error raised by a command body to one stderr line and an exit code."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except SessionCorruption as exc:
+        fail(f"session is corrupt: {exc}", exc.exit_code)
+    except TetherError as exc:
+        fail(str(exc), exc.exit_code)
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`); silence the flush at interpreter exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise typer.Exit(EXIT_BROKEN_PIPE) from None
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        fail(f"internal error: {what} (set {DEBUG_ENV}=1 for a traceback)", EXIT_INTERNAL)
+
+
+def read_input(path: Path, what: str = "file") -> bytes:
+    """Read a whole input file as raw bytes; any OS error becomes an :class:`InputError`."""
+    try:
+        return path.read_bytes()
+    except IsADirectoryError:
+        raise InputError(f"cannot read {what} {path}: is a directory") from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise InputError(f"cannot read {what} {path}: {reason}") from None
+
+
+def load_json_object(path: Path, what: str) -> dict[str, Any]:
+    """Read ``path`` and parse it as a JSON object (exit 2 on any failure)."""
+    data = read_input(path, what)
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"{what} {path} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{what} {path} must contain a JSON object")
+    return value
+
+
+def _json_default(value: Any) -> Any:
+    """Serialize the read-only containers and enums the core hands out."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def dumps_json(value: Any) -> bytes:
+    """The indented JSON text of ``value`` (UTF-8, LF, trailing newline)."""
+    return orjson.dumps(
+        value, default=_json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+    )
+
+
+def emit_json(value: Any) -> None:
+    """Write ``value`` as one JSON document to stdout."""
+    data = dumps_json(value)
+    stream = sys.stdout
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:
+        stream.write(data.decode("utf-8"))
+        stream.flush()
+        return
+    stream.flush()
+    buffer.write(data)
+    buffer.flush()

@@ -1,0 +1,80 @@
+"""Fixed texts of the session format, shared by the reducer and the planner.
+
+* :data:`SYNTHETIC_CONTENT` — the five fixed synthetic tool-result contents (spec 7.6),
+  keyed by the ``result.reason`` string. Exact, byte for byte, no trailing newline.
+* :func:`is_blank` — the spec's "blank" predicate (spec section 3).
+
+Pure constants and functions only: no I/O, clock, environment or mutable globals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+__all__ = [
+    "ABORTED",
+    "INTERRUPTED",
+    "INVALID_ARGUMENTS",
+    "PRE_EXECUTION_REASONS",
+    "STARTED_REASONS",
+    "SYNTHETIC_CONTENT",
+    "TRUNCATED",
+    "UNKNOWN_TOOL",
+    "WHITESPACE",
+    "is_blank",
+]
+
+INVALID_ARGUMENTS: Final = "invalidArguments"
+UNKNOWN_TOOL: Final = "unknownTool"
+TRUNCATED: Final = "truncated"
+ABORTED: Final = "aborted"
+INTERRUPTED: Final = "interrupted"
+
+SYNTHETIC_CONTENT: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        INVALID_ARGUMENTS: "Error: Tool arguments were invalid; the tool was not executed.",
+        UNKNOWN_TOOL: "Error: Unknown tool; the tool was not executed.",
+        TRUNCATED: (
+            "Error: Tool call arguments were truncated by the model token limit; "
+            "the tool was not executed."
+        ),
+        ABORTED: "Operation aborted before execution.",
+        INTERRUPTED: (
+            "Operation interrupted after execution status became unknown; "
+            "the tool was not replayed."
+        ),
+    }
+)
+"""reason → fixed ``content`` of the synthetic tool message (spec 7.6). Read-only."""
+
+PRE_EXECUTION_REASONS: Final[frozenset[str]] = frozenset(
+    {INVALID_ARGUMENTS, UNKNOWN_TOOL, TRUNCATED, ABORTED}
+)
+"""Reasons valid only on the pre-execution form of a synthetic result (spec 7.4)."""
+
+STARTED_REASONS: Final[frozenset[str]] = frozenset({INTERRUPTED})
+"""Reasons valid only on the started form of a tool result (spec 7.3)."""
+
+WHITESPACE: Final[str] = (
+    "\u0009\u000a\u000b\u000c\u000d"
+    "\u001c\u001d\u001e\u001f"
+    "\u0020\u0085\u00a0\u1680"
+    "\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+"""The spec's whitespace set (section 3). U+FEFF is *not* whitespace; U+001C–U+001F are."""
+
+
+def is_blank(value: object) -> bool:
+    """True when ``value`` is ``None`` or a string made only of :data:`WHITESPACE`.
+
+    The empty string is blank. Any other value (not a string, not ``None``) is not
+    blank: "blank" is only defined for message contents.
+    """
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return not value.strip(WHITESPACE)
+    return False

@@ -14,16 +14,18 @@ first failing check decides the error code.
 
 from __future__ import annotations
 
+import gc
+import hashlib
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, NoReturn, TypeVar
 
 import orjson
 
 from tether.errors import CanonicalizationError, SessionCorruption
 from tether.session import framing
-from tether.session.canonical import SourceDigestBuilder, configuration_digest, source_digest
+from tether.session.canonical import canonical_json, configuration_digest, source_digest
 from tether.session.contents import SYNTHETIC_CONTENT, is_blank
 from tether.session.state import (
     IDLE,
@@ -50,6 +52,8 @@ __all__ = ["PendingTransaction", "Reducer", "reduce_session"]
 
 MAX_SAFE = 9007199254740991
 
+_T = TypeVar("_T")
+
 INVALID_HEADER = "INVALID_HEADER"
 UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"
 EMPTY_TRANSACTION = "EMPTY_TRANSACTION"
@@ -62,7 +66,10 @@ INVALID_TRANSCRIPT = "INVALID_TRANSCRIPT"
 
 _ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}")
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+_ID_MATCH = _ID_RE.fullmatch
 
+# Member sets for the spec's *closed*(S) checks, written ``S.issuperset(obj)``: the
+# object has no member outside S.
 _HEADER_MEMBERS = frozenset(
     {"kind", "version", "id", "createdAt", "cwd", "provider", "model", "environmentIdentity"}
 )
@@ -163,14 +170,48 @@ _STEP_KINDS = {"assistant": StepKind.ASSISTANT, "compaction": StepKind.COMPACTIO
 _PHASES = frozenset({"model", "tool", "compact"})
 _OUTCOMES = frozenset({"completed", "aborted", "failed"})
 
-# Purposes of reserved IDs.
+# What an ID of the namespace (spec 3) is used as, in Reducer._ids: an accepted fact
+# ID, or a reserved ID with the purpose of its reservation. An ID is never both: only
+# an unused ID can be reserved, and a fact ID must not be reserved once its fact has
+# been checked (a result entry consumes its reservation first).
+_FACT_ID = -1
 _RESERVED_FOREVER = 0
 _RESERVED_TOOL_RESULT = 1
 _RESERVED_COMPACTION_RESULT = 2
 
 
 def _is_id(value: Any) -> bool:
-    return type(value) is str and len(value) == 36 and _ID_RE.fullmatch(value) is not None
+    return type(value) is str and len(value) == 36 and _ID_MATCH(value) is not None
+
+
+def _find(table: Mapping[str, _T], ident: Any, seq: int) -> _T | None:
+    """``table[ident]`` or ``None``; ``INVALID_FACT`` if ``ident`` is not an ID.
+
+    The reducer's tables are keyed by well-formed IDs only, so a hit proves the form
+    and only a miss needs the pattern match. Use it where the spec checks *ID(x)*
+    immediately before looking x up.
+    """
+    if type(ident) is str:
+        found = table.get(ident)
+        if found is not None:
+            return found
+    if not _is_id(ident):
+        raise _Invalid(INVALID_FACT, seq)
+    return None
+
+
+def _enum(table: Mapping[str, _T], value: Any) -> _T | None:
+    """``table[value]`` for a string ``value`` in ``table``, else ``None``.
+
+    JSON arrays and objects are unhashable: looking them up directly would raise
+    ``TypeError`` instead of failing the check.
+    """
+    return table.get(value) if type(value) is str else None
+
+
+def _one_of(value: Any, names: frozenset[str]) -> bool:
+    """Whether ``value`` is one of the strings ``names`` (any JSON value allowed)."""
+    return type(value) is str and value in names
 
 
 def _is_digest(value: Any) -> bool:
@@ -185,8 +226,92 @@ def _is_text(value: Any) -> bool:
     return type(value) is str and len(value) > 0
 
 
-def _closed(obj: Mapping[str, Any], allowed: frozenset[str]) -> bool:
-    return allowed.issuperset(obj)
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a whole log is folded in.
+
+    Loading allocates a few long-lived container objects per fact and frees the
+    parsed JSON right away; the generational collector would repeatedly traverse the
+    growing state (10-15% of the load time of a large log) only to find nothing,
+    because the reducer creates no reference cycles outside an open transaction.
+    Reference counting still frees everything as usual. The previous setting is
+    restored.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+_UndoLog = list[tuple[Callable[..., object], tuple[Any, ...]]]
+
+
+def _run_undo(undo: _UndoLog) -> None:
+    for action, args in reversed(undo):
+        action(*args)
+
+
+def _orjson_is_canonical() -> bool:
+    """Whether sorted orjson output equals :func:`canonical_json` for the values the
+    reducer hashes: objects with ASCII member names, arrays, strings and null."""
+    text = "".join(map(chr, range(0x80))) + "\x80\xa0\xe9\u2028\u2029\ufeff\ue000\U0001f600"
+    probe: dict[str, Any] = {
+        text: [text, None, {"b": "", "B": [text]}],
+        "a_": "/",
+        "a": [],
+        "": "z",
+    }
+    try:
+        return bool(orjson.dumps(probe, option=orjson.OPT_SORT_KEYS) == canonical_json(probe))
+    except (orjson.JSONEncodeError, CanonicalizationError):
+        return False
+
+
+_ORJSON_CANONICAL = _orjson_is_canonical()
+
+
+class _SourceHash:
+    """The running ``sourceDigest`` (spec 10.4) over the accepted message entries.
+
+    Same result as :class:`tether.session.canonical.SourceDigestBuilder`, but fed only
+    messages the reducer has validated (objects with ASCII member names, arrays,
+    strings, null; no lone surrogates), whose canonical form is plain sorted orjson
+    output: this skips the generic admissibility walk that dominated the cost of
+    hashing every message of a loaded log.
+    """
+
+    __slots__ = ("_count", "_hash")
+
+    def __init__(self) -> None:
+        self._hash = hashlib.sha256(b"[")
+        self._count = 0
+
+    def add(self, entry_id: str, message: Message) -> None:
+        item = {"sourceEntryId": entry_id, "message": message}
+        if _ORJSON_CANONICAL:
+            encoded: bytes = orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
+        else:  # pragma: no cover - only with an orjson that escapes differently
+            encoded = canonical_json(item)
+        self._hash.update(b"," + encoded if self._count else encoded)
+        self._count += 1
+
+    def digest(self) -> str:
+        final = self._hash.copy()
+        final.update(b"]")
+        return "sha256:" + final.hexdigest()
+
+    def copy(self) -> _SourceHash:
+        twin = _SourceHash.__new__(_SourceHash)
+        twin._hash = self._hash.copy()
+        twin._count = self._count
+        return twin
+
+    def __len__(self) -> int:
+        return self._count
 
 
 class _Invalid(Exception):
@@ -209,6 +334,7 @@ class _Entry:
         "role",
         "step_id",
         "stop_reason",
+        "used_calls",
     )
 
     def __init__(
@@ -232,6 +358,9 @@ class _Entry:
         self.attempt_id = attempt_id
         self.stop_reason = stop_reason
         self.order = 0  # position in acceptance order among all entries
+        # Bit i set: tool call i of this (assistant) entry has been started or answered
+        # by a pre-execution result; a valid index is below len(tool_calls).
+        self.used_calls = 0
 
 
 class _Attempt:
@@ -298,6 +427,8 @@ class _Operation:
         self.abort_requested = False
         self.step_id: str | None = None  # most recent step
         self.attempt_id: str | None = None  # most recent attempt
+        # Started tools in record order, as recorded (status pending); a tool is
+        # completed once its result entry is accepted, see Reducer._is_pending.
         self.tools: list[ToolCallState] = []
 
 
@@ -306,7 +437,7 @@ class PendingTransaction:
 
     __slots__ = ("_done", "_reducer", "_undo")
 
-    def __init__(self, reducer: Reducer, undo: list[Callable[[], object]]) -> None:
+    def __init__(self, reducer: Reducer, undo: _UndoLog) -> None:
         self._reducer = reducer
         self._undo = undo
         self._done = False
@@ -319,8 +450,7 @@ class PendingTransaction:
         """Restore the state exactly as it was before the transaction."""
         undo = self._undo
         self._finish()
-        for action in reversed(undo):
-            action()
+        _run_undo(undo)
         self._reducer._invalidate()
 
     def _finish(self) -> None:
@@ -344,8 +474,9 @@ class Reducer:
         self._length = header_length
         self._line = 1
         self._next_seq = 1
-        self._fact_ids: set[str] = set()
-        self._reserved: dict[str, int] = {}
+        # The ID namespace: accepted fact IDs and reserved IDs in one table, so that
+        # checking a new ID against both costs one lookup (see _FACT_ID).
+        self._ids: dict[str, int] = {}
         self._entries: dict[str, _Entry] = {}
         self._transcript: list[Message] = []
         self._transcript_ids: list[str] = []
@@ -356,13 +487,10 @@ class Reducer:
         self._operations: dict[str, _Operation] = {}
         self._active: _Operation | None = None
         self._attempts: dict[str, _Attempt] = {}
-        self._step_attempts: dict[str, list[str]] = {}
-        self._tools: dict[str, ToolCallState] = {}
-        self._used_pairs: set[tuple[str, int]] = set()
+        self._tools: dict[str, ToolCallState] = {}  # as recorded; see _is_pending
         self._snapshots: dict[str, Mapping[str, Any]] = {}
-        self._source = SourceDigestBuilder()
-        self._source_count = 0
-        self._undo: list[Callable[[], object]] | None = None
+        self._source = _SourceHash()
+        self._undo: _UndoLog | None = None
         self._pending: PendingTransaction | None = None
         self._state: SessionState | None = None
 
@@ -379,11 +507,21 @@ class Reducer:
     @classmethod
     def load(cls, data: bytes) -> Reducer:
         """Reduce a whole file; the torn tail after the last LF is ignored."""
-        lines, end = framing.split_committed(data)
-        reducer = cls.from_header_line(lines[0])
-        apply = reducer._apply_unchecked
-        for raw in lines[1:]:
-            apply(raw)
+        # Every line goes through framing.parse_line, which accepts only valid UTF-8,
+        # so the file-wide UTF-8 check (spec 2.5 check 3) is needed only to decide
+        # which error to report when something fails.
+        lines, end = framing.committed_lines(data, check_utf8=False)
+        try:
+            reducer = cls.from_header_line(next(lines))
+            apply = reducer._apply_unchecked
+            with _gc_paused():
+                for raw in lines:
+                    apply(raw)
+        except Exception:
+            error = framing.utf8_error(data, end)
+            if error is not None:
+                raise error from None
+            raise
         if reducer._length != end:  # pragma: no cover - defensive
             raise AssertionError("committed length mismatch")
         return reducer
@@ -423,14 +561,13 @@ class Reducer:
         if self._pending is not None:
             raise RuntimeError("a transaction is already pending")
         raw = transaction if isinstance(transaction, bytes) else orjson.dumps(transaction)
-        undo: list[Callable[[], object]] = []
+        undo: _UndoLog = []
         self._undo = undo
         try:
             self._apply_unchecked(raw)
         except BaseException:
             self._undo = None
-            for action in reversed(undo):
-                action()
+            _run_undo(undo)
             self._invalidate()
             raise
         pending = PendingTransaction(self, undo)
@@ -450,29 +587,44 @@ class Reducer:
     def _invalidate(self) -> None:
         self._state = None
 
-    def _record(self, action: Callable[[], object]) -> None:
+    def _record(self, action: Callable[..., object], *args: Any) -> None:
+        """Log ``action(*args)`` to be run on rollback (only while a transaction is open).
+
+        Undo steps are (function, arguments) pairs rather than closures, so that
+        nothing is allocated for them when no undo log is active (``load``).
+        """
         undo = self._undo
         if undo is not None:
-            undo.append(action)
+            undo.append((action, args))
 
     def _setattr(self, obj: Any, name: str, value: Any) -> None:
         undo = self._undo
         if undo is not None:
-            old = getattr(obj, name)
-            undo.append(lambda: setattr(obj, name, old))
+            undo.append((setattr, (obj, name, getattr(obj, name))))
         setattr(obj, name, value)
 
-    def _reserve(self, ident: str, purpose: int) -> None:
-        self._reserved[ident] = purpose
+    def _settle(self, attempt: _Attempt, entry_id: str) -> None:
+        """Close ``attempt`` as settled by the entry ``entry_id``."""
         undo = self._undo
         if undo is not None:
-            undo.append(lambda: self._reserved.pop(ident, None))
+            undo.append((setattr, (attempt, "open", attempt.open)))
+            undo.append((setattr, (attempt, "settled_by", attempt.settled_by)))
+        attempt.open = False
+        attempt.settled_by = entry_id
+
+    def _reserve(self, ident: str, purpose: int) -> None:
+        reserved = self._ids
+        reserved[ident] = purpose
+        undo = self._undo
+        if undo is not None:
+            undo.append((reserved.pop, (ident, None)))
 
     def _consume(self, ident: str) -> None:
-        purpose = self._reserved.pop(ident)
+        reserved = self._ids
+        purpose = reserved.pop(ident)
         undo = self._undo
         if undo is not None:
-            undo.append(lambda: self._reserved.__setitem__(ident, purpose))
+            undo.append((reserved.__setitem__, (ident, purpose)))
 
     # ------------------------------------------------------------------ transactions
 
@@ -494,24 +646,26 @@ class Reducer:
                 self._open_calls,
                 list(self._usage),
                 self._active,
-                self._source_count,
                 self._source.copy(),
             )
-            undo.append(lambda: self._restore(saved))
+            undo.append((self._restore, (saved,)))
         facts = value if type(value) is list else [value]
         if not facts:
             raise SessionCorruption(EMPTY_TRANSACTION, line)
-        start = len(self._transcript)
+        transcript = self._transcript
+        start = len(transcript)
+        apply_fact = self._fact
         try:
             seq: int | None = None
             for fact in facts:
-                seq = self._fact(fact)
-            opened = self._scan(self._open_calls, self._transcript, start)
-            if opened is None:
-                raise _Invalid(INVALID_TRANSCRIPT, seq)
+                seq = apply_fact(fact)
+            if len(transcript) != start:  # no new message: the open set is unchanged
+                opened = self._scan(self._open_calls, transcript, start)
+                if opened is None:
+                    raise _Invalid(INVALID_TRANSCRIPT, seq)
+                self._open_calls = opened
         except _Invalid as exc:
             raise SessionCorruption(exc.code, line, exc.seq) from None
-        self._open_calls = opened
         self._line = line
         self._length += len(raw) + 1
 
@@ -527,7 +681,6 @@ class Reducer:
             self._open_calls,
             self._usage,
             self._active,
-            self._source_count,
             self._source,
         ) = saved
         del self._transcript[transcript_len:]
@@ -540,7 +693,7 @@ class Reducer:
         open_calls: frozenset[str], messages: Sequence[Message], start: int
     ) -> frozenset[str] | None:
         """Transcript legality (spec 6.3) from ``start``; the new open set or None."""
-        current = set(open_calls)
+        current = open_calls
         for index in range(start, len(messages)):
             message = messages[index]
             role = message["role"]
@@ -548,14 +701,14 @@ class Reducer:
                 call_id = message["tool_call_id"]
                 if call_id not in current:
                     return None
-                current.discard(call_id)
+                current = current - {call_id}
             elif current:
                 return None
             elif role == "assistant":
                 calls = message.get("tool_calls")
                 if calls:
-                    current = {call["id"] for call in calls}
-        return frozenset(current)
+                    current = frozenset([call["id"] for call in calls])
+        return current
 
     # ------------------------------------------------------------------ facts (13.1)
 
@@ -563,16 +716,18 @@ class Reducer:
         if type(fact) is not dict:
             raise _Invalid(INVALID_FACT, None)
         seq: Any = fact.get("seq")
-        if not _is_int(seq) or seq < 1:
+        if type(seq) is not int or not 1 <= seq <= MAX_SAFE:
             raise _Invalid(INVALID_FACT, None)
         if seq != self._next_seq:
             raise _Invalid(SEQ_MISMATCH, seq)
         fact_id: Any = fact.get("id")
-        if not _is_id(fact_id):
+        if type(fact_id) is not str or len(fact_id) != 36 or _ID_MATCH(fact_id) is None:
             raise _Invalid(INVALID_FACT, seq)
-        if not _is_int(fact.get("timestamp")):
+        timestamp: Any = fact.get("timestamp")
+        if type(timestamp) is not int or not 0 <= timestamp <= MAX_SAFE:
             raise _Invalid(INVALID_FACT, seq)
-        if fact_id in self._fact_ids:
+        ids = self._ids
+        if ids.get(fact_id) == _FACT_ID:
             raise _Invalid(DUPLICATE_ID, seq)
         kind = fact.get("kind")
         if kind == "entry":
@@ -583,28 +738,31 @@ class Reducer:
             self._usage_fact(fact, seq)
         else:
             raise _Invalid(INVALID_FACT, seq)
-        if fact_id in self._reserved:
+        if fact_id in ids:  # reserved (it is not an accepted fact ID, see above)
             raise _Invalid(DUPLICATE_ID, seq)
-        self._fact_ids.add(fact_id)
-        self._record(lambda: self._fact_ids.discard(fact_id))
+        ids[fact_id] = _FACT_ID
+        undo = self._undo
+        if undo is not None:
+            undo.append((ids.pop, (fact_id, None)))
         self._next_seq = seq + 1
-        return int(seq)
+        return seq
 
     def _new(self, ident: Any, seq: int) -> str:
         """*new(x)*: a well-formed ID not used anywhere yet; reserve it forever."""
         if not _is_id(ident):
             raise _Invalid(INVALID_FACT, seq)
-        if ident in self._fact_ids or ident in self._reserved:
+        if ident in self._ids:  # an accepted fact ID or a reserved ID
             raise _Invalid(DUPLICATE_ID, seq)
         self._reserve(ident, _RESERVED_FOREVER)
         return str(ident)
 
     def _lookup(self, op_id: Any, seq: int) -> _Operation:
         """Op lookup (spec 8): an ID naming an unfinished operation."""
-        if not _is_id(op_id):
-            raise _Invalid(INVALID_FACT, seq)
-        op = self._operations.get(op_id)
+        # Every key of _operations is a well-formed ID, so a hit needs no pattern match.
+        op = self._operations.get(op_id) if type(op_id) is str else None
         if op is None:
+            if not _is_id(op_id):
+                raise _Invalid(INVALID_FACT, seq)
             raise _Invalid(INVALID_REFERENCE, seq)
         if op.finished:
             raise _Invalid(INVALID_TRANSITION, seq)
@@ -613,7 +771,7 @@ class Reducer:
     # ------------------------------------------------------------------ entries (13.2)
 
     def _entry_fact(self, fact: Any, fact_id: str, seq: int) -> None:
-        if not _closed(fact, _ENTRY_FACT):
+        if not _ENTRY_FACT.issuperset(fact):
             raise _Invalid(INVALID_FACT, seq)
         entry = fact.get("entry")
         if type(entry) is not dict:
@@ -633,9 +791,9 @@ class Reducer:
             raise _Invalid(code, seq)
         role = message["role"]
         if role == "user":
-            if fact_id in self._reserved:
+            if fact_id in self._ids:  # reserved: _fact has ruled out fact IDs
                 raise _Invalid(DUPLICATE_ID, seq)
-            if not _closed(entry, _USER_ENTRY):
+            if not _USER_ENTRY.issuperset(entry):
                 raise _Invalid(INVALID_FACT, seq)
             self._accept_message(fact_id, _Entry("user", len(self._transcript), message))
         elif role == "assistant":
@@ -654,27 +812,29 @@ class Reducer:
         self._context.append(message)
         self._boundary = fact_id
         self._source.add(fact_id, message)
-        self._source_count += 1
 
     def _add_entry(self, fact_id: str, info: _Entry) -> None:
         entries = self._entries
         info.order = len(entries)
         entries[fact_id] = info
-        self._record(lambda: entries.pop(fact_id, None))
+        undo = self._undo
+        if undo is not None:
+            undo.append((entries.pop, (fact_id, None)))
 
     def _assistant_entry(self, entry: Any, message: Any, fact_id: str, seq: int) -> None:
-        if fact_id in self._reserved:
+        if fact_id in self._ids:  # reserved: _fact has ruled out fact IDs
             raise _Invalid(DUPLICATE_ID, seq)
-        if not _closed(entry, _ASSISTANT_ENTRY):
+        if not _ASSISTANT_ENTRY.issuperset(entry):
             raise _Invalid(INVALID_FACT, seq)
         step_id = entry.get("stepId")
         attempt_id = entry.get("attemptId")
-        if not _is_id(step_id) or not _is_id(attempt_id):
-            raise _Invalid(INVALID_FACT, seq)
-        stop = _STOP_REASONS.get(entry.get("stopReason"))
+        attempt = self._attempts.get(attempt_id) if type(attempt_id) is str else None
+        if attempt is None or attempt.step_id != step_id:  # a match proves both IDs
+            if not _is_id(step_id) or not _is_id(attempt_id):
+                raise _Invalid(INVALID_FACT, seq)
+        stop = _enum(_STOP_REASONS, entry.get("stopReason"))
         if stop is None:
             raise _Invalid(INVALID_FACT, seq)
-        attempt = self._attempts.get(attempt_id)
         if (
             attempt is None
             or attempt.step_id != step_id
@@ -690,20 +850,19 @@ class Reducer:
             stop is StopReason.STOP and has_calls
         ):
             raise _Invalid(INVALID_TRANSCRIPT, seq)
-        self._setattr(attempt, "open", False)
-        self._setattr(attempt, "settled_by", fact_id)
+        self._settle(attempt, fact_id)
         info = _Entry(
             "assistant", len(self._transcript), message, active.id, step_id, attempt_id, stop
         )
         self._accept_message(fact_id, info)
 
     def _result_common(self, entry: Any, allowed: frozenset[str], seq: int) -> None:
-        if not _closed(entry, allowed):
+        if not allowed.issuperset(entry):
             raise _Invalid(INVALID_FACT, seq)
         if not _is_id(entry.get("stepId")):
             raise _Invalid(INVALID_FACT, seq)
         result = entry.get("result")
-        if type(result) is not dict or not _closed(result, _RESULT):
+        if type(result) is not dict or not _RESULT.issuperset(result):
             raise _Invalid(INVALID_FACT, seq)
         if not _is_text(entry.get("toolName")):
             raise _Invalid(INVALID_FACT, seq)
@@ -712,7 +871,7 @@ class Reducer:
         self._result_common(entry, _PRE_TOOL_ENTRY, seq)
         result = entry["result"]
         reason = result.get("reason")
-        if result.get("type") != "synthetic" or reason not in _PRE_REASONS:
+        if result.get("type") != "synthetic" or not _one_of(reason, _PRE_REASONS):
             raise _Invalid(INVALID_FACT, seq)
         assistant_id = entry.get("assistantEntryId")
         index = entry.get("toolIndex")
@@ -738,22 +897,24 @@ class Reducer:
             or call["function"]["name"] != entry["toolName"]
         ):
             raise _Invalid(INVALID_REFERENCE, seq)
-        pair = (assistant_id, index)
-        if pair in self._used_pairs:
+        if target.used_calls >> index & 1:
             raise _Invalid(INVALID_TRANSITION, seq)
         if message["content"] != SYNTHETIC_CONTENT[reason]:
             raise _Invalid(INVALID_TRANSCRIPT, seq)
-        self._use_pair(pair)
+        self._use_call(target, index)
         info = _Entry("tool", len(self._transcript), message, active.id, step_id)
         self._accept_message(fact_id, info)
 
-    def _use_pair(self, pair: tuple[str, int]) -> None:
-        self._used_pairs.add(pair)
-        self._record(lambda: self._used_pairs.discard(pair))
+    def _use_call(self, target: _Entry, index: int) -> None:
+        """Mark the pair (``target``, ``index``) as started or answered (spec 7.4, 8.5)."""
+        undo = self._undo
+        if undo is not None:
+            undo.append((setattr, (target, "used_calls", target.used_calls)))
+        target.used_calls |= 1 << index
 
     def _started_result(self, entry: Any, message: Any, fact_id: str, seq: int) -> None:
         self._result_common(entry, _STARTED_TOOL_ENTRY, seq)
-        if self._reserved.get(fact_id) != _RESERVED_TOOL_RESULT:
+        if self._ids.get(fact_id) != _RESERVED_TOOL_RESULT:
             raise _Invalid(INVALID_REFERENCE, seq)
         result = entry["result"]
         result_type = result.get("type")
@@ -767,46 +928,40 @@ class Reducer:
                 raise _Invalid(INVALID_FACT, seq)
         else:
             raise _Invalid(INVALID_FACT, seq)
-        started_id = entry.get("toolStartedId")
-        if not _is_id(started_id):
-            raise _Invalid(INVALID_FACT, seq)
-        tool = self._tools.get(started_id)
+        tool = _find(self._tools, entry.get("toolStartedId"), seq)
         if (
             tool is None
             or tool.step_id != entry["stepId"]
             or tool.result_entry_id != fact_id
             or tool.tool_call_id != message["tool_call_id"]
             or tool.tool_name != entry["toolName"]
-            or tool.status is not ToolStatus.PENDING
+            or not self._is_pending(tool)
         ):
             raise _Invalid(INVALID_REFERENCE, seq)
         self._consume(fact_id)
-        self._set_tool(tool, replace(tool, status=ToolStatus.COMPLETED))
         info = _Entry("tool", len(self._transcript), message, tool.operation_id, tool.step_id)
         self._accept_message(fact_id, info)
 
-    def _set_tool(self, old: ToolCallState, new: ToolCallState) -> None:
-        tools = self._tools
-        started_id = old.tool_started_id
-        tools[started_id] = new
-        op = self._operations[old.operation_id]
-        position = len(op.tools) - 1
-        while op.tools[position] is not old:
-            position -= 1
-        op.tools[position] = new
+    def _is_pending(self, tool: ToolCallState) -> bool:
+        """Whether a started tool still awaits its result.
 
-        def undo() -> None:
-            tools[started_id] = old
-            op.tools[position] = old
+        Tool states are stored as recorded (pending). The provisioned result ID is
+        reserved, so the only entry that can ever be accepted under it is the tool's
+        result: the tool is completed exactly when that entry exists. Deriving the
+        status avoids rebuilding the frozen tool state (and an undo step) per result.
+        """
+        return tool.result_entry_id not in self._entries
 
-        self._record(undo)
+    def _any_pending(self, op: _Operation) -> bool:
+        entries = self._entries
+        return any(tool.result_entry_id not in entries for tool in op.tools)
 
     # ------------------------------------------------------------------ compaction (13.3)
 
     def _compaction_entry(self, entry: Any, fact_id: str, seq: int) -> None:
-        if self._reserved.get(fact_id) != _RESERVED_COMPACTION_RESULT:
+        if self._ids.get(fact_id) != _RESERVED_COMPACTION_RESULT:
             raise _Invalid(INVALID_REFERENCE, seq)
-        if not _closed(entry, _COMPACTION_ENTRY):
+        if not _COMPACTION_ENTRY.issuperset(entry):
             raise _Invalid(INVALID_FACT, seq)
         op = self._lookup(entry.get("operationId"), seq)
         if op.kind != "compaction" or op is not self._active:
@@ -830,7 +985,7 @@ class Reducer:
         expected = self._transcript_ids[start : _messages_through(input_entry)]
         retained: list[Message] = []
         for position, item in enumerate(tail):
-            if type(item) is not dict or not _closed(item, _TAIL_ITEM):
+            if type(item) is not dict or not _TAIL_ITEM.issuperset(item):
                 raise _Invalid(INVALID_FACT, seq)
             if not _is_id(item.get("sourceEntryId")):
                 raise _Invalid(INVALID_FACT, seq)
@@ -851,8 +1006,7 @@ class Reducer:
         if attempt is None or not attempt.open or attempt.kind is not StepKind.COMPACTION:
             raise _Invalid(INVALID_TRANSITION, seq)
         self._consume(fact_id)
-        self._setattr(attempt, "open", False)
-        self._setattr(attempt, "settled_by", fact_id)
+        self._settle(attempt, fact_id)
         info = _Entry(None, len(self._transcript), None, op.id, attempt.step_id, op.attempt_id)
         self._add_entry(fact_id, info)
         summary_message: Message = {"role": "user", "content": "[Compacted history]\n" + summary}
@@ -862,38 +1016,39 @@ class Reducer:
     # ------------------------------------------------------------------ records (13.4)
 
     def _record_fact(self, fact: Any, fact_id: str, seq: int) -> None:
-        if not _closed(fact, _RECORD_FACT):
+        if not _RECORD_FACT.issuperset(fact):
             raise _Invalid(INVALID_FACT, seq)
         record: Any = fact.get("record")
         if type(record) is not dict:
             raise _Invalid(INVALID_FACT, seq)
         record_type: Any = record.get("type")
-        handler = _RECORD_HANDLERS.get(record_type)
+        handler = _enum(_RECORD_HANDLERS, record_type)
         if handler is None:
             raise _Invalid(INVALID_FACT, seq)
         handler(self, record, fact_id, seq)
 
     def _run_started(self, record: Any, fact_id: str, seq: int) -> None:
-        if not _closed(record, _RUN_STARTED):
+        if not _RUN_STARTED.issuperset(record):
             raise _Invalid(INVALID_FACT, seq)
         if record.get("operationKind") != "run" or self._active is not None:
             raise _Invalid(INVALID_TRANSITION, seq)
         op_id = self._new(record.get("operationId"), seq)
         input_id = record.get("inputEntryId")
-        if not _is_id(input_id):
-            raise _Invalid(INVALID_FACT, seq)
-        target = self._entries.get(input_id)
+        target = _find(self._entries, input_id, seq)
         if target is None or target.role != "user":
             raise _Invalid(INVALID_REFERENCE, seq)
         self._start_operation(_Operation(op_id, "run", input_id))
 
     def _start_operation(self, op: _Operation) -> None:
-        self._operations[op.id] = op
-        self._record(lambda: self._operations.pop(op.id, None))
+        operations = self._operations
+        operations[op.id] = op
+        undo = self._undo
+        if undo is not None:
+            undo.append((operations.pop, (op.id, None)))
         self._active = op
 
     def _compaction_started(self, record: Any, fact_id: str, seq: int) -> None:
-        if not _closed(record, _COMPACTION_STARTED):
+        if not _COMPACTION_STARTED.issuperset(record):
             raise _Invalid(INVALID_FACT, seq)
         if record.get("operationKind") != "compaction" or self._active is not None:
             raise _Invalid(INVALID_TRANSITION, seq)
@@ -902,7 +1057,7 @@ class Reducer:
         if not _is_id(through_id):
             raise _Invalid(INVALID_FACT, seq)
         result_id = self._new(record.get("resultEntryId"), seq)
-        self._reserved[result_id] = _RESERVED_COMPACTION_RESULT  # undo pops it already
+        self._ids[result_id] = _RESERVED_COMPACTION_RESULT  # undo pops it already
         through = self._entries.get(through_id)
         if through is None:
             raise _Invalid(INVALID_REFERENCE, seq)
@@ -915,14 +1070,14 @@ class Reducer:
 
     def _source_digest_through(self, through: _Entry) -> str:
         count = _messages_through(through)
-        if count == self._source_count:
+        if count == len(self._source):
             return self._source.digest()
         ids = self._transcript_ids
         messages = self._transcript
         return source_digest((ids[i], messages[i]) for i in range(count))
 
     def _step_attempt(self, record: Any, fact_id: str, seq: int) -> None:
-        if not _closed(record, _STEP_ATTEMPT):
+        if not _STEP_ATTEMPT.issuperset(record):
             raise _Invalid(INVALID_FACT, seq)
         op = self._lookup(record.get("operationId"), seq)
         number = record.get("attempt")
@@ -934,26 +1089,26 @@ class Reducer:
         elif not _is_id(step_id):
             raise _Invalid(INVALID_FACT, seq)
         attempt_id = self._new(record.get("attemptId"), seq)
-        kind = _STEP_KINDS.get(record.get("stepKind"))
+        kind = _enum(_STEP_KINDS, record.get("stepKind"))
         if number > 2 or kind is None:
             raise _Invalid(INVALID_FACT, seq)
         if (kind is StepKind.ASSISTANT) != (op.kind == "run"):
             raise _Invalid(INVALID_TRANSITION, seq)
         context = record.get("contextThroughEntryId")
-        if not _is_id(context):
-            raise _Invalid(INVALID_FACT, seq)
-        if context not in self._entries:
+        if _find(self._entries, context, seq) is None:
             raise _Invalid(INVALID_REFERENCE, seq)
         if number == 1 and context != self._boundary:
             raise _Invalid(INVALID_TRANSITION, seq)
         snapshot = record.get("configurationSnapshot")
-        if not _valid_snapshot(snapshot):
-            raise _Invalid(INVALID_FACT, seq)
         digest = record.get("configurationDigest")
-        if not _is_digest(digest):
-            raise _Invalid(INVALID_FACT, seq)
-        known = self._snapshots.get(digest)
+        # A snapshot JSON-equal to one already verified under the same digest is valid
+        # and matches it; only other snapshots need the checks and the digest.
+        known = self._snapshots.get(digest) if type(digest) is str else None
         if known is None or known != snapshot:
+            if not _valid_snapshot(snapshot):
+                raise _Invalid(INVALID_FACT, seq)
+            if not _is_digest(digest):
+                raise _Invalid(INVALID_FACT, seq)
             try:
                 computed = configuration_digest(snapshot)
             except CanonicalizationError:  # pragma: no cover - validated above
@@ -962,7 +1117,7 @@ class Reducer:
                 raise _Invalid(INVALID_FACT, seq)
             if known is None:
                 self._snapshots[digest] = snapshot
-                self._record(lambda: self._snapshots.pop(digest, None))
+                self._record(self._snapshots.pop, digest, None)
             known = snapshot
         if number == 1:
             current = self._attempts.get(op.attempt_id) if op.attempt_id is not None else None
@@ -974,14 +1129,19 @@ class Reducer:
                     or settling is None
                     or op.kind != "run"
                     or settling.stop_reason is not StopReason.TOOL_USE
-                    or any(t.status is ToolStatus.PENDING for t in op.tools)
+                    or self._any_pending(op)
                 ):
                     raise _Invalid(INVALID_TRANSITION, seq)
         else:
-            siblings = self._step_attempts.get(step_id)
-            first = self._attempts[siblings[0]] if siblings and len(siblings) == 1 else None
+            # "Exactly one attempt exists for stepId, it is attempt 1 and still open"
+            # holds iff the operation's current attempt is that attempt: an operation
+            # never has an open attempt other than its current one (attempt 1 of a new
+            # step needs the current one settled, attempt 2 closes attempt 1, and
+            # recording attempt 2 makes it the current one).
+            first = self._attempts.get(op.attempt_id) if op.attempt_id is not None else None
             if (
                 first is None
+                or first.step_id != step_id
                 or first.number != 1
                 or not first.open
                 or first.failed
@@ -994,19 +1154,16 @@ class Reducer:
             self._setattr(first, "open", False)
         attempt = _Attempt(op.id, step_id, number, kind, context, known, digest)
         self._attempts[attempt_id] = attempt
-        self._record(lambda: self._attempts.pop(attempt_id, None))
-        siblings = self._step_attempts.get(step_id)
-        if siblings is None:
-            self._step_attempts[step_id] = [attempt_id]
-            self._record(lambda: self._step_attempts.pop(step_id, None))
-        else:
-            siblings.append(attempt_id)
-            self._record(siblings.pop)
-        self._setattr(op, "step_id", step_id)
-        self._setattr(op, "attempt_id", attempt_id)
+        undo = self._undo
+        if undo is not None:
+            undo.append((self._attempts.pop, (attempt_id, None)))
+            undo.append((setattr, (op, "step_id", op.step_id)))
+            undo.append((setattr, (op, "attempt_id", op.attempt_id)))
+        op.step_id = step_id
+        op.attempt_id = attempt_id
 
     def _step_failed(self, record: Any, fact_id: str, seq: int) -> None:
-        if not _closed(record, _STEP_FAILED):
+        if not _STEP_FAILED.issuperset(record):
             raise _Invalid(INVALID_FACT, seq)
         op = self._lookup(record.get("operationId"), seq)
         attempt_id = record.get("attemptId")
@@ -1026,15 +1183,13 @@ class Reducer:
         self._setattr(attempt, "failed", True)
 
     def _tool_started(self, record: Any, fact_id: str, seq: int) -> None:
-        if not _closed(record, _TOOL_STARTED):
+        if not _TOOL_STARTED.issuperset(record):
             raise _Invalid(INVALID_FACT, seq)
         op = self._lookup(record.get("operationId"), seq)
         if op.kind != "run" or op is not self._active:
             raise _Invalid(INVALID_TRANSITION, seq)
         assistant_id = record.get("assistantEntryId")
-        if not _is_id(assistant_id):
-            raise _Invalid(INVALID_FACT, seq)
-        target = self._entries.get(assistant_id)
+        target = _find(self._entries, assistant_id, seq)
         if (
             target is None
             or target.role is None
@@ -1055,11 +1210,10 @@ class Reducer:
             or target.step_id != record.get("stepId")
         ):
             raise _Invalid(INVALID_REFERENCE, seq)
-        pair = (assistant_id, index)
-        if pair in self._used_pairs:
+        if target.used_calls >> index & 1:
             raise _Invalid(INVALID_TRANSITION, seq)
         arguments = record.get("arguments")
-        replay = _REPLAYS.get(record.get("replay"))
+        replay = _enum(_REPLAYS, record.get("replay"))
         replay_key = record.get("replayKey")
         if type(arguments) is not dict or replay is None or not _is_text(replay_key):
             raise _Invalid(INVALID_FACT, seq)
@@ -1067,11 +1221,11 @@ class Reducer:
         if producer is None or not any(t["name"] == name for t in producer.snapshot["tools"]):
             raise _Invalid(INVALID_TRANSITION, seq)
         result_id = self._new(record.get("resultEntryId"), seq)
-        self._reserved[result_id] = _RESERVED_TOOL_RESULT
+        self._ids[result_id] = _RESERVED_TOOL_RESULT
         environment = record.get("environmentIdentity")
         if not _is_id(record.get("stepId")) or not _is_text(environment):
             raise _Invalid(INVALID_FACT, seq)
-        self._use_pair(pair)
+        self._use_call(target, index)
         tool = ToolCallState(
             operation_id=op.id,
             tool_started_id=fact_id,
@@ -1089,22 +1243,19 @@ class Reducer:
         )
         self._tools[fact_id] = tool
         op.tools.append(tool)
-        tools = op.tools
-
-        def undo() -> None:
-            self._tools.pop(fact_id, None)
-            tools.pop()
-
-        self._record(undo)
+        undo = self._undo
+        if undo is not None:
+            undo.append((self._tools.pop, (fact_id, None)))
+            undo.append((op.tools.pop, ()))
 
     def _abort_requested(self, record: Any, fact_id: str, seq: int) -> None:
-        if not _closed(record, _ABORT_REQUESTED):
+        if not _ABORT_REQUESTED.issuperset(record):
             raise _Invalid(INVALID_FACT, seq)
         op = self._lookup(record.get("operationId"), seq)
         if record.get("operationKind") != op.kind or record.get("reason") != "escape":
             raise _Invalid(INVALID_TRANSITION, seq)
         phase = record.get("phase")
-        if phase not in _PHASES:
+        if not _one_of(phase, _PHASES):
             raise _Invalid(INVALID_FACT, seq)
         has_call = type(record.get("toolCallId")) is str
         if (phase == "tool") != has_call or (phase != "tool" and "toolCallId" in record):
@@ -1114,11 +1265,11 @@ class Reducer:
         self._setattr(op, "abort_requested", True)
 
     def _operation_finished(self, record: Any, fact_id: str, seq: int) -> None:
-        if not _closed(record, _OPERATION_FINISHED):
+        if not _OPERATION_FINISHED.issuperset(record):
             raise _Invalid(INVALID_FACT, seq)
         op = self._lookup(record.get("operationId"), seq)
         outcome = record.get("outcome")
-        if record.get("operationKind") != op.kind or outcome not in _OUTCOMES:
+        if record.get("operationKind") != op.kind or not _one_of(outcome, _OUTCOMES):
             raise _Invalid(INVALID_TRANSITION, seq)
         if op is not self._active:
             raise _Invalid(INVALID_TRANSITION, seq)
@@ -1129,7 +1280,7 @@ class Reducer:
             raise _Invalid(INVALID_FACT, seq)
         if outcome == "aborted" and (
             not op.abort_requested
-            or any(t.status is ToolStatus.PENDING for t in op.tools)
+            or self._any_pending(op)
             or (attempt is not None and attempt.open)
         ):
             raise _Invalid(INVALID_TRANSITION, seq)
@@ -1151,9 +1302,7 @@ class Reducer:
         elif "completion" in record:
             raise _Invalid(INVALID_FACT, seq)
         final_id = record.get("finalEntryId")
-        if not _is_id(final_id):
-            raise _Invalid(INVALID_FACT, seq)
-        final = self._entries.get(final_id)
+        final = _find(self._entries, final_id, seq)
         if op.kind == "run":
             wanted = StopReason.STOP if completion == "normal" else StopReason.LENGTH
             if (
@@ -1170,7 +1319,7 @@ class Reducer:
                 message["role"] != "assistant"
                 or (completion == "normal" and is_blank(message["content"]))
                 or (completion == "truncated" and "tool_calls" not in message)
-                or any(t.status is ToolStatus.PENDING for t in op.tools)
+                or self._any_pending(op)
             ):
                 raise _Invalid(INVALID_TRANSCRIPT, seq)
         else:
@@ -1198,33 +1347,31 @@ class Reducer:
     # ------------------------------------------------------------------ usage (13.5)
 
     def _usage_fact(self, fact: Any, seq: int) -> None:
-        if not _closed(fact, _USAGE_FACT):
+        if not _USAGE_FACT.issuperset(fact):
             raise _Invalid(INVALID_FACT, seq)
         op_id = fact.get("operationId")
-        if not _is_id(op_id):
-            raise _Invalid(INVALID_FACT, seq)
-        if op_id not in self._operations:
+        if _find(self._operations, op_id, seq) is None:
             raise _Invalid(INVALID_REFERENCE, seq)
         has_attempt = "attemptId" in fact
         if has_attempt == ("toolStartedId" in fact):
             raise _Invalid(INVALID_FACT, seq)
         owner_id = fact["attemptId"] if has_attempt else fact["toolStartedId"]
-        if not _is_id(owner_id):
-            raise _Invalid(INVALID_FACT, seq)
         owner: _Attempt | ToolCallState | None = (
-            self._attempts.get(owner_id) if has_attempt else self._tools.get(owner_id)
+            _find(self._attempts, owner_id, seq)
+            if has_attempt
+            else _find(self._tools, owner_id, seq)
         )
         if owner is None or owner.operation_id != op_id:
             raise _Invalid(INVALID_REFERENCE, seq)
         usage = fact.get("usage")
-        if type(usage) is not dict or not _closed(usage, _USAGE):
+        if type(usage) is not dict or not _USAGE.issuperset(usage):
             raise _Invalid(INVALID_FACT, seq)
-        totals = list(self._usage)
-        for position, name in enumerate(_USAGE_COUNTERS):
+        totals = []
+        for total, name in zip(self._usage, _USAGE_COUNTERS, strict=True):
             value: Any = usage.get(name)
-            if not _is_int(value) or totals[position] + value > MAX_SAFE:
+            if type(value) is not int or value < 0 or total + value > MAX_SAFE:
                 raise _Invalid(INVALID_FACT, seq)
-            totals[position] += value
+            totals.append(total + value)
         self._usage = totals
 
     # ------------------------------------------------------------------ snapshot
@@ -1251,7 +1398,9 @@ class Reducer:
             return RunOperation(
                 operation_id=op.id,
                 input_entry_id=op.input_entry_id,
-                tool_calls=tuple(op.tools),
+                tool_calls=tuple(
+                    tool if self._is_pending(tool) else _completed(tool) for tool in op.tools
+                ),
                 abort_requested=op.abort_requested,
                 step=step,
             )
@@ -1317,7 +1466,7 @@ def _fail_header(code: str = INVALID_HEADER) -> NoReturn:
 
 def _parse_header(value: Any) -> Header:
     """Header rules of spec section 4, in the table's order."""
-    if type(value) is not dict or not _closed(value, _HEADER_MEMBERS):
+    if type(value) is not dict or not _HEADER_MEMBERS.issuperset(value):
         _fail_header()
     if value.get("kind") != "header":
         _fail_header()
@@ -1346,12 +1495,12 @@ def _message_error(message: Any) -> str | None:
     role = message.get("role")
     content = message.get("content")
     if role == "user":
-        if not _closed(message, _USER_MESSAGE) or not _is_text(content):
+        if not _USER_MESSAGE.issuperset(message) or not _is_text(content):
             return INVALID_FACT
         return None
     if role == "tool":
         if (
-            not _closed(message, _TOOL_MESSAGE)
+            not _TOOL_MESSAGE.issuperset(message)
             or type(content) is not str
             or not _is_text(message.get("tool_call_id"))
         ):
@@ -1359,7 +1508,7 @@ def _message_error(message: Any) -> str | None:
         return None
     if role != "assistant":
         return INVALID_FACT
-    if not _closed(message, _ASSISTANT_MESSAGE) or "content" not in message:
+    if not _ASSISTANT_MESSAGE.issuperset(message) or "content" not in message:
         return INVALID_FACT
     if content is not None and type(content) is not str:
         return INVALID_FACT
@@ -1369,14 +1518,14 @@ def _message_error(message: Any) -> str | None:
     if type(calls) is not list or not calls:
         return INVALID_FACT
     for call in calls:
-        if type(call) is not dict or not _closed(call, _TOOL_CALL):
+        if type(call) is not dict or not _TOOL_CALL.issuperset(call):
             return INVALID_FACT
         function = call.get("function")
         if (
             not _is_text(call.get("id"))
             or call.get("type") != "function"
             or type(function) is not dict
-            or not _closed(function, _FUNCTION)
+            or not _FUNCTION.issuperset(function)
             or not _is_text(function.get("name"))
             or type(function.get("arguments")) is not str
         ):
@@ -1384,6 +1533,25 @@ def _message_error(message: Any) -> str | None:
     if len({call["id"] for call in calls}) != len(calls):
         return INVALID_TRANSCRIPT
     return None
+
+
+def _completed(tool: ToolCallState) -> ToolCallState:
+    """``tool`` with status completed."""
+    return ToolCallState(
+        tool.operation_id,
+        tool.tool_started_id,
+        tool.step_id,
+        tool.assistant_entry_id,
+        tool.tool_index,
+        tool.tool_call_id,
+        tool.tool_name,
+        tool.arguments,
+        tool.replay,
+        tool.replay_key,
+        tool.environment_identity,
+        tool.result_entry_id,
+        ToolStatus.COMPLETED,
+    )
 
 
 def _tool_call(target: _Entry, index: int) -> Mapping[str, Any] | None:
@@ -1405,7 +1573,7 @@ def _messages_through(entry: _Entry) -> int:
 def _valid_error(error: Any) -> bool:
     return (
         type(error) is dict
-        and _closed(error, _ERROR)
+        and _ERROR.issuperset(error)
         and _is_text(error.get("code"))
         and _is_text(error.get("message"))
     )
@@ -1413,7 +1581,7 @@ def _valid_error(error: Any) -> bool:
 
 def _valid_snapshot(snapshot: Any) -> bool:
     """Spec 10.2: six members, all required, no others."""
-    if type(snapshot) is not dict or len(snapshot) != 6 or not _closed(snapshot, _SNAPSHOT):
+    if type(snapshot) is not dict or len(snapshot) != 6 or not _SNAPSHOT.issuperset(snapshot):
         return False
     if not (
         _is_text(snapshot["model"])
@@ -1428,7 +1596,7 @@ def _valid_snapshot(snapshot: Any) -> bool:
         return False
     names: set[str] = set()
     for tool in tools:
-        if type(tool) is not dict or len(tool) != 2 or not _closed(tool, _SNAPSHOT_TOOL):
+        if type(tool) is not dict or len(tool) != 2 or not _SNAPSHOT_TOOL.issuperset(tool):
             return False
         name = tool["name"]
         if not _is_text(name) or not _is_digest(tool["definitionDigest"]) or name in names:

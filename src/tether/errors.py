@@ -195,3 +195,169 @@ class StoreUnavailable(TetherError):
         self.path = path
         self.why = why
         super().__init__(f"session {path}: {why}")
+
+
+# --- Tool errors (tether.tools) ------------------------------------------------------------
+#
+# Expected failures of a tool call. The built-in tools turn them into an error result for the
+# model (``"Error: " + str(error)``); they never end the run on their own.
+
+
+class ToolError(TetherError):
+    """A tool call failed in an expected way (bad path, text not found, stale file, …)."""
+
+    exit_code = 1
+
+
+class WorkspaceEscape(ToolError):
+    """A path would leave the workspace: absolute, ``..``, a symbolic link, or outside it."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"path escapes the workspace: {path!r} ({reason})")
+
+
+class StaleFileChange(ToolError):
+    """A planned file change no longer applies: the file changed since it was planned."""
+
+    def __init__(self, path: str, expected: str | None, found: str | None) -> None:
+        self.path = path
+        self.expected = expected
+        self.found = found
+        was = expected or "absent"
+        now = found or "absent"
+        super().__init__(
+            f"{path!r} changed since the edit was planned (expected {was}, found {now}); "
+            "nothing was written"
+        )
+
+
+# --- Model adapter errors (tether.models) ----------------------------------------------------
+
+
+class ModelError(TetherError):
+    """One model request failed; becomes ``stepFailed.error`` ``{code, message}`` (spec 8.4).
+
+    ``code`` is one of :data:`MODEL_ERROR_CODES`; ``message`` is one line and carries the
+    provider's own message (credentials redacted). ``status`` is the HTTP status when there
+    was one; ``retry_after`` the provider's hint in seconds (informational: tether never
+    retries on its own).
+    """
+
+    exit_code = 1
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        if code not in MODEL_ERROR_CODES:
+            raise ValueError(f"unknown model error code {code!r}")
+        line = " ".join(message.split()) or code
+        self.code = code
+        self.message = line if len(line) <= 1000 else line[:999] + "…"
+        self.status = status
+        self.retry_after = retry_after
+        super().__init__(self.message)
+
+    def to_json(self) -> dict[str, str]:
+        """The ``{"code", "message"}`` object of ``stepFailed.error``."""
+        return {"code": self.code, "message": self.message}
+
+
+MODEL_ERROR_CODES = frozenset(
+    {
+        "rate_limited",
+        "timeout",
+        "connection",
+        "provider_error",
+        "authentication",
+        "bad_response",
+        "aborted",
+    }
+)
+
+
+# --- Effects errors (tether.effects) ----------------------------------------------------------
+#
+# Exit codes: 20 effects database unusable (corrupt, locked, newer schema, I/O), 21 operation id
+# reused with different arguments, 22 review item not found, 23 review item already resolved,
+# 24 a call needs review (the run is blocked).
+
+
+class EffectsDatabaseError(TetherError):
+    """``.tether/effects.db`` (or an effect ledger) cannot be used: corrupt, locked, unreadable.
+
+    ``path`` names the database file, ``cause`` says what is wrong in one line.
+    """
+
+    exit_code = 20
+
+    def __init__(self, path: str, cause: str, what: str = "effects database") -> None:
+        self.path = path
+        self.cause = cause
+        self.what = what
+        super().__init__(f"{what} {path}: {cause}")
+
+
+class OperationIdConflict(TetherError):
+    """An operation id was used again with different arguments; nothing was applied."""
+
+    exit_code = 21
+
+    def __init__(self, operation_id: str, recorded: str, given: str, where: str = "") -> None:
+        self.operation_id = operation_id
+        self.recorded = recorded
+        self.given = given
+        place = f" in {where}" if where else ""
+        super().__init__(
+            f"operation id {operation_id} is already recorded{place} with different arguments "
+            f"(recorded {recorded}, now {given}); refusing to apply it again"
+        )
+
+
+class ReviewItemNotFound(TetherError, LookupError):
+    """No review item has the given id."""
+
+    exit_code = 22
+
+    def __init__(self, item: object) -> None:
+        self.item = item
+        super().__init__(
+            f"no review item {item!r}; run 'tether review' to list the open items"
+        )
+
+
+class ReviewItemResolved(TetherError):
+    """The review item was already resolved; a decision is recorded only once."""
+
+    exit_code = 23
+
+    def __init__(self, item: object, decision: str, resolved_at: str) -> None:
+        self.item = item
+        self.decision = decision
+        self.resolved_at = resolved_at
+        super().__init__(
+            f"review item {item!r} was already resolved ({decision}, at {resolved_at}); "
+            "a decision cannot be changed"
+        )
+
+
+class ReviewRequired(TetherError):
+    """Recovery stopped: a started call's outcome needs a human decision (``tether review``)."""
+
+    exit_code = 24
+
+    def __init__(self, item: object, tool_name: str, operation_id: str, reason: str) -> None:
+        self.item = item
+        self.tool_name = tool_name
+        self.operation_id = operation_id
+        self.reason = reason
+        super().__init__(
+            f"blocked: call {tool_name} (operation {operation_id}) needs review: {reason}; "
+            f"see 'tether review' and resolve item {item}"
+        )

@@ -13,17 +13,17 @@ from __future__ import annotations
 import typer
 
 from tether import __version__
-from tether.cli import inspect_cmd, plan_cmd
+from tether.cli import inspect_cmd, plan_cmd, sessions_cmd
 
 app = typer.Typer(
     name="tether",
-    help="Inspect and plan recovery of tether session logs.",
+    help="Durable agent sessions: inspect, list and plan recovery of session logs.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
-COMMAND_MODULES = (inspect_cmd, plan_cmd)
+COMMAND_MODULES = (inspect_cmd, plan_cmd, sessions_cmd)
 for _module in COMMAND_MODULES:
     _module.register(app)
 

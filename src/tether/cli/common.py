@@ -21,12 +21,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import orjson
 import typer
 
 from tether.errors import SessionCorruption, TetherError
+from tether.session.store import sessions_dir_for
 
 EXIT_OK = 0
 EXIT_CORRUPT = 1
@@ -148,3 +149,20 @@ def emit_json(value: Any) -> None:
     stream.flush()
     buffer.write(data)
     buffer.flush()
+
+
+SessionsDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--sessions-dir",
+        help="Folder of session logs (default: .tether/sessions in the current directory). "
+        "Logs written by other implementations of the format, e.g. .tiny-agent/sessions, "
+        "are read too.",
+        metavar="DIR",
+    ),
+]
+
+
+def resolve_sessions_dir(sessions_dir: Path | None) -> Path:
+    """The folder named by ``--sessions-dir``, or the workspace default."""
+    return sessions_dir if sessions_dir is not None else sessions_dir_for(Path.cwd())

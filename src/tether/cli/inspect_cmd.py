@@ -11,7 +11,15 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from tether.cli.common import emit_json, handle_errors, one_line, printable, read_input
+from tether.cli.common import (
+    SessionsDirOption,
+    emit_json,
+    handle_errors,
+    one_line,
+    printable,
+    read_input,
+    resolve_sessions_dir,
+)
 from tether.session import SessionCorruption, SessionState, reduce_session
 from tether.session.state import (
     CompactionOperation,
@@ -21,6 +29,7 @@ from tether.session.state import (
     ToolCallState,
     ToolStatus,
 )
+from tether.session.store import find_session
 
 RECENT_MESSAGES = 5
 """How many of the last transcript messages the human view shows."""
@@ -34,7 +43,13 @@ def register(app: typer.Typer) -> None:
 
 
 def inspect(
-    file: Annotated[Path, typer.Argument(help="Session log (.jsonl) to reduce.", metavar="FILE")],
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="Session log (.jsonl) to reduce, or a session id or unique id prefix.",
+            metavar="SESSION",
+        ),
+    ],
     json_output: Annotated[
         bool,
         typer.Option(
@@ -42,12 +57,19 @@ def inspect(
             help='Print {"ok": true, "state": …} or {"ok": false, "error": …} as JSON.',
         ),
     ] = False,
+    sessions_dir: SessionsDirOption = None,
 ) -> None:
     """Reduce a session log and show its header, operation, transcript and usage.
 
-    Exit status: 0 the log reduces, 1 the log is corrupt, 2 usage error.
+    SESSION is a file, or the id (or a unique prefix) of a session in the sessions
+    folder. Nothing is written: a torn tail is reported, not repaired.
+
+    Exit status: 0 the log reduces, 1 the log is corrupt, 2 usage error, 3 no such
+    session, 7 ambiguous id prefix.
     """
     with handle_errors():
+        if not file.exists() and file.parent == Path("."):
+            file = find_session(resolve_sessions_dir(sessions_dir), str(file))
         data = read_input(file, "session file")
         if not json_output:
             render_state(reduce_session(data), file_size=len(data), console=Console())

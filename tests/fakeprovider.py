@@ -1,0 +1,235 @@
+"""A real HTTP server on loopback that speaks the chat-completions protocol.
+
+Tests queue canned answers and point the real ``openai`` SDK (through
+:class:`tether.models.openai_compat.OpenAICompatibleModel`) at :attr:`FakeProvider.base_url`.
+Every request is recorded (path, headers, parsed JSON body), so a test can assert that one
+``complete`` call made exactly one HTTP request (no retries) and what was sent.
+
+``POST /v1/chat/completions`` pops the next queued :class:`Canned` answer; with an empty
+queue it answers HTTP 500 ``fake provider: no answer queued``. Slow answers wait on a stop
+event, so :meth:`FakeProvider.close` never hangs on them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Canned:
+    """One HTTP answer: status, raw body bytes, headers, and a delay before sending."""
+
+    status: int = 200
+    body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One request the server received."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: Any  # parsed JSON, or the raw text if it was not JSON
+
+
+def completion(
+    content: str | None = "Hello.",
+    *,
+    tool_calls: Sequence[Mapping[str, Any]] = (),
+    finish_reason: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+    model: str = "fake/model",
+    extra_message: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A chat-completion JSON object; ``tool_calls`` items are ``{"id","name","arguments"}``
+    (``arguments`` a string, or an object that is JSON-encoded) or full wire objects."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        wire = []
+        for call in tool_calls:
+            if "function" in call:
+                wire.append(dict(call))
+                continue
+            arguments = call.get("arguments", "{}")
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments)
+            wire.append(
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": arguments},
+                }
+            )
+        message["tool_calls"] = wire
+    if extra_message:
+        message.update(extra_message)
+    if finish_reason is None:
+        finish_reason = "tool_calls" if tool_calls else "stop"
+    body: dict[str, Any] = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+    }
+    body["usage"] = (
+        dict(usage)
+        if usage is not None
+        else {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    )
+    return body
+
+
+def ok(payload: Mapping[str, Any], *, delay: float = 0.0) -> Canned:
+    """HTTP 200 with a JSON body."""
+    return Canned(
+        200,
+        json.dumps(payload).encode(),
+        {"Content-Type": "application/json"},
+        delay,
+    )
+
+
+def error(
+    status: int,
+    message: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+    type_: str = "error",
+    code: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> Canned:
+    """An OpenAI-style error: ``{"error": {"message", "type", "code"}}``."""
+    inner: dict[str, Any] = {"message": message, "type": type_, "code": code}
+    if metadata is not None:
+        inner["metadata"] = dict(metadata)
+    return Canned(
+        status,
+        json.dumps({"error": inner}).encode(),
+        {"Content-Type": "application/json", **(headers or {})},
+    )
+
+
+def raw(status: int, body: bytes, content_type: str = "application/json") -> Canned:
+    """Any bytes, e.g. a malformed JSON body."""
+    return Canned(status, body, {"Content-Type": content_type})
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # silence stderr
+        pass
+
+    def _read_body(self) -> Any:
+        length = int(self.headers.get("Content-Length") or 0)
+        data = self.rfile.read(length) if length else b""
+        try:
+            return json.loads(data) if data else None
+        except ValueError:
+            return data.decode("utf-8", "replace")
+
+    def do_POST(self) -> None:
+        body = self._read_body()
+        provider = self.server.provider
+        provider.record(
+            Recorded("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        )
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            answer = Canned(
+                404, b'{"error": {"message": "not found"}}', {"Content-Type": "application/json"}
+            )
+        else:
+            answer = provider.next_answer()
+        if answer.delay and provider.stopping.wait(answer.delay):
+            return  # server is shutting down: drop the connection
+        try:
+            self.send_response(answer.status)
+            for name, value in answer.headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(answer.body)))
+            self.end_headers()
+            self.wfile.write(answer.body)
+            self.wfile.flush()
+        except OSError:
+            pass  # the client gave up (timeout or cancel): nothing to do
+
+    def do_GET(self) -> None:
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    provider: FakeProvider
+
+
+class FakeProvider:
+    """The server; use :func:`running` or call :meth:`close` at teardown."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: deque[Canned] = deque()
+        self._requests: list[Recorded] = []
+        self.stopping = threading.Event()
+        self._server = _Server(("127.0.0.1", 0), _Handler)
+        self._server.provider = self
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def enqueue(self, *answers: Canned) -> None:
+        with self._lock:
+            self._queue.extend(answers)
+
+    def next_answer(self) -> Canned:
+        with self._lock:
+            if self._queue:
+                return self._queue.popleft()
+        return error(500, "fake provider: no answer queued")
+
+    def record(self, request: Recorded) -> None:
+        with self._lock:
+            self._requests.append(request)
+
+    @property
+    def requests(self) -> list[Recorded]:
+        with self._lock:
+            return list(self._requests)
+
+    def close(self) -> None:
+        self.stopping.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+@contextmanager
+def running() -> Iterator[FakeProvider]:
+    provider = FakeProvider()
+    try:
+        yield provider
+    finally:
+        provider.close()

@@ -403,6 +403,7 @@ class _Operation:
     __slots__ = (
         "abort_requested",
         "attempt_id",
+        "compacted_through",
         "finished",
         "id",
         "input_entry_id",
@@ -425,6 +426,7 @@ class _Operation:
         self.result_entry_id = result_entry_id
         self.finished = False
         self.abort_requested = False
+        self.compacted_through: str | None = None  # writer's last compactedEntryIds item
         self.step_id: str | None = None  # most recent step
         self.attempt_id: str | None = None  # most recent attempt
         # Started tools in record order, as recorded (status pending); a tool is
@@ -480,6 +482,7 @@ class Reducer:
         self._entries: dict[str, _Entry] = {}
         self._transcript: list[Message] = []
         self._transcript_ids: list[str] = []
+        self._step_count = 0
         self._context: list[Message] = []
         self._boundary: str | None = None
         self._open_calls: frozenset[str] = frozenset()
@@ -647,6 +650,7 @@ class Reducer:
                 list(self._usage),
                 self._active,
                 self._source.copy(),
+                self._step_count,
             )
             undo.append((self._restore, (saved,)))
         facts = value if type(value) is list else [value]
@@ -682,6 +686,7 @@ class Reducer:
             self._usage,
             self._active,
             self._source,
+            self._step_count,
         ) = saved
         del self._transcript[transcript_len:]
         del self._transcript_ids[transcript_len:]
@@ -1066,7 +1071,11 @@ class Reducer:
             raise _Invalid(INVALID_FACT, seq)
         if claimed != self._source_digest_through(through):
             raise _Invalid(INVALID_REFERENCE, seq)
-        self._start_operation(_Operation(op_id, "compaction", through_id, result_id))
+        op = _Operation(op_id, "compaction", through_id, result_id)
+        compacted = record.get("compactedEntryIds")
+        if type(compacted) is list and compacted and type(compacted[-1]) is str:
+            op.compacted_through = compacted[-1]
+        self._start_operation(op)
 
     def _source_digest_through(self, through: _Entry) -> str:
         count = _messages_through(through)
@@ -1161,6 +1170,8 @@ class Reducer:
             undo.append((setattr, (op, "attempt_id", op.attempt_id)))
         op.step_id = step_id
         op.attempt_id = attempt_id
+        if number == 1:
+            self._step_count += 1
 
     def _step_failed(self, record: Any, fact_id: str, seq: int) -> None:
         if not _STEP_FAILED.issuperset(record):
@@ -1387,6 +1398,8 @@ class Reducer:
             repaired_length=self._length,
             context_boundary=self._boundary,
             last_seq=self._next_seq - 1,
+            transcript_ids=FrozenView(self._transcript_ids),
+            step_count=self._step_count,
         )
 
     def _operation_snapshot(self) -> Operation:
@@ -1411,6 +1424,7 @@ class Reducer:
             result_entry_id=op.result_entry_id,
             abort_requested=op.abort_requested,
             step=step,
+            compacted_through_entry_id=op.compacted_through,
         )
 
     def _step_snapshot(self, op: _Operation) -> Step | None:

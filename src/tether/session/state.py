@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal, overload
+from typing import Any, Generic, Literal, TypeVar, overload
 
 Message = Mapping[str, Any]
 """A normalized provider message (spec 6.2), read-only by convention."""
@@ -45,7 +45,10 @@ class ToolStatus(StrEnum):
     COMPLETED = "completed"
 
 
-class FrozenView(Sequence[Message]):
+_T = TypeVar("_T")
+
+
+class FrozenView(Sequence[_T], Generic[_T]):
     """A read-only, fixed-length view of the first ``length`` items of a list.
 
     The reducer only ever appends to the lists behind these views (or replaces them
@@ -55,7 +58,7 @@ class FrozenView(Sequence[Message]):
 
     __slots__ = ("_items", "_length")
 
-    def __init__(self, items: list[Message], length: int | None = None) -> None:
+    def __init__(self, items: list[_T], length: int | None = None) -> None:
         self._items = items
         self._length = len(items) if length is None else length
 
@@ -63,12 +66,12 @@ class FrozenView(Sequence[Message]):
         return self._length
 
     @overload
-    def __getitem__(self, index: int) -> Message: ...
+    def __getitem__(self, index: int) -> _T: ...
 
     @overload
-    def __getitem__(self, index: slice) -> Sequence[Message]: ...
+    def __getitem__(self, index: slice) -> Sequence[_T]: ...
 
-    def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
+    def __getitem__(self, index: int | slice) -> _T | Sequence[_T]:
         if isinstance(index, slice):
             return self._items[: self._length][index]
         if index < 0:
@@ -77,12 +80,12 @@ class FrozenView(Sequence[Message]):
             raise IndexError("FrozenView index out of range")
         return self._items[index]
 
-    def __iter__(self) -> Iterator[Message]:
+    def __iter__(self) -> Iterator[_T]:
         items = self._items
         for i in range(self._length):
             yield items[i]
 
-    def __reversed__(self) -> Iterator[Message]:
+    def __reversed__(self) -> Iterator[_T]:
         items = self._items
         for i in range(self._length - 1, -1, -1):
             yield items[i]
@@ -291,6 +294,9 @@ class CompactionOperation:
     abort_requested: bool
     step: Step | None
     kind: Literal["compaction"] = "compaction"
+    compacted_through_entry_id: str | None = None
+    """Last id of the writer's ``compactedEntryIds`` (not part of the serialized state;
+    ``None`` when that member is not a non-empty list of strings)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -333,6 +339,9 @@ class SessionState:
     ``context_boundary`` is the internal context boundary B (spec 11.2/11.3): the
     entry every first attempt must name; ``None`` before any message entry.
     ``last_seq`` is the ``seq`` of the last accepted fact (0 when there is none).
+    ``transcript_ids`` are the entry ids of the ``transcript`` messages (same order) and
+    ``step_count`` the number of steps recorded so far (first attempts). None of these
+    three is part of the serialized state.
     """
 
     header: Header
@@ -343,6 +352,8 @@ class SessionState:
     repaired_length: int
     context_boundary: str | None = None
     last_seq: int = 0
+    transcript_ids: Sequence[str] = ()
+    step_count: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """Exactly the six public members of the spec's serialized state."""

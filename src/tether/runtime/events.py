@@ -1,0 +1,99 @@
+"""Progress events the agent loop emits for user interfaces (pure values)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base class; ``kind`` names the event in ``--json`` output."""
+
+    kind: str = "event"
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        return {"event": data.pop("kind"), **data}
+
+
+@dataclass(frozen=True)
+class SessionOpened(Event):
+    session_id: str = ""
+    path: str = ""
+    created: bool = False
+    repaired: int = 0
+    kind: str = "session"
+
+
+@dataclass(frozen=True)
+class ModelStarted(Event):
+    operation: str = "run"
+    attempt: int = 1
+    position: int = 0
+    kind: str = "model_started"
+
+
+@dataclass(frozen=True)
+class ModelFinished(Event):
+    stop_reason: str = ""
+    text: str | None = None
+    tool_calls: int = 0
+    kind: str = "model_finished"
+
+
+@dataclass(frozen=True)
+class ModelFailed(Event):
+    code: str = ""
+    message: str = ""
+    kind: str = "model_failed"
+
+
+@dataclass(frozen=True)
+class UsageReported(Event):
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    kind: str = "usage"
+
+
+@dataclass(frozen=True)
+class ToolStarted(Event):
+    name: str = ""
+    call_id: str = ""
+    replay: bool = False
+    kind: str = "tool_started"
+
+
+@dataclass(frozen=True)
+class ToolFinished(Event):
+    name: str = ""
+    call_id: str = ""
+    is_error: bool = False
+    size: int = 0
+    kind: str = "tool_finished"
+
+
+@dataclass(frozen=True)
+class ToolSkipped(Event):
+    """A call answered without running (synthetic result: unknown tool, interrupted, …)."""
+
+    name: str = ""
+    call_id: str = ""
+    reason: str = ""
+    kind: str = "tool_skipped"
+
+
+@dataclass(frozen=True)
+class OperationFinished(Event):
+    operation: str = "run"
+    outcome: str = ""
+    kind: str = "operation_finished"
+
+
+@dataclass(frozen=True)
+class Blocked(Event):
+    reason: str = ""
+    detail: str = ""
+    kind: str = "blocked"

@@ -1,0 +1,890 @@
+"""The executor: the imperative shell that carries out recovery plans.
+
+One loop serves a fresh run and a resume alike: reduce (the store keeps the state),
+ask :func:`plan_recovery` for the next action, carry out exactly that action,
+commit exactly the facts the spec requires (section 15), repeat until the session
+is idle or recovery is blocked. Every intent is durable before it acts: the
+``stepAttempt`` before the provider request, the ``toolStarted`` before the tool.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from tether import faults
+from tether.errors import ConfigurationError, ModelError, TetherError
+from tether.ids import new_uuid7
+from tether.models.base import ModelAdapter, ModelRequest, ModelResponse
+from tether.runtime import boundaries, events
+from tether.runtime.compaction import COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, plan_split
+from tether.runtime.config import AgentConfiguration, environment_identity, explain_blocked
+from tether.session.canonical import source_digest
+from tether.session.planner import (
+    ABORTED_ERROR,
+    AppendSynthetic,
+    Blocked,
+    CloseAttempt,
+    Finish,
+    RecoveryPlan,
+    StartStep,
+    StartTool,
+    SyntheticReason,
+    ToolMode,
+    plan_recovery,
+)
+from tether.session.state import (
+    CompactionOperation,
+    IdleOperation,
+    RunOperation,
+    SessionState,
+    StepKind,
+    ToolCallState,
+    Usage,
+)
+from tether.session.store import Durability, SessionStore
+from tether.tools.base import Rejection, Tool, ToolContext, ToolRegistry, ToolResult
+from tether.tools.builtin import builtin_tools
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a careful software agent working in a workspace. Use the tools to read "
+    "files, run commands and make edits. Be concise. When you are done, answer with a "
+    "short summary of what you did and what you verified."
+)
+AGENTS_FILE = "AGENTS.md"
+MAX_AGENTS_BYTES = 64 * 1024
+
+
+class RunStatus(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    ABORTED = "aborted"
+    BLOCKED = "blocked"
+    IDLE = "idle"  # nothing was unfinished and nothing was asked
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How an operation ended, with its final text and usage."""
+
+    status: RunStatus
+    session_id: str
+    session_path: Path
+    text: str | None = None
+    completion: str | None = None
+    error: Mapping[str, str] | None = None
+    blocked_reason: str | None = None
+    message: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    session_usage: Usage = field(default_factory=Usage)
+
+    @property
+    def resume_command(self) -> str:
+        return f"tether resume {self.session_id}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "sessionId": self.session_id,
+            "sessionPath": str(self.session_path),
+            "text": self.text,
+            "completion": self.completion,
+            "error": dict(self.error) if self.error is not None else None,
+            "blockedReason": self.blocked_reason,
+            "message": self.message,
+            "usage": self.usage.to_json(),
+            "sessionUsage": self.session_usage.to_json(),
+        }
+
+
+EventSink = Callable[[events.Event], None]
+
+
+def _usage_delta(after: Usage, before: Usage) -> Usage:
+    return Usage(
+        after.input - before.input,
+        after.output - before.output,
+        after.cache_read - before.cache_read,
+        after.cache_write - before.cache_write,
+    )
+
+
+def _load_agents_md(workspace: Path) -> str | None:
+    path = workspace / AGENTS_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(MAX_AGENTS_BYTES + 1)
+    text = data[:MAX_AGENTS_BYTES].decode("utf-8", errors="replace")
+    return text if text.strip() else None
+
+
+class Agent:
+    """Runs an agent whose every step is written ahead to a session log.
+
+    ``model`` is a :class:`~tether.models.base.ModelAdapter`; ``tools`` defaults to the
+    built-ins (``read``, ``bash``, ``write``, ``edit``). ``AGENTS.md`` in the workspace
+    is appended to the system prompt. ``on_event`` receives progress events.
+    """
+
+    def __init__(
+        self,
+        model: ModelAdapter,
+        tools: Sequence[Tool] | None = None,
+        *,
+        workspace: str | os.PathLike[str] = ".",
+        system_prompt: str | None = None,
+        durability: Durability | str = Durability.DURABLE,
+        output_options: Mapping[str, Any] | None = None,
+        environment: str | None = None,
+        sessions_dir: str | os.PathLike[str] | None = None,
+        on_event: EventSink | None = None,
+        tool_timeout: float | None = None,
+        read_agents_md: bool = True,
+    ) -> None:
+        root = Path(workspace)
+        if not root.is_dir():
+            raise ConfigurationError(f"workspace {str(root)!r} is not a directory")
+        self.workspace = Path(os.path.realpath(root))
+        self.model = model
+        self.registry = ToolRegistry(list(tools) if tools is not None else builtin_tools())
+        prompt = system_prompt if system_prompt is not None else DEFAULT_SYSTEM_PROMPT
+        agents = _load_agents_md(self.workspace) if read_agents_md else None
+        if agents is not None:
+            prompt = f"{prompt}\n\n# {AGENTS_FILE}\n\n{agents}"
+        self.system_prompt = prompt
+        self.durability = Durability(durability)
+        self.output_options: Mapping[str, Any] = dict(output_options or {})
+        self.sessions_dir = Path(sessions_dir) if sessions_dir is not None else None
+        self.tool_timeout = tool_timeout
+        if environment is None:
+            environment = os.environ.get("TETHER_ENVIRONMENT_IDENTITY")
+        self.environment = environment_identity(environment, str(self.workspace))
+        self.configuration = AgentConfiguration.build(
+            model=model.model,
+            adapter_identity=model.adapter_identity,
+            routing_identity=model.routing_identity,
+            system_prompt=self.system_prompt,
+            registry=self.registry,
+            output_options=self.output_options,
+            environment=self.environment,
+        )
+        self._on_event = on_event
+        self._cancel = threading.Event()
+        self._last_session: str | None = None
+
+    # ------------------------------------------------------------------ public API
+
+    def run(self, prompt: str, *, session: str | None = None) -> RunResult:
+        """Accept ``prompt`` as a new run (in a new session unless ``session`` is given)."""
+        if not prompt or not prompt.strip():
+            raise ConfigurationError("the prompt is empty")
+        self._cancel.clear()
+        with self._open(session) as store:
+            if not isinstance(store.state.operation, IdleOperation):
+                # Finish what a crash left behind first: one loop for runs and resumes.
+                earlier = self._drive(store)
+                if earlier.status is RunStatus.BLOCKED:
+                    return earlier
+            before = store.state.usage
+            entry_id = new_uuid7()
+            store.commit(
+                [
+                    {
+                        "kind": "entry",
+                        "id": entry_id,
+                        "entry": {
+                            "type": "message",
+                            "message": {"role": "user", "content": prompt},
+                        },
+                    },
+                    {
+                        "kind": "record",
+                        "record": {
+                            "type": "runStarted",
+                            "operationId": new_uuid7(),
+                            "operationKind": "run",
+                            "inputEntryId": entry_id,
+                        },
+                    },
+                ]
+            )
+            faults.hit(boundaries.RUN_ACCEPTED)
+            return self._drive(store, usage_before=before)
+
+    def resume(self, session: str, *, abort: bool = False) -> RunResult:
+        """Continue the session's unfinished operation exactly as the planner says.
+
+        With ``abort=True`` an unfinished operation is aborted durably instead: the
+        open attempt is closed as aborted, started tools whose outcome is unknown
+        become ``interrupted``, queued calls ``aborted``; nothing is re-executed.
+        """
+        self._cancel.clear()
+        with self._open(session) as store:
+            if abort:
+                self._request_abort(store, store.state)
+            return self._drive(store)
+
+    def compact(self, session: str, *, keep_turns: int = 1) -> RunResult:
+        """Summarise the history as its own durable operation, keeping the latest turns."""
+        if keep_turns < 1:
+            raise ConfigurationError("keep_turns must be at least 1")
+        self._cancel.clear()
+        with self._open(session) as store:
+            if not isinstance(store.state.operation, IdleOperation):
+                earlier = self._drive(store)
+                if earlier.status is RunStatus.BLOCKED:
+                    return earlier
+            state = store.state
+            split = plan_split(state.transcript, state.transcript_ids, keep_turns)
+            if split is None or state.context_boundary != state.transcript_ids[-1]:
+                return self._result(
+                    store, RunStatus.IDLE, message="nothing to compact: too few complete turns"
+                )
+            compacted, retained = split
+            ids = state.transcript_ids
+            store.commit(
+                [
+                    {
+                        "kind": "record",
+                        "record": {
+                            "type": "compactionStarted",
+                            "operationId": new_uuid7(),
+                            "operationKind": "compaction",
+                            "inputThroughEntryId": state.context_boundary,
+                            "resultEntryId": new_uuid7(),
+                            "compactedEntryIds": list(compacted),
+                            "retainedEntryIds": list(retained),
+                            "sourceDigest": source_digest(zip(ids, state.transcript, strict=True)),
+                        },
+                    }
+                ]
+            )
+            faults.hit(boundaries.RUN_ACCEPTED)
+            return self._drive(store, usage_before=state.usage)
+
+    def abort(self) -> None:
+        """Ask the running operation to stop (thread-safe; e.g. from a SIGINT handler)."""
+        self._cancel.set()
+
+    @property
+    def last_session(self) -> str | None:
+        """The id of the session the last call worked on."""
+        return self._last_session
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _open(self, session: str | None) -> SessionStore:
+        if session is None:
+            store = SessionStore.create(
+                self.workspace,
+                provider=self.model.provider,
+                model=self.model.model,
+                environment_identity=self.environment,
+                durability=self.durability,
+                sessions_dir=self.sessions_dir,
+            )
+            created = True
+        else:
+            store = SessionStore.open(
+                session,
+                workspace=self.workspace,
+                sessions_dir=self.sessions_dir,
+                durability=self.durability,
+            )
+            created = False
+        self._last_session = store.session_id
+        self._emit(
+            events.SessionOpened(
+                session_id=store.session_id,
+                path=str(store.path),
+                created=created,
+                repaired=store.repaired,
+            )
+        )
+        return store
+
+    def _emit(self, event: events.Event) -> None:
+        if self._on_event is not None:
+            self._on_event(event)
+
+    def _result(
+        self,
+        store: SessionStore,
+        status: RunStatus,
+        *,
+        usage_before: Usage | None = None,
+        **details: Any,
+    ) -> RunResult:
+        usage = store.state.usage
+        return RunResult(
+            status=status,
+            session_id=store.session_id,
+            session_path=store.path,
+            usage=_usage_delta(usage, usage_before) if usage_before is not None else Usage(),
+            session_usage=usage,
+            **details,
+        )
+
+    # ------------------------------------------------------------------ the loop
+
+    def _drive(self, store: SessionStore, *, usage_before: Usage | None = None) -> RunResult:
+        """Carry out plans until the session is idle or recovery is blocked."""
+        if usage_before is None:
+            usage_before = store.state.usage
+        outcome: dict[str, Any] = {}
+        current = self.configuration.current
+        while True:
+            state = store.state
+            if self._cancel.is_set() and not isinstance(state.operation, IdleOperation):
+                self._request_abort(store, state)
+                state = store.state
+            plan = plan_recovery(state, current)
+            if isinstance(plan, Finish):
+                if plan.is_idle:
+                    return self._finished(store, outcome, usage_before)
+                self._finish(store, state, plan, outcome)
+            elif isinstance(plan, StartStep):
+                self._start_step(store, state, plan, outcome)
+            elif isinstance(plan, StartTool):
+                self._start_tool(store, state, plan)
+            elif isinstance(plan, AppendSynthetic):
+                self._append_synthetic(store, state, plan)
+            elif isinstance(plan, CloseAttempt):
+                self._close_attempt(store, state)
+            else:
+                return self._blocked(store, state, plan, usage_before)
+
+    def _finished(
+        self, store: SessionStore, outcome: Mapping[str, Any], usage_before: Usage
+    ) -> RunResult:
+        status = outcome.get("status", RunStatus.IDLE)
+        return self._result(
+            store,
+            status,
+            usage_before=usage_before,
+            text=outcome.get("text"),
+            completion=outcome.get("completion"),
+            error=outcome.get("error"),
+            message=outcome.get("message"),
+        )
+
+    def _blocked(
+        self, store: SessionStore, state: SessionState, plan: Blocked, usage_before: Usage
+    ) -> RunResult:
+        message = explain_blocked(plan.reason, state, self.configuration)
+        self._emit(events.Blocked(reason=plan.reason.value, detail=message))
+        return self._result(
+            store,
+            RunStatus.BLOCKED,
+            usage_before=usage_before,
+            blocked_reason=plan.reason.value,
+            message=message,
+        )
+
+    def _request_abort(self, store: SessionStore, state: SessionState) -> None:
+        """Record ``abortRequested`` for the active operation (once)."""
+        operation = state.operation
+        if isinstance(operation, IdleOperation) or operation.abort_requested:
+            return
+        record: dict[str, Any] = {
+            "type": "abortRequested",
+            "operationId": operation.operation_id,
+            "operationKind": operation.kind,
+            "reason": "escape",
+        }
+        if isinstance(operation, CompactionOperation):
+            record["phase"] = "compact"
+        else:
+            pending = _pending_tool(operation)
+            if pending is not None:
+                record["phase"] = "tool"
+                record["toolCallId"] = pending.tool_call_id
+            else:
+                record["phase"] = "model"
+        store.commit([{"kind": "record", "record": record}])
+
+    def _finish(
+        self,
+        store: SessionStore,
+        state: SessionState,
+        plan: Finish,
+        outcome: dict[str, Any],
+    ) -> None:
+        operation = state.operation
+        assert not isinstance(operation, IdleOperation)
+        record: dict[str, Any] = {
+            "type": "operationFinished",
+            "operationId": operation.operation_id,
+            "operationKind": operation.kind,
+            "outcome": plan.outcome.value,
+        }
+        if plan.completion is not None:
+            record["completion"] = plan.completion.value
+        if plan.final_entry_id is not None:
+            record["finalEntryId"] = plan.final_entry_id
+        if plan.error is not None:
+            record["error"] = plan.error.to_json()
+        store.commit([{"kind": "record", "record": record}])
+        faults.hit(boundaries.OPERATION_FINISHED)
+        self._emit(events.OperationFinished(operation=operation.kind, outcome=plan.outcome.value))
+        outcome["status"] = RunStatus(plan.outcome.value)
+        if plan.completion is not None:
+            outcome["completion"] = plan.completion.value
+        if plan.error is not None and "error" not in outcome:
+            outcome["error"] = plan.error.to_json()
+        if plan.final_entry_id is not None and isinstance(operation, RunOperation):
+            final = state.transcript[-1] if state.transcript else None
+            for message in reversed(state.transcript):
+                if message.get("role") == "assistant":
+                    final = message
+                    break
+            outcome["text"] = final.get("content") if final is not None else None
+        elif isinstance(operation, CompactionOperation):
+            outcome["message"] = "history compacted"
+
+    # ------------------------------------------------------------------ model steps
+
+    def _start_step(
+        self,
+        store: SessionStore,
+        state: SessionState,
+        plan: StartStep,
+        outcome: dict[str, Any],
+    ) -> None:
+        operation = state.operation
+        assert isinstance(operation, RunOperation | CompactionOperation)
+        step_id = plan.step_id if plan.step_id is not None else new_uuid7()
+        attempt_id = new_uuid7()
+        configuration = self.configuration
+        store.commit(
+            [
+                {
+                    "kind": "record",
+                    "record": {
+                        "type": "stepAttempt",
+                        "operationId": operation.operation_id,
+                        "stepId": step_id,
+                        "attemptId": attempt_id,
+                        "stepKind": plan.step_kind.value,
+                        "attempt": plan.attempt,
+                        "contextThroughEntryId": plan.context_through_entry_id,
+                        "configurationSnapshot": configuration.snapshot,
+                        "configurationDigest": configuration.digest,
+                    },
+                }
+            ]
+        )
+        faults.hit(boundaries.ATTEMPT_RECORDED)
+        state = store.state
+        compaction = plan.step_kind is StepKind.COMPACTION
+        messages: list[Mapping[str, Any]] = list(state.active_context)
+        if compaction:
+            messages.append({"role": "user", "content": COMPACTION_INSTRUCTION})
+        request = ModelRequest(
+            system_prompt=COMPACTION_SYSTEM_PROMPT if compaction else self.system_prompt,
+            messages=messages,
+            tools=() if compaction else self.registry.definitions(),
+            output_options=self.output_options,
+            position=max(state.step_count - 1, 0),
+            purpose="compaction" if compaction else "assistant",
+        )
+        self._emit(
+            events.ModelStarted(
+                operation=operation.kind, attempt=plan.attempt, position=request.position
+            )
+        )
+        try:
+            response = self.model.complete(request, cancel=self._cancel)
+        except ModelError as exc:
+            self._model_failed(store, state, step_id, attempt_id, exc, outcome)
+            return
+        faults.hit(boundaries.RESPONSE_RECEIVED)
+        if compaction:
+            assert isinstance(operation, CompactionOperation)
+            self._settle_compaction(store, state, operation, attempt_id, response)
+        else:
+            self._settle_assistant(store, operation, step_id, attempt_id, response)
+
+    def _model_failed(
+        self,
+        store: SessionStore,
+        state: SessionState,
+        step_id: str,
+        attempt_id: str,
+        exc: ModelError,
+        outcome: dict[str, Any],
+    ) -> None:
+        operation = state.operation
+        assert isinstance(operation, RunOperation | CompactionOperation)
+        self._emit(events.ModelFailed(code=exc.code, message=exc.message))
+        if exc.code == "aborted" and self._cancel.is_set():
+            # The planner closes the attempt as aborted and finishes the operation.
+            self._request_abort(store, state)
+            return
+        error = {"code": exc.code, "message": exc.message}
+        store.commit(
+            [
+                {
+                    "kind": "record",
+                    "record": {
+                        "type": "stepFailed",
+                        "operationId": operation.operation_id,
+                        "stepId": step_id,
+                        "attemptId": attempt_id,
+                        "error": error,
+                    },
+                },
+                {
+                    "kind": "record",
+                    "record": {
+                        "type": "operationFinished",
+                        "operationId": operation.operation_id,
+                        "operationKind": operation.kind,
+                        "outcome": "failed",
+                        "error": error,
+                    },
+                },
+            ]
+        )
+        faults.hit(boundaries.OPERATION_FINISHED)
+        self._emit(events.OperationFinished(operation=operation.kind, outcome="failed"))
+        outcome["status"] = RunStatus.FAILED
+        outcome["error"] = error
+        outcome["message"] = f"model request failed ({exc.code}): {exc.message}"
+
+    def _usage_fact(
+        self, operation_id: str, response: ModelResponse, attempt_id: str
+    ) -> dict[str, Any]:
+        usage = response.usage
+        self._emit(
+            events.UsageReported(
+                input=usage.input,
+                output=usage.output,
+                cache_read=usage.cache_read,
+                cache_write=usage.cache_write,
+            )
+        )
+        return {
+            "kind": "usage",
+            "operationId": operation_id,
+            "attemptId": attempt_id,
+            "usage": usage.to_json(),
+        }
+
+    def _settle_assistant(
+        self,
+        store: SessionStore,
+        operation: RunOperation | CompactionOperation,
+        step_id: str,
+        attempt_id: str,
+        response: ModelResponse,
+    ) -> None:
+        store.commit(
+            [
+                {
+                    "kind": "entry",
+                    "entry": {
+                        "type": "message",
+                        "stepId": step_id,
+                        "attemptId": attempt_id,
+                        "stopReason": response.stop_reason.value,
+                        "message": response.to_message(),
+                    },
+                },
+                self._usage_fact(operation.operation_id, response, attempt_id),
+            ]
+        )
+        self._emit(
+            events.ModelFinished(
+                stop_reason=response.stop_reason.value,
+                text=response.content,
+                tool_calls=len(response.tool_calls),
+            )
+        )
+
+    def _settle_compaction(
+        self,
+        store: SessionStore,
+        state: SessionState,
+        operation: CompactionOperation,
+        attempt_id: str,
+        response: ModelResponse,
+    ) -> None:
+        through = operation.compacted_through_entry_id
+        ids = state.transcript_ids
+        end = ids.index(operation.input_through_entry_id) + 1
+        if through is None or through not in ids[:end]:
+            split = plan_split(state.transcript[:end], ids[:end], 1)
+            through = split[0][-1] if split is not None else ids[0]
+        start = ids.index(through) + 1
+        tail = [
+            {"sourceEntryId": ids[i], "message": state.transcript[i]} for i in range(start, end)
+        ]
+        store.commit(
+            [
+                {
+                    "kind": "entry",
+                    "id": operation.result_entry_id,
+                    "entry": {
+                        "type": "compaction",
+                        "operationId": operation.operation_id,
+                        "summary": response.content or "",
+                        "compactedThroughEntryId": through,
+                        "retainedTail": tail,
+                    },
+                },
+                self._usage_fact(operation.operation_id, response, attempt_id),
+            ]
+        )
+        self._emit(events.ModelFinished(stop_reason=response.stop_reason.value, text=None))
+
+    def _close_attempt(self, store: SessionStore, state: SessionState) -> None:
+        operation = state.operation
+        assert isinstance(operation, RunOperation | CompactionOperation)
+        step = operation.step
+        assert step is not None
+        store.commit(
+            [
+                {
+                    "kind": "record",
+                    "record": {
+                        "type": "stepFailed",
+                        "operationId": operation.operation_id,
+                        "stepId": step.step_id,
+                        "attemptId": step.attempt_id,
+                        "error": ABORTED_ERROR.to_json(),
+                    },
+                }
+            ]
+        )
+
+    # ------------------------------------------------------------------ tools
+
+    def _start_tool(self, store: SessionStore, state: SessionState, plan: StartTool) -> None:
+        operation = state.operation
+        assert isinstance(operation, RunOperation) and operation.step is not None
+        call = _assistant_call(state, plan.assistant_entry_id, plan.tool_index)
+        if plan.mode is ToolMode.REPLAY:
+            tool_state = next(
+                t for t in operation.tool_calls if t.tool_started_id == plan.tool_started_id
+            )
+            tool = self.registry.get(plan.tool_name)
+            assert tool is not None
+            self._emit(events.ToolStarted(name=plan.tool_name, call_id=call["id"], replay=True))
+            self._execute(store, tool, dict(plan.arguments), tool_state)
+            return
+        validated = self.registry.validate(plan.tool_name, call["function"]["arguments"])
+        if isinstance(validated, Rejection):
+            self._commit_synthetic(
+                store,
+                operation,
+                [
+                    _pre_execution_entry(
+                        step_id=operation.step.step_id,
+                        assistant_entry_id=plan.assistant_entry_id,
+                        tool_index=plan.tool_index,
+                        call_id=call["id"],
+                        tool_name=plan.tool_name,
+                        reason=validated.reason,
+                    )
+                ],
+            )
+            return
+        started_id = new_uuid7()
+        result_id = new_uuid7()
+        store.commit(
+            [
+                {
+                    "kind": "record",
+                    "id": started_id,
+                    "record": {
+                        "type": "toolStarted",
+                        "operationId": operation.operation_id,
+                        "stepId": operation.step.step_id,
+                        "assistantEntryId": plan.assistant_entry_id,
+                        "toolIndex": plan.tool_index,
+                        "toolCallId": call["id"],
+                        "toolName": plan.tool_name,
+                        "arguments": validated.arguments,
+                        "replay": validated.declaration.replay.value,
+                        "replayKey": validated.declaration.replay_key,
+                        "environmentIdentity": self.environment,
+                        "resultEntryId": result_id,
+                    },
+                }
+            ]
+        )
+        faults.hit(boundaries.BEFORE_EFFECT)
+        started = store.state.operation
+        assert isinstance(started, RunOperation)
+        tool_state = next(t for t in started.tool_calls if t.tool_started_id == started_id)
+        self._emit(events.ToolStarted(name=plan.tool_name, call_id=call["id"]))
+        self._execute(store, validated.tool, validated.arguments, tool_state)
+
+    def _execute(
+        self,
+        store: SessionStore,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        started: ToolCallState,
+    ) -> None:
+        context = ToolContext(
+            workspace=self.workspace,
+            operation_id=started.tool_started_id,
+            cancel=self._cancel,
+            timeout=self.tool_timeout,
+        )
+        try:
+            result = tool.run(arguments, context)
+        except TetherError as exc:
+            result = ToolResult.error(f"Error: {exc}")
+        except Exception as exc:  # a tool's own bug must not lose the session
+            result = ToolResult.error(
+                f"Error: tool {tool.name!r} failed: {type(exc).__name__}: {exc}"
+            )
+        faults.hit(boundaries.AFTER_EFFECT)
+        if self._cancel.is_set():
+            # Aborted while the tool ran: its outcome is not trusted; the planner records
+            # it as interrupted after the abort request.
+            self._emit(
+                events.ToolSkipped(
+                    name=tool.name, call_id=started.tool_call_id, reason="interrupted"
+                )
+            )
+            return
+        store.commit(
+            [
+                {
+                    "kind": "entry",
+                    "id": started.result_entry_id,
+                    "entry": {
+                        "type": "message",
+                        "stepId": started.step_id,
+                        "toolStartedId": started.tool_started_id,
+                        "toolName": started.tool_name,
+                        "message": {
+                            "role": "tool",
+                            "content": result.content,
+                            "tool_call_id": started.tool_call_id,
+                        },
+                        "result": {"type": "error" if result.is_error else "success"},
+                    },
+                }
+            ]
+        )
+        faults.hit(boundaries.AFTER_RESULT)
+        self._emit(
+            events.ToolFinished(
+                name=started.tool_name,
+                call_id=started.tool_call_id,
+                is_error=result.is_error,
+                size=len(result.content),
+            )
+        )
+
+    def _append_synthetic(
+        self, store: SessionStore, state: SessionState, plan: AppendSynthetic
+    ) -> None:
+        operation = state.operation
+        assert isinstance(operation, RunOperation) and operation.step is not None
+        facts: list[dict[str, Any]] = []
+        for item in plan.results:
+            if item.reason is SyntheticReason.INTERRUPTED:
+                tool_state = next(
+                    t for t in operation.tool_calls if t.tool_started_id == item.tool_started_id
+                )
+                facts.append(
+                    {
+                        "kind": "entry",
+                        "id": item.result_entry_id,
+                        "entry": {
+                            "type": "message",
+                            "stepId": tool_state.step_id,
+                            "toolStartedId": item.tool_started_id,
+                            "toolName": item.tool_name,
+                            "message": {
+                                "role": "tool",
+                                "content": item.content,
+                                "tool_call_id": item.tool_call_id,
+                            },
+                            "result": {"type": "synthetic", "reason": "interrupted"},
+                        },
+                    }
+                )
+            else:
+                facts.append(
+                    _pre_execution_entry(
+                        step_id=operation.step.step_id,
+                        assistant_entry_id=item.assistant_entry_id,
+                        tool_index=item.tool_index,
+                        call_id=item.tool_call_id,
+                        tool_name=item.tool_name,
+                        reason=item.reason.value,
+                    )
+                )
+            self._emit(
+                events.ToolSkipped(
+                    name=item.tool_name, call_id=item.tool_call_id, reason=item.reason.value
+                )
+            )
+        self._commit_synthetic(store, operation, facts)
+
+    def _commit_synthetic(
+        self, store: SessionStore, operation: RunOperation, facts: list[dict[str, Any]]
+    ) -> None:
+        store.commit(facts)
+
+
+def _pending_tool(operation: RunOperation) -> ToolCallState | None:
+    for tool in operation.tool_calls:
+        if tool.status.value == "pending":
+            return tool
+    return None
+
+
+def _assistant_call(state: SessionState, entry_id: str, index: int) -> Mapping[str, Any]:
+    """Tool call ``index`` of the assistant entry ``entry_id``."""
+    ids = state.transcript_ids
+    for position in range(len(ids) - 1, -1, -1):
+        if ids[position] == entry_id:
+            call: Mapping[str, Any] = state.transcript[position]["tool_calls"][index]
+            return call
+    raise LookupError(f"assistant entry {entry_id} is not in the transcript")
+
+
+def _pre_execution_entry(
+    *,
+    step_id: str,
+    assistant_entry_id: str,
+    tool_index: int,
+    call_id: str,
+    tool_name: str,
+    reason: str,
+) -> dict[str, Any]:
+    return {
+        "kind": "entry",
+        "entry": {
+            "type": "message",
+            "stepId": step_id,
+            "assistantEntryId": assistant_entry_id,
+            "toolIndex": tool_index,
+            "toolName": tool_name,
+            "message": {
+                "role": "tool",
+                "content": SyntheticReason(reason).content,
+                "tool_call_id": call_id,
+            },
+            "result": {"type": "synthetic", "reason": reason},
+        },
+    }
+
+
+__all__ = ["Agent", "RecoveryPlan", "RunResult", "RunStatus"]

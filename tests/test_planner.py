@@ -31,14 +31,16 @@ from tether.session.planner import (
     MODEL_ERROR,
     PLAN_TYPES,
     AppendSynthetic,
+    AwaitReview,
     Blocked,
     BlockedReason,
     CloseAttempt,
+    CompleteTool,
     Completion,
     CurrentConfiguration,
     Finish,
     Observations,
-    ObservedOutcome,
+    ObservedAction,
     Outcome,
     PlanError,
     RecoveryPlan,
@@ -885,15 +887,54 @@ def test_rule10_all_calls_answered_starts_the_next_step_at_b() -> None:
 # =========================================================================== observations
 
 
-def test_observations_do_not_change_the_plan_yet() -> None:
+def test_empty_or_unrelated_observations_change_nothing() -> None:
+    pending = started(0, "c0")
+    session = state(run(step(), tools=[pending]), [assistant(None, call("c0"))])
+    unrelated = Observations(
+        {"other": ToolObservation(ObservedAction.COMPLETE, content="x")}
+    )
+    assert plan_json(session, CURRENT, unrelated) == plan_json(session)
+    assert plan_json(session, CURRENT, Observations()) == plan_json(session)
+    assert Observations().tool_outcomes == {}
+
+
+def test_observation_complete_appends_the_started_result() -> None:
     pending = started(0, "c0")
     session = state(run(step(), tools=[pending]), [assistant(None, call("c0"))])
     observed = Observations(
-        {pending.tool_started_id: ToolObservation("journal", ObservedOutcome.APPLIED)}
+        {pending.tool_started_id: ToolObservation(ObservedAction.COMPLETE, content="done")}
     )
-    assert plan_json(session, CURRENT, observed) == plan_json(session)
-    assert plan_json(session, CURRENT, Observations()) == plan_json(session)
-    assert Observations().tool_outcomes == {}
+    plan = plan_recovery(session, CURRENT, observed)
+    assert isinstance(plan, CompleteTool)
+    assert plan.result_entry_id == pending.result_entry_id
+    assert plan.tool_call_id == "c0" and plan.content == "done" and not plan.is_error
+    assert plan.to_json()["type"] == "completeTool"
+
+
+def test_observation_execute_replays_a_never_tool_once() -> None:
+    pending = started(0, "c0")
+    session = state(run(step(), tools=[pending]), [assistant(None, call("c0"))])
+    observed = Observations({pending.tool_started_id: ToolObservation(ObservedAction.EXECUTE)})
+    plan = plan_recovery(session, CURRENT, observed)
+    assert isinstance(plan, StartTool)
+    assert plan.mode is ToolMode.REPLAY and plan.tool_started_id == pending.tool_started_id
+
+
+def test_observation_review_waits_and_gates_still_come_first() -> None:
+    pending = started(0, "c0")
+    session = state(run(step(), tools=[pending]), [assistant(None, call("c0"))])
+    observed = Observations(
+        {pending.tool_started_id: ToolObservation(ObservedAction.REVIEW, reason="unknowable")}
+    )
+    plan = plan_recovery(session, CURRENT, observed)
+    assert isinstance(plan, AwaitReview) and plan.reason == "unknowable"
+    moved = CurrentConfiguration(
+        CURRENT.configuration_digest, "elsewhere", CURRENT.tools
+    )
+    assert plan_json(session, moved, observed) == {
+        "type": "blocked",
+        "reason": "environment_changed",
+    }
 
 
 # =========================================================================== complexity

@@ -703,3 +703,13 @@ def test_definition_digests_are_stable_across_runs() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert json.loads(out.stdout) == here
+
+
+def test_tether_state_is_out_of_reach(tmp_path: Path) -> None:
+    from tether.errors import WorkspaceEscape
+    from tether.tools.workspace import relative_parts
+
+    for path in (".tether/effects.db", "./.tether/sessions/x.jsonl", ".tether"):
+        with pytest.raises(WorkspaceEscape, match="tether's own state"):
+            relative_parts(path)
+    assert relative_parts("sub/.tether/x") == ("sub", ".tether", "x")

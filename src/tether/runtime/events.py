@@ -86,6 +86,20 @@ class ToolSkipped(Event):
 
 
 @dataclass(frozen=True)
+class ToolReconciled(Event):
+    """Recovery established a started call's outcome from evidence (journal, lookup,
+    review) instead of guessing."""
+
+    name: str = ""
+    call_id: str = ""
+    verdict: str = ""
+    action: str = ""
+    recovered_from_ledger: bool = False
+    review_item: int | None = None
+    kind: str = "tool_reconciled"
+
+
+@dataclass(frozen=True)
 class OperationFinished(Event):
     operation: str = "run"
     outcome: str = ""

@@ -18,24 +18,36 @@ from pathlib import Path
 from typing import Any
 
 from tether import faults
-from tether.errors import ConfigurationError, ModelError, TetherError
+from tether.effects.contract import EffectTool, LookupStatus, has_lookup, safe_lookup
+from tether.effects.db import EffectsDB
+from tether.effects.journal import ActionJournal, is_journaled, journaled_run
+from tether.effects.recovery import RecoveryAction, RecoveryDecision, reconcile_pending
+from tether.effects.review import ReviewStore
+from tether.errors import ConfigurationError, ModelError
 from tether.ids import new_uuid7
 from tether.models.base import ModelAdapter, ModelRequest, ModelResponse
 from tether.runtime import boundaries, events
 from tether.runtime.compaction import COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, plan_split
 from tether.runtime.config import AgentConfiguration, environment_identity, explain_blocked
+from tether.runtime.facts import started_result_entry as _started_result_entry
 from tether.session.canonical import source_digest
 from tether.session.planner import (
     ABORTED_ERROR,
     AppendSynthetic,
+    AwaitReview,
     Blocked,
     CloseAttempt,
+    CompleteTool,
     Finish,
+    Observations,
+    ObservedAction,
+    Plan,
     RecoveryPlan,
     StartStep,
     StartTool,
     SyntheticReason,
     ToolMode,
+    ToolObservation,
     plan_recovery,
 )
 from tether.session.state import (
@@ -179,6 +191,7 @@ class Agent:
         self._on_event = on_event
         self._cancel = threading.Event()
         self._last_session: str | None = None
+        self._effects: tuple[EffectsDB, ActionJournal, ReviewStore] | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -346,7 +359,12 @@ class Agent:
             if self._cancel.is_set() and not isinstance(state.operation, IdleOperation):
                 self._request_abort(store, state)
                 state = store.state
-            plan = plan_recovery(state, current)
+            plan: Plan = plan_recovery(state, current)
+            reconciled = self._reconcile(store, state, plan)
+            if isinstance(reconciled, _Aborted):
+                continue
+            if reconciled is not None:
+                plan = reconciled
             if isinstance(plan, Finish):
                 if plan.is_idle:
                     return self._finished(store, outcome, usage_before)
@@ -359,6 +377,10 @@ class Agent:
                 self._append_synthetic(store, state, plan)
             elif isinstance(plan, CloseAttempt):
                 self._close_attempt(store, state)
+            elif isinstance(plan, CompleteTool):
+                self._complete_tool(store, plan)
+            elif isinstance(plan, AwaitReview):
+                return self._await_review(store, plan, usage_before)
             else:
                 return self._blocked(store, state, plan, usage_before)
 
@@ -449,6 +471,122 @@ class Agent:
             outcome["text"] = final.get("content") if final is not None else None
         elif isinstance(operation, CompactionOperation):
             outcome["message"] = "history compacted"
+
+    # ------------------------------------------------------------------ effects
+
+    def _effects_stores(self) -> tuple[EffectsDB, ActionJournal, ReviewStore]:
+        """``.tether/effects.db`` (opened on first use: only journaled or effect tools
+        and their recovery need it)."""
+        if self._effects is None:
+            db = EffectsDB.open_workspace(self.workspace)
+            self._effects = (db, ActionJournal(db), ReviewStore(db))
+        return self._effects
+
+    def close(self) -> None:
+        """Close the effects database if it was opened (idempotent)."""
+        if self._effects is not None:
+            self._effects[0].close()
+            self._effects = None
+
+    def _reconcile(
+        self, store: SessionStore, state: SessionState, plan: Plan
+    ) -> Plan | _Aborted | None:
+        """Turn the spec's answer for a pending started tool into one from the truth.
+
+        Only where the spec would replay the call or record it ``interrupted`` (rule 9)
+        and only for tools whose effect can be observed (journaled file tools, effect
+        tools): the journal and file hashes, or the service's lookup, decide between
+        completing the call, executing it once, or a review. Returns a new plan, the
+        :data:`_ABORT` marker (a reviewer chose abort; it was recorded), or ``None``.
+        """
+        operation = state.operation
+        if not isinstance(operation, RunOperation) or operation.abort_requested:
+            return None
+        started_id: str | None = None
+        if isinstance(plan, StartTool) and plan.mode is ToolMode.REPLAY:
+            started_id = plan.tool_started_id
+        elif (
+            isinstance(plan, AppendSynthetic)
+            and len(plan.results) == 1
+            and plan.results[0].reason is SyntheticReason.INTERRUPTED
+        ):
+            started_id = plan.results[0].tool_started_id
+        if started_id is None:
+            return None
+        pending = next(t for t in operation.tool_calls if t.tool_started_id == started_id)
+        tool = self.registry.get(pending.tool_name)
+        if tool is None or not (is_journaled(tool) or isinstance(tool, EffectTool)):
+            return None
+        _, journal, reviews = self._effects_stores()
+        decision, item = reconcile_pending(
+            tool,
+            started_id,
+            store.session_id,
+            workspace=self.workspace,
+            journal=journal,
+            reviews=reviews,
+        )
+        if decision.action is RecoveryAction.SPEC:
+            return None
+        self._emit(
+            events.ToolReconciled(
+                name=pending.tool_name,
+                call_id=pending.tool_call_id,
+                verdict=decision.verdict,
+                action=decision.action.value,
+                recovered_from_ledger=decision.recovered_from_ledger,
+                review_item=item.id if item is not None else decision.review_item,
+            )
+        )
+        if decision.action is RecoveryAction.ABORT:
+            self._request_abort(store, state)
+            return _ABORT
+        observed = _observation(decision, item.id if item is not None else None)
+        return plan_recovery(
+            state, self.configuration.current, Observations({started_id: observed})
+        )
+
+    def _complete_tool(self, store: SessionStore, plan: CompleteTool) -> None:
+        store.commit(
+            [
+                _started_result_entry(
+                    result_entry_id=plan.result_entry_id,
+                    step_id=plan.step_id,
+                    tool_started_id=plan.tool_started_id,
+                    tool_name=plan.tool_name,
+                    call_id=plan.tool_call_id,
+                    content=plan.content,
+                    is_error=plan.is_error,
+                )
+            ]
+        )
+        faults.hit(boundaries.AFTER_RESULT)
+        self._emit(
+            events.ToolFinished(
+                name=plan.tool_name,
+                call_id=plan.tool_call_id,
+                is_error=plan.is_error,
+                size=len(plan.content),
+            )
+        )
+
+    def _await_review(
+        self, store: SessionStore, plan: AwaitReview, usage_before: Usage
+    ) -> RunResult:
+        message = (
+            f"review required: the outcome of {plan.tool_name} (operation "
+            f"{plan.tool_started_id}) cannot be established: {plan.reason}. Decide with "
+            "`tether review` and `tether review resolve ITEM --applied|--not-applied|--abort`, "
+            f"then run `tether resume {store.session_id}`."
+        )
+        self._emit(events.Blocked(reason="review_required", detail=message))
+        return self._result(
+            store,
+            RunStatus.BLOCKED,
+            usage_before=usage_before,
+            blocked_reason="review_required",
+            message=message,
+        )
 
     # ------------------------------------------------------------------ model steps
 
@@ -742,18 +880,24 @@ class Agent:
             cancel=self._cancel,
             timeout=self.tool_timeout,
         )
-        try:
-            result = tool.run(arguments, context)
-        except TetherError as exc:
-            result = ToolResult.error(f"Error: {exc}")
-        except Exception as exc:  # a tool's own bug must not lose the session
-            result = ToolResult.error(
-                f"Error: tool {tool.name!r} failed: {type(exc).__name__}: {exc}"
+        result: ToolResult | None
+        if is_journaled(tool):
+            _, journal, _ = self._effects_stores()
+            result = journaled_run(
+                tool.name,
+                self.workspace,
+                journal,
+                store.session_id,
+                started.tool_started_id,
+                arguments,
             )
+        else:
+            result = self._run_tool(tool, arguments, context)
         faults.hit(boundaries.AFTER_EFFECT)
-        if self._cancel.is_set():
-            # Aborted while the tool ran: its outcome is not trusted; the planner records
-            # it as interrupted after the abort request.
+        if self._cancel.is_set() or result is None:
+            # Aborted while the tool ran, or an effect tool failed and its service cannot
+            # say whether the effect committed: the outcome is not known. Leave the call
+            # pending; the planner (abort) or reconciliation (review) decides.
             self._emit(
                 events.ToolSkipped(
                     name=tool.name, call_id=started.tool_call_id, reason="interrupted"
@@ -762,22 +906,15 @@ class Agent:
             return
         store.commit(
             [
-                {
-                    "kind": "entry",
-                    "id": started.result_entry_id,
-                    "entry": {
-                        "type": "message",
-                        "stepId": started.step_id,
-                        "toolStartedId": started.tool_started_id,
-                        "toolName": started.tool_name,
-                        "message": {
-                            "role": "tool",
-                            "content": result.content,
-                            "tool_call_id": started.tool_call_id,
-                        },
-                        "result": {"type": "error" if result.is_error else "success"},
-                    },
-                }
+                _started_result_entry(
+                    result_entry_id=started.result_entry_id,
+                    step_id=started.step_id,
+                    tool_started_id=started.tool_started_id,
+                    tool_name=started.tool_name,
+                    call_id=started.tool_call_id,
+                    content=result.content,
+                    is_error=result.is_error,
+                )
             ]
         )
         faults.hit(boundaries.AFTER_RESULT)
@@ -789,6 +926,30 @@ class Agent:
                 size=len(result.content),
             )
         )
+
+    def _run_tool(
+        self, tool: Tool, arguments: Mapping[str, Any], context: ToolContext
+    ) -> ToolResult | None:
+        """Run one tool; ``None`` when an effect tool's outcome is unknown."""
+        try:
+            return tool.run(arguments, context)
+        except Exception as exc:  # a tool's own failure must not lose the session
+            failure = f"{type(exc).__name__}: {exc}"
+            if not isinstance(tool, EffectTool):
+                return ToolResult.error(f"Error: tool {tool.name!r} failed: {failure}")
+        # An effect tool raised (timeout, connection reset, …): that says nothing
+        # arrived, not that nothing happened. Ask the service.
+        if not has_lookup(tool):
+            return None
+        lookup = safe_lookup(tool, context.operation_id)
+        if lookup.status is LookupStatus.COMMITTED and lookup.result is not None:
+            return lookup.result
+        if lookup.status is LookupStatus.NOT_FOUND:
+            return ToolResult.error(
+                f"Error: {tool.name} failed ({failure}); the service has no record of "
+                "the operation, so it did not take effect."
+            )
+        return None
 
     def _append_synthetic(
         self, store: SessionStore, state: SessionState, plan: AppendSynthetic
@@ -841,6 +1002,25 @@ class Agent:
         self, store: SessionStore, operation: RunOperation, facts: list[dict[str, Any]]
     ) -> None:
         store.commit(facts)
+
+
+class _Aborted:
+    """Marker: a review decided to abort; ``abortRequested`` was recorded, plan again."""
+
+
+_ABORT = _Aborted()
+
+
+def _observation(decision: RecoveryDecision, item: int | None) -> ToolObservation:
+    if decision.action is RecoveryAction.COMPLETE:
+        assert decision.content is not None
+        return ToolObservation(
+            ObservedAction.COMPLETE, content=decision.content, is_error=decision.is_error
+        )
+    if decision.action is RecoveryAction.EXECUTE:
+        return ToolObservation(ObservedAction.EXECUTE, reason=decision.reason)
+    where = f" (review item {item})" if item is not None else ""
+    return ToolObservation(ObservedAction.REVIEW, reason=f"{decision.reason}{where}")
 
 
 def _pending_tool(operation: RunOperation) -> ToolCallState | None:

@@ -646,53 +646,136 @@ def plan_from_json(data: Mapping[str, Any]) -> RecoveryPlan:
 # =========================================================================== observations
 
 
-class ObservedOutcome(StrEnum):
-    """What the executor could establish about a started tool's effect (placeholder)."""
+class ObservedAction(StrEnum):
+    """What out-of-log evidence established about a started tool's effect."""
 
-    UNKNOWN = "unknown"
-    NOT_APPLIED = "notApplied"
-    APPLIED = "applied"
+    COMPLETE = "complete"
+    """The outcome is known: append the started call's result entry (spec 7.3)."""
+    EXECUTE = "execute"
+    """The effect provably never happened: run the call once, same operation id."""
+    REVIEW = "review"
+    """The outcome cannot be known: stop until a person decides."""
 
 
 @dataclass(frozen=True, slots=True)
 class ToolObservation:
-    """Evidence about one started tool, gathered by the executor before planning.
+    """Evidence about one started tool, gathered by the executor before planning
+    (action journal and file hashes, an effect lookup by operation id, a review
+    decision). ``content``/``is_error`` are the result to record for COMPLETE."""
 
-    Placeholder: ``source`` names where the evidence came from (e.g. ``"journal"``,
-    ``"fileHash"``, ``"effectLookup"``); ``outcome`` what it showed. The planner does
-    not interpret it yet.
-    """
+    action: ObservedAction
+    content: str | None = None
+    is_error: bool = False
+    reason: str = ""
 
-    source: str
-    outcome: ObservedOutcome = ObservedOutcome.UNKNOWN
+    def __post_init__(self) -> None:
+        if (self.action is ObservedAction.COMPLETE) != (self.content is not None):
+            raise ValueError("an observation carries content exactly when it completes")
 
 
 @dataclass(frozen=True, slots=True)
 class Observations:
     """Out-of-log evidence for :func:`plan_recovery`, keyed by ``toolStartedId``.
 
-    When ``None`` or empty, the planner behaves exactly as spec 14.4 says. Currently it
-    never changes the plan: it only reaches the marked hook :func:`_reconcile_pending`.
+    When ``None`` or empty, the planner behaves exactly as spec 14.4 says. An
+    observation is consulted only where the spec would replay the call or record it
+    as ``interrupted`` (rule 9, pending branch, after the environment and declaration
+    gates passed); it can turn that into :class:`CompleteTool`, a replay
+    (:class:`StartTool` in ``replay`` mode, same operation id), or :class:`AwaitReview`.
     """
 
     tool_outcomes: Mapping[str, ToolObservation] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class CompleteTool:
+    """tether extension: append the result entry of a started tool whose outcome was
+    established from evidence (spec 7.3 form: ``id`` = ``resultEntryId``)."""
+
+    tool_started_id: str
+    result_entry_id: str
+    step_id: str
+    tool_call_id: str
+    tool_name: str
+    content: str
+    is_error: bool = False
+
+    type: ClassVar[Literal["completeTool"]] = "completeTool"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "completeTool",
+            "toolStartedId": self.tool_started_id,
+            "resultEntryId": self.result_entry_id,
+            "toolCallId": self.tool_call_id,
+            "toolName": self.tool_name,
+            "isError": self.is_error,
+            "content": self.content,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitReview:
+    """tether extension: the outcome of a started tool cannot be known; append
+    nothing and wait for a person's decision (``tether review``)."""
+
+    tool_started_id: str
+    tool_name: str
+    reason: str
+
+    type: ClassVar[Literal["awaitReview"]] = "awaitReview"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "type": "awaitReview",
+            "toolStartedId": self.tool_started_id,
+            "toolName": self.tool_name,
+            "reason": self.reason,
+        }
+
+
+Plan: TypeAlias = RecoveryPlan | CompleteTool | AwaitReview
+"""What :func:`plan_recovery` returns: a spec plan, or (only when observations are given)
+one of tether's two reconciliation plans."""
+
+
 def _reconcile_pending(
     tool: ToolCallState,
-    declaration: ToolDeclaration,
-    current: CurrentConfiguration,
+    assistant_entry_id: str,
+    index: int,
     observations: Observations | None,
-) -> RecoveryPlan | None:
-    """HOOK (rule 9, pending branch): reconcile a started tool against outside evidence.
+) -> Plan | None:
+    """Rule 9, pending branch: reconcile a started tool against outside evidence.
 
     Called after the environment and declaration checks passed and before the
-    replay/interrupted decision. Returning a plan here would override that decision
-    (e.g. "the journal shows the effect applied: append the recorded result"). It
-    deliberately returns ``None`` for now, so behaviour is exactly spec 14.4.
+    replay/interrupted decision; ``None`` (no evidence) keeps spec 14.4 exactly.
     """
-    del tool, declaration, current, observations
-    return None
+    if not observations:
+        return None
+    observed = observations.tool_outcomes.get(tool.tool_started_id)
+    if observed is None:
+        return None
+    if observed.action is ObservedAction.COMPLETE:
+        assert observed.content is not None
+        return CompleteTool(
+            tool_started_id=tool.tool_started_id,
+            result_entry_id=tool.result_entry_id,
+            step_id=tool.step_id,
+            tool_call_id=tool.tool_call_id,
+            tool_name=tool.tool_name,
+            content=observed.content,
+            is_error=observed.is_error,
+        )
+    if observed.action is ObservedAction.EXECUTE:
+        return StartTool(
+            ToolMode.REPLAY,
+            assistant_entry_id,
+            index,
+            tool.tool_name,
+            tool.arguments,
+            tool_started_id=tool.tool_started_id,
+        )
+    return AwaitReview(tool.tool_started_id, tool.tool_name, observed.reason)
 
 
 # =========================================================================== arguments
@@ -850,12 +933,13 @@ def plan_recovery(
     state: SessionState,
     current: CurrentConfiguration,
     observations: Observations | None = None,
-) -> RecoveryPlan:
+) -> Plan:
     """The next action for ``state`` under ``current`` (spec 14.4, first matching rule wins).
 
     ``state`` must come from the reducer (messages in normalized form, 6.2); for states
     no reducer can produce the result is still one of the plan types, but unspecified.
-    ``observations`` is reserved for executor evidence and currently changes nothing.
+    Without ``observations`` the result is always a spec plan (:data:`RecoveryPlan`);
+    see :class:`Observations` for what evidence can change.
     """
     op = state.operation
 
@@ -958,7 +1042,7 @@ def plan_recovery(
         if declaration is None or not declaration.definition_digest:
             return Blocked(BlockedReason.CONFIGURATION_CHANGED)
         # ---- HOOK: executor reconciliation (journal / file hash / effect lookup). ----
-        reconciled = _reconcile_pending(tool, declaration, current, observations)
+        reconciled = _reconcile_pending(tool, assistant.entry_id, index, observations)
         if reconciled is not None:
             return reconciled
         # ------------------------------------------------------------------------------

@@ -49,6 +49,9 @@ _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ROOT_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
+TETHER_DIR = ".tether"
+
+
 def relative_parts(relative: str) -> tuple[str, ...]:
     """The components of a tool path, or :class:`WorkspaceEscape` if it is not allowed.
 
@@ -65,6 +68,10 @@ def relative_parts(relative: str) -> tuple[str, ...]:
     parts = tuple(p for p in relative.split("/") if p not in ("", "."))
     if ".." in parts:
         raise WorkspaceEscape(relative, "'..' components are not allowed")
+    if parts and parts[0] == TETHER_DIR:
+        # tether's own state (session logs, effects journal, ledgers) is not the agent's
+        # to read or rewrite: a tool must never be able to forge or erase evidence.
+        raise WorkspaceEscape(relative, f"{TETHER_DIR}/ holds tether's own state")
     return parts
 
 

@@ -1,0 +1,30 @@
+"""Builders of the facts the runtime appends (shapes of spec 7 and 8; pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def started_result_entry(
+    *,
+    result_entry_id: str,
+    step_id: str,
+    tool_started_id: str,
+    tool_name: str,
+    call_id: str,
+    content: str,
+    is_error: bool,
+) -> dict[str, Any]:
+    """The result entry of a started tool (spec 7.3)."""
+    return {
+        "kind": "entry",
+        "id": result_entry_id,
+        "entry": {
+            "type": "message",
+            "stepId": step_id,
+            "toolStartedId": tool_started_id,
+            "toolName": tool_name,
+            "message": {"role": "tool", "content": content, "tool_call_id": call_id},
+            "result": {"type": "error" if is_error else "success"},
+        },
+    }

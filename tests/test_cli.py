@@ -37,10 +37,12 @@ def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
     """Run ``python -m tether ARGS`` in a subprocess, capturing both streams."""
     env = dict(os.environ)
     env.pop("TETHER_DEBUG", None)
+    env.pop("TETHER_MODEL", None)  # bare `tether` starts the REPL only with a model
     src = str(REPO_ROOT / "src")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     return subprocess.run(
         [sys.executable, "-m", "tether", *map(str, args)],
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         encoding="utf-8",

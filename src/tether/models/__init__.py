@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from tether.errors import ConfigurationError, ModelError
 from tether.models.base import (
@@ -23,8 +24,21 @@ from tether.models.base import (
     stop_reason_for,
     validate_output_options,
 )
-from tether.models.openai_compat import ENV_MODEL, OpenAICompatibleModel
 from tether.models.scripted import ScriptedModel
+
+if TYPE_CHECKING:
+    from tether.models.openai_compat import OpenAICompatibleModel
+
+ENV_MODEL = "TETHER_MODEL"
+
+
+def __getattr__(name: str) -> Any:
+    # The openai SDK takes ~0.5 s to import; only real model runs need it.
+    if name == "OpenAICompatibleModel":
+        from tether.models.openai_compat import OpenAICompatibleModel
+
+        return OpenAICompatibleModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "MODEL_ERROR_CODES",
@@ -73,6 +87,8 @@ def load_model(
             f"no model given: pass --model or set {ENV_MODEL} "
             "(a model id such as 'openai/gpt-4o-mini', or scripted:PATH)"
         )
+    from tether.models.openai_compat import OpenAICompatibleModel
+
     return OpenAICompatibleModel.from_env(
         chosen,
         base_url=base_url,

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -199,8 +200,7 @@ class Agent:
         """Accept ``prompt`` as a new run (in a new session unless ``session`` is given)."""
         if not prompt or not prompt.strip():
             raise ConfigurationError("the prompt is empty")
-        self._cancel.clear()
-        with self._open(session) as store:
+        with self._open(session) as store, self._abortable():
             if not isinstance(store.state.operation, IdleOperation):
                 # Finish what a crash left behind first: one loop for runs and resumes.
                 earlier = self._drive(store)
@@ -239,8 +239,7 @@ class Agent:
         open attempt is closed as aborted, started tools whose outcome is unknown
         become ``interrupted``, queued calls ``aborted``; nothing is re-executed.
         """
-        self._cancel.clear()
-        with self._open(session) as store:
+        with self._open(session) as store, self._abortable():
             if abort:
                 self._request_abort(store, store.state)
             return self._drive(store)
@@ -249,8 +248,7 @@ class Agent:
         """Summarise the history as its own durable operation, keeping the latest turns."""
         if keep_turns < 1:
             raise ConfigurationError("keep_turns must be at least 1")
-        self._cancel.clear()
-        with self._open(session) as store:
+        with self._open(session) as store, self._abortable():
             if not isinstance(store.state.operation, IdleOperation):
                 earlier = self._drive(store)
                 if earlier.status is RunStatus.BLOCKED:
@@ -293,6 +291,14 @@ class Agent:
         return self._last_session
 
     # ------------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def _abortable(self) -> Iterator[None]:
+        """An abort requested before or during the call applies to it; none outlives it."""
+        try:
+            yield
+        finally:
+            self._cancel.clear()
 
     def _open(self, session: str | None) -> SessionStore:
         if session is None:
@@ -702,6 +708,15 @@ class Agent:
         self, operation_id: str, response: ModelResponse, attempt_id: str
     ) -> dict[str, Any]:
         usage = response.usage
+        return {
+            "kind": "usage",
+            "operationId": operation_id,
+            "attemptId": attempt_id,
+            "usage": usage.to_json(),
+        }
+
+    def _emit_usage(self, response: ModelResponse) -> None:
+        usage = response.usage
         self._emit(
             events.UsageReported(
                 input=usage.input,
@@ -710,12 +725,6 @@ class Agent:
                 cache_write=usage.cache_write,
             )
         )
-        return {
-            "kind": "usage",
-            "operationId": operation_id,
-            "attemptId": attempt_id,
-            "usage": usage.to_json(),
-        }
 
     def _settle_assistant(
         self,
@@ -747,6 +756,7 @@ class Agent:
                 tool_calls=len(response.tool_calls),
             )
         )
+        self._emit_usage(response)
 
     def _settle_compaction(
         self,
@@ -783,6 +793,7 @@ class Agent:
             ]
         )
         self._emit(events.ModelFinished(stop_reason=response.stop_reason.value, text=None))
+        self._emit_usage(response)
 
     def _close_attempt(self, store: SessionStore, state: SessionState) -> None:
         operation = state.operation
@@ -894,15 +905,11 @@ class Agent:
         else:
             result = self._run_tool(tool, arguments, context)
         faults.hit(boundaries.AFTER_EFFECT)
-        if self._cancel.is_set() or result is None:
-            # Aborted while the tool ran, or an effect tool failed and its service cannot
-            # say whether the effect committed: the outcome is not known. Leave the call
-            # pending; the planner (abort) or reconciliation (review) decides.
-            self._emit(
-                events.ToolSkipped(
-                    name=tool.name, call_id=started.tool_call_id, reason="interrupted"
-                )
-            )
+        if result is None or (self._cancel.is_set() and result.metadata.get("aborted")):
+            # The tool was killed by an abort, or an effect tool failed and its service
+            # cannot say whether the effect committed: the outcome is not known. Leave
+            # the call pending; the planner (abort: interrupted) or reconciliation
+            # (review) decides. A tool that finished despite an abort keeps its result.
             return
         store.commit(
             [

@@ -404,6 +404,7 @@ class _Operation:
         "abort_requested",
         "attempt_id",
         "compacted_through",
+        "done_tools",
         "finished",
         "id",
         "input_entry_id",
@@ -432,6 +433,10 @@ class _Operation:
         # Started tools in record order, as recorded (status pending); a tool is
         # completed once its result entry is accepted, see Reducer._is_pending.
         self.tools: list[ToolCallState] = []
+        # Memo of Reducer._operation_snapshot: completed-state copies of tools[:n] for the
+        # longest committed prefix of completed tools. Snapshots are only taken between
+        # transactions, and a committed result is never undone, so it only grows.
+        self.done_tools: list[ToolCallState] = []
 
 
 class PendingTransaction:
@@ -1411,9 +1416,7 @@ class Reducer:
             return RunOperation(
                 operation_id=op.id,
                 input_entry_id=op.input_entry_id,
-                tool_calls=tuple(
-                    tool if self._is_pending(tool) else _completed(tool) for tool in op.tools
-                ),
+                tool_calls=self._tool_snapshots(op),
                 abort_requested=op.abort_requested,
                 step=step,
             )
@@ -1426,6 +1429,20 @@ class Reducer:
             step=step,
             compacted_through_entry_id=op.compacted_through,
         )
+
+    def _tool_snapshots(self, op: _Operation) -> tuple[ToolCallState, ...]:
+        """``op.tools`` with their current status, in O(pending) beyond a tuple copy."""
+        tools = op.tools
+        done = op.done_tools
+        is_pending = self._is_pending
+        n = len(done)
+        while n < len(tools) and not is_pending(tools[n]):
+            done.append(_completed(tools[n]))
+            n += 1
+        if n == len(tools):
+            return tuple(done)
+        rest = [tool if is_pending(tool) else _completed(tool) for tool in tools[n:]]
+        return (*done, *rest)
 
     def _step_snapshot(self, op: _Operation) -> Step | None:
         if op.attempt_id is None:

@@ -9,15 +9,10 @@ STAMP := $(VENV)/.installed
 # Lint targets: only the folders that exist (bench/ may still be empty).
 LINT_PATHS := $(wildcard src tests bench)
 
-FIXTURES := tests/conformance/fixtures
-PLANNER := tests/conformance/planner-fixtures
-DEMO_DIR := build/demo
-TETHER := $(BIN)/tether
-
 .PHONY: help .venv test lint demo bench clean distclean
 
 help:
-	@echo "make demo       inspect bundled sample sessions and plan their recovery"
+	@echo "make demo       the crash lab: crash real agent runs at every boundary, count effects"
 	@echo "make test       ruff, mypy (strict) and the pytest suite"
 	@echo "make lint       ruff check + ruff format --check"
 	@echo "make bench      run bench/bench_*.py"
@@ -51,36 +46,11 @@ lint: .venv
 	$(BIN)/ruff format --check $(LINT_PATHS)
 
 # --------------------------------------------------------------------------- demo
-# Until the crash lab exists, the demo walks through bundled conformance sessions.
+# The crash lab: kill scripted agent runs at every durable boundary, recover, count effects
+# (see docs/crashlab.md). The last line is PASS duplicate_effects=0 scenarios=S … runs=R.
 
 demo: .venv
-	@mkdir -p $(DEMO_DIR)
-	@echo "== a finished run: prompt, one tool call, answer"
-	@echo "$$ tether inspect $(FIXTURES)/completed-tool-run.jsonl"
-	@$(TETHER) inspect $(FIXTURES)/completed-tool-run.jsonl
-	@echo
-	@echo "== a crash while a replay-safe tool was running"
-	@echo "$$ tether inspect $(FIXTURES)/pending-safe-tool.jsonl"
-	@$(TETHER) inspect $(FIXTURES)/pending-safe-tool.jsonl
-	@echo
-	@echo "== a torn tail: the last append never finished"
-	@echo "$$ tether inspect $(FIXTURES)/torn-tail.jsonl"
-	@$(TETHER) inspect $(FIXTURES)/torn-tail.jsonl
-	@echo
-	@echo "== a corrupt log is refused with one line and exit status 1"
-	@echo "$$ tether inspect $(FIXTURES)/overlapping-step.jsonl"
-	@$(TETHER) inspect $(FIXTURES)/overlapping-step.jsonl || echo "(exit status $$?)"
-	@echo
-	@echo "== recovery plans: what a writer would do next"
-	@for case in retry-attempt replay-safe-tool configuration-changed; do \
-		$(BIN)/python -c 'import json, sys; case = json.load(open(sys.argv[1])); \
-			json.dump(case["current"], open(sys.argv[2], "w")); print(case["sessionFile"])' \
-			$(PLANNER)/$$case.json $(DEMO_DIR)/$$case.current.json > $(DEMO_DIR)/$$case.session \
-			|| exit 1; \
-		session=$$(cat $(DEMO_DIR)/$$case.session); \
-		echo "$$ tether plan $(FIXTURES)/$$session --current $(DEMO_DIR)/$$case.current.json"; \
-		$(TETHER) plan $(FIXTURES)/$$session --current $(DEMO_DIR)/$$case.current.json || exit 1; \
-	done
+	$(BIN)/tether crashlab
 
 # --------------------------------------------------------------------------- bench
 

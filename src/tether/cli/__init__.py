@@ -5,7 +5,11 @@ writing ``src/tether/cli/<name>_cmd.py`` and listing it in :data:`COMMAND_MODULE
 Error mapping, input reading and JSON output are shared in :mod:`tether.cli.common`.
 
 Exit status: 0 success, 1 corrupt session, 2 usage error (bad flags, unreadable or
-malformed input files), 70 internal error (a bug in tether).
+malformed input files), 70 internal error (a bug in tether). The agent commands (``run``,
+``resume``, ``repl``) add 1 run failed, 3-10 session store errors, 65 recovery blocked and
+130 aborted (see :mod:`tether.cli.run_cmd`).
+
+``tether`` without a command starts the interactive REPL (:mod:`tether.cli.repl`).
 """
 
 from __future__ import annotations
@@ -13,17 +17,38 @@ from __future__ import annotations
 import typer
 
 from tether import __version__
-from tether.cli import inspect_cmd, plan_cmd, sessions_cmd
+from tether.cli import (
+    crashlab_cmd,
+    inspect_cmd,
+    lab_cmd,
+    plan_cmd,
+    repl,
+    resume_cmd,
+    review_cmd,
+    run_cmd,
+    sessions_cmd,
+)
 
 app = typer.Typer(
     name="tether",
-    help="Durable agent sessions: inspect, list and plan recovery of session logs.",
-    no_args_is_help=True,
+    help="Durable agent sessions: run agents, resume them after a crash, inspect, list and "
+    "plan recovery of session logs. Without a command: the interactive REPL.",
+    invoke_without_command=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 
-COMMAND_MODULES = (inspect_cmd, plan_cmd, sessions_cmd)
+COMMAND_MODULES = (
+    run_cmd,
+    resume_cmd,
+    repl,
+    inspect_cmd,
+    plan_cmd,
+    sessions_cmd,
+    review_cmd,
+    crashlab_cmd,
+    lab_cmd,
+)
 for _module in COMMAND_MODULES:
     _module.register(app)
 
@@ -36,6 +61,7 @@ def _show_version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: bool = typer.Option(
         False,
         "--version",
@@ -44,7 +70,9 @@ def _root(
         is_eager=True,
     ),
 ) -> None:
-    """Inspect and plan recovery of tether session logs."""
+    """Run durable agents; inspect and plan recovery of tether session logs."""
+    if ctx.invoked_subcommand is None:
+        repl.start_repl(run_cmd.AgentSettings())
 
 
 def main() -> None:

@@ -1,0 +1,117 @@
+"""``tether review``: calls whose outcome could not be established after a crash."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tether.cli.common import (
+    InputError,
+    SessionsDirOption,
+    emit_json,
+    handle_errors,
+    one_line,
+    printable,
+)
+from tether.effects.db import EffectsDB
+from tether.effects.review import ReviewDecision, ReviewStore
+from tether.runtime.review import resolve_review
+
+review_app = typer.Typer(
+    help="List and resolve review items: calls whose outcome recovery could not establish.",
+    no_args_is_help=False,
+    invoke_without_command=True,
+)
+
+WorkspaceOption = Annotated[
+    Path,
+    typer.Option("--workspace", "-w", help="Workspace folder (default: current directory)."),
+]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(review_app, name="review")
+
+
+@review_app.callback()
+def review(
+    ctx: typer.Context,
+    workspace: WorkspaceOption = Path("."),
+    json_output: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+) -> None:
+    """List open review items with their reasons and evidence."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with handle_errors():
+        if not (workspace / ".tether" / "effects.db").exists():
+            items = []
+        else:
+            db = EffectsDB.open_workspace(workspace)
+            try:
+                items = ReviewStore(db).list_open()
+            finally:
+                db.close()
+        if json_output:
+            emit_json([item.to_json() for item in items])
+            return
+        console = Console()
+        if not items:
+            console.print("no open review items")
+            return
+        table = Table(box=None, pad_edge=False)
+        for column in ("item", "session", "tool", "operation", "reason"):
+            table.add_column(column, overflow="fold")
+        for item in items:
+            table.add_row(
+                str(item.id),
+                item.session_id,
+                printable(item.tool_name),
+                item.operation_id,
+                one_line(item.reason),
+            )
+        console.print(table)
+        console.print(
+            "resolve with: tether review resolve ITEM --applied|--not-applied|--abort "
+            "[--note TEXT], then tether resume SESSION"
+        )
+
+
+@review_app.command("resolve")
+def resolve(
+    item: Annotated[str, typer.Argument(help="Review item number.", metavar="ITEM")],
+    applied: Annotated[bool, typer.Option("--applied", help="The effect took place.")] = False,
+    not_applied: Annotated[
+        bool, typer.Option("--not-applied", help="The effect did not take place.")
+    ] = False,
+    abort: Annotated[bool, typer.Option("--abort", help="Abort the run instead.")] = False,
+    note: Annotated[str | None, typer.Option("--note", help="Why (kept as evidence).")] = None,
+    workspace: WorkspaceOption = Path("."),
+    sessions_dir: SessionsDirOption = None,
+) -> None:
+    """Record a decision and append the result it implies; then the run can be resumed."""
+    with handle_errors():
+        chosen = [
+            d
+            for d, flag in (
+                (ReviewDecision.APPLIED, applied),
+                (ReviewDecision.NOT_APPLIED, not_applied),
+                (ReviewDecision.ABORT, abort),
+            )
+            if flag
+        ]
+        if len(chosen) != 1:
+            raise InputError("choose exactly one of --applied, --not-applied, --abort")
+        outcome = resolve_review(workspace, item, chosen[0], note, sessions_dir=sessions_dir)
+        appended = {
+            "result": "appended the call's result",
+            "abortRequested": "recorded the abort request",
+            "nothing": "the call was no longer pending; nothing appended",
+        }[outcome.appended]
+        typer.echo(
+            f"review item {outcome.item.id} resolved as {chosen[0].value}; {appended}. "
+            f"Continue with: tether resume {outcome.item.session_id}"
+        )

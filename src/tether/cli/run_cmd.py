@@ -1,0 +1,407 @@
+"""``tether run PROMPT``: one agent run (optionally continuing a session).
+
+Also the plumbing shared with ``tether resume`` and the REPL: the common agent flags,
+building the :class:`~tether.runtime.executor.Agent`, the SIGINT handling around an
+agent call, and the mapping of a :class:`RunResult` to an exit status.
+
+Exit status: 0 completed (or nothing to do), 1 the run failed (the model request failed,
+the answer was empty, …), 2 usage error (no model, missing API key, unreadable script,
+bad workspace), 3-10 session store errors (3 no such session, 4 session busy, 5 corrupt
+log, …), 65 recovery is blocked, 70 internal error, 130 aborted (Ctrl+C).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated, TypeVar
+
+import typer
+
+from tether.cli.common import handle_errors, one_line
+from tether.cli.progress import CallArguments, Progress, make_progress, resume_command
+from tether.errors import SessionCorruption, TetherError
+from tether.session.store import Durability
+
+if TYPE_CHECKING:  # the runtime and the adapters pull in the model SDKs: import them lazily
+    from tether.models import ModelAdapter, ModelRequest, ModelResponse
+    from tether.runtime.executor import Agent, RunResult
+
+EXIT_FAILED = 1
+EXIT_BLOCKED = 65
+"""Recovery is blocked (configuration, environment or replay gate, or attempts exhausted).
+
+65 is free in tether's table (75 is the crash-injection exit of :mod:`tether.faults`).
+"""
+EXIT_ABORTED = 130
+"""The operation was aborted (Ctrl+C), like a shell reports a command ended by SIGINT."""
+
+_T = TypeVar("_T")
+
+
+def exit_code_for(result: RunResult, *, abort_requested: bool = False) -> int:
+    """The exit status of a finished agent call.
+
+    ``abort_requested`` is true for ``tether resume --abort``: there an aborted outcome is
+    what the user asked for, so it exits 0.
+    """
+    status = result.status.value
+    if status in ("completed", "idle"):
+        return 0
+    if status == "failed":
+        return EXIT_FAILED
+    if status == "blocked":
+        return EXIT_BLOCKED
+    return 0 if abort_requested else EXIT_ABORTED
+
+
+# --------------------------------------------------------------------------- common flags
+
+
+class DurabilityChoice(StrEnum):
+    durable = "durable"
+    process = "process"
+
+
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Model id for the OpenAI-compatible endpoint (e.g. openai/gpt-4o-mini), or "
+        "scripted:PATH for a scripted model. Default: $TETHER_MODEL.",
+        metavar="MODEL",
+        show_default=False,
+    ),
+]
+BaseUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url",
+        help="Endpoint of the OpenAI-compatible API (default: $TETHER_BASE_URL, else "
+        "https://openrouter.ai/api/v1).",
+        metavar="URL",
+        show_default=False,
+    ),
+]
+ApiKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        help="API key (default: $TETHER_API_KEY). Never printed or logged.",
+        metavar="KEY",
+        show_default=False,
+    ),
+]
+TimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        help="Seconds one model request may take (default 60).",
+        metavar="SECONDS",
+        min=0.001,
+        show_default=False,
+    ),
+]
+WorkspaceOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--workspace",
+        "-w",
+        help="Workspace the tools work in (default: the current directory).",
+        metavar="DIR",
+        show_default=False,
+    ),
+]
+AgentSessionsDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--sessions-dir",
+        help="Folder of session logs (default: .tether/sessions in the workspace).",
+        metavar="DIR",
+        show_default=False,
+    ),
+]
+DurabilityOption = Annotated[
+    DurabilityChoice,
+    typer.Option(
+        "--durability",
+        help="durable: fdatasync every commit (survives power loss); process: write only "
+        "(survives a crash of tether, not of the machine).",
+        case_sensitive=False,
+    ),
+]
+SystemPromptOption = Annotated[
+    str | None,
+    typer.Option(
+        "--system-prompt",
+        help="System prompt (default: tether's own). AGENTS.md in the workspace is appended.",
+        metavar="TEXT",
+        show_default=False,
+    ),
+]
+ToolTimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--tool-timeout",
+        help="Upper bound in seconds for one tool call (e.g. a bash command).",
+        metavar="SECONDS",
+        min=0.001,
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print one JSON object per line on stdout: every progress event, then "
+        '{"event": "result", …}.',
+    ),
+]
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """The common flags of ``run``, ``resume`` and the REPL."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    timeout: float | None = None
+    workspace: Path | None = None
+    sessions_dir: Path | None = None
+    durability: DurabilityChoice = DurabilityChoice.durable
+    system_prompt: str | None = None
+    tool_timeout: float | None = None
+    json_output: bool = False
+
+
+class ObservedModel:
+    """A model adapter that lets the progress display see the tool calls it returns.
+
+    Delegates everything (identity included, so the configuration digest is unchanged).
+    """
+
+    def __init__(self, inner: ModelAdapter, calls: CallArguments) -> None:
+        self._inner = inner
+        self._calls = calls
+
+    @property
+    def provider(self) -> str:
+        return self._inner.provider
+
+    @property
+    def model(self) -> str:
+        return self._inner.model
+
+    @property
+    def adapter_identity(self) -> str:
+        return self._inner.adapter_identity
+
+    @property
+    def routing_identity(self) -> str:
+        return self._inner.routing_identity
+
+    def complete(
+        self, request: ModelRequest, *, cancel: threading.Event | None = None
+    ) -> ModelResponse:
+        response = self._inner.complete(request, cancel=cancel)
+        for call in response.tool_calls:
+            self._calls.remember(call.id, call.arguments)
+        return response
+
+
+def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
+    """The agent for ``settings``; raises ConfigurationError (exit 2) on bad input."""
+    from tether.models import load_model
+    from tether.runtime.executor import Agent
+
+    progress.location = location_flags(settings)
+    model = load_model(
+        settings.model,
+        base_url=settings.base_url,
+        api_key=settings.api_key,
+        timeout=settings.timeout,
+    )
+    return Agent(
+        ObservedModel(model, progress.calls),
+        workspace=settings.workspace if settings.workspace is not None else Path.cwd(),
+        system_prompt=settings.system_prompt,
+        durability=Durability(settings.durability.value),
+        sessions_dir=settings.sessions_dir,
+        on_event=progress.on_event,
+        tool_timeout=settings.tool_timeout,
+    )
+
+
+def location_flags(settings: AgentSettings) -> str:
+    """`` --workspace DIR`` / `` --sessions-dir DIR`` when the printed commands need them."""
+    flags = ""
+    cwd = Path.cwd().resolve()
+    if settings.workspace is not None and settings.workspace.resolve() != cwd:
+        flags += f" --workspace {shlex.quote(str(settings.workspace.resolve()))}"
+    if settings.sessions_dir is not None:
+        flags += f" --sessions-dir {shlex.quote(str(settings.sessions_dir.resolve()))}"
+    return flags
+
+
+# --------------------------------------------------------------------------- Ctrl+C
+
+
+@contextmanager
+def interruptible(agent: Agent, progress: Progress) -> Iterator[None]:
+    """Handle SIGINT for the duration of one agent call.
+
+    The first Ctrl+C asks the agent to abort (it records ``abortRequested`` and finishes
+    the operation as aborted); the second exits at once with status 130, leaving the
+    session resumable. The previous handler is restored afterwards.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    presses = 0
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        nonlocal presses
+        presses += 1
+        if presses == 1:
+            agent.abort()
+            try:
+                progress.aborting()
+            except Exception:  # never let rendering break the abort
+                pass
+            return
+        progress.exit_now(agent.last_session)
+        os._exit(EXIT_ABORTED)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def call_agent(agent: Agent, progress: Progress, call: Callable[[], _T]) -> _T:
+    """Run ``call`` (an agent method) with Ctrl+C handling; the spinner always stops.
+
+    An error after the session was opened (a failed write, say) is reported as one
+    ``error:`` line followed by the command that resumes the session.
+    """
+    progress.begin()
+    try:
+        with interruptible(agent, progress):
+            return call()
+    except TetherError as exc:
+        progress.close()
+        if progress.opened is None:
+            raise
+        message = f"session is corrupt: {exc}" if isinstance(exc, SessionCorruption) else str(exc)
+        typer.echo(f"error: {one_line(message)}", err=True)
+        progress.notice(f"resume with: {resume_command(progress.opened, progress.location)}")
+        raise typer.Exit(exc.exit_code) from None
+    finally:
+        progress.close()
+
+
+@contextmanager
+def agent_errors() -> Iterator[None]:
+    """:func:`handle_errors`, plus a quiet exit 130 for a Ctrl+C outside an agent call."""
+    try:
+        with handle_errors():
+            yield
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_ABORTED) from None
+
+
+# --------------------------------------------------------------------------- command
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+
+
+def run(
+    prompt: Annotated[
+        str, typer.Argument(help="What the agent should do.", metavar="PROMPT", show_default=False)
+    ],
+    session: Annotated[
+        str | None,
+        typer.Option(
+            "--session",
+            "-s",
+            help="Continue this session (id, unique id prefix or path) instead of starting "
+            "a new one. Unfinished work in it is finished first.",
+            metavar="ID",
+            show_default=False,
+        ),
+    ] = None,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
+    timeout: TimeoutOption = None,
+    workspace: WorkspaceOption = None,
+    sessions_dir: AgentSessionsDirOption = None,
+    durability: DurabilityOption = DurabilityChoice.durable,
+    system_prompt: SystemPromptOption = None,
+    tool_timeout: ToolTimeoutOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Run the agent once on PROMPT and print its answer.
+
+    Progress goes to stderr, the final answer to stdout; with --json, stdout
+    carries one JSON event per line instead. Every step is written ahead to
+    the session log; the last lines name the session and the commands that
+    resume or continue it.
+
+    Ctrl+C aborts the run durably (exit 130); a second Ctrl+C exits at once
+    and the session stays resumable with `tether resume ID`.
+
+    Exit status: 0 completed, 1 failed, 2 usage error (no model, no API key,
+    …), 3 no such session, 4 session busy, 5 corrupt session log, 65 blocked,
+    130 aborted.
+    """
+    settings = AgentSettings(
+        model=model,
+        base_url=base_url,
+        api_key=api_key,
+        timeout=timeout,
+        workspace=workspace,
+        sessions_dir=sessions_dir,
+        durability=durability,
+        system_prompt=system_prompt,
+        tool_timeout=tool_timeout,
+        json_output=json_output,
+    )
+    code = 0
+    with agent_errors():
+        progress = make_progress(json_output)
+        agent = build_agent(settings, progress)
+        result = call_agent(agent, progress, lambda: agent.run(prompt, session=session))
+        progress.result(result)
+        code = exit_code_for(result)
+    raise typer.Exit(code)
+
+
+__all__ = [
+    "EXIT_ABORTED",
+    "EXIT_BLOCKED",
+    "EXIT_FAILED",
+    "AgentSettings",
+    "ObservedModel",
+    "agent_errors",
+    "build_agent",
+    "call_agent",
+    "exit_code_for",
+    "interruptible",
+    "location_flags",
+    "register",
+    "run",
+]

@@ -654,7 +654,6 @@ class Reducer:
                 self._open_calls,
                 list(self._usage),
                 self._active,
-                self._source.copy(),
                 self._step_count,
             )
             undo.append((self._restore, (saved,)))
@@ -690,7 +689,6 @@ class Reducer:
             self._open_calls,
             self._usage,
             self._active,
-            self._source,
             self._step_count,
         ) = saved
         del self._transcript[transcript_len:]
@@ -821,7 +819,6 @@ class Reducer:
         self._transcript_ids.append(fact_id)
         self._context.append(message)
         self._boundary = fact_id
-        self._source.add(fact_id, message)
 
     def _add_entry(self, fact_id: str, info: _Entry) -> None:
         entries = self._entries
@@ -1083,12 +1080,24 @@ class Reducer:
         self._start_operation(op)
 
     def _source_digest_through(self, through: _Entry) -> str:
+        """``sourceDigest`` (spec 10.4) over the message entries through ``through``.
+
+        The running hash is advanced lazily, here, over the messages accepted since
+        it was last advanced: compactions are rare, so ordinary transactions never
+        pay for hashing, and a compaction of the latest boundary costs only the
+        messages added since the previous one (the undo log restores the hash).
+        """
         count = _messages_through(through)
-        if count == len(self._source):
-            return self._source.digest()
+        source = self._source
         ids = self._transcript_ids
         messages = self._transcript
-        return source_digest((ids[i], messages[i]) for i in range(count))
+        if count < len(source):
+            return source_digest((ids[i], messages[i]) for i in range(count))
+        if count > len(source):
+            self._record(setattr, self, "_source", source.copy())
+        for i in range(len(source), count):
+            source.add(ids[i], messages[i])
+        return source.digest()
 
     def _step_attempt(self, record: Any, fact_id: str, seq: int) -> None:
         if not _STEP_ATTEMPT.issuperset(record):

@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from tether.cli.progress import make_progress
 from tether.cli.run_cmd import (
     AgentSessionsDirOption,
     AgentSettings,
@@ -20,10 +19,7 @@ from tether.cli.run_cmd import (
     TimeoutOption,
     ToolTimeoutOption,
     WorkspaceOption,
-    agent_errors,
-    build_agent,
-    call_agent,
-    exit_code_for,
+    run_agent_command,
 )
 
 
@@ -87,11 +83,6 @@ def resume(
         tool_timeout=tool_timeout,
         json_output=json_output,
     )
-    code = 0
-    with agent_errors():
-        progress = make_progress(json_output)
-        agent = build_agent(settings, progress)
-        result = call_agent(agent, progress, lambda: agent.resume(session, abort=abort))
-        progress.result(result)
-        code = exit_code_for(result, abort_requested=abort)
-    raise typer.Exit(code)
+    run_agent_command(
+        settings, lambda agent: agent.resume(session, abort=abort), abort_requested=abort
+    )

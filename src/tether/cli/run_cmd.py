@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 
@@ -380,13 +380,23 @@ def run(
         tool_timeout=tool_timeout,
         json_output=json_output,
     )
+    run_agent_command(settings, lambda agent: agent.run(prompt, session=session))
+
+
+def run_agent_command(
+    settings: AgentSettings,
+    call: Callable[[Agent], RunResult],
+    *,
+    abort_requested: bool = False,
+) -> NoReturn:
+    """Build the agent, run ``call`` with progress and Ctrl+C handling, exit with its code."""
     code = 0
     with agent_errors():
-        progress = make_progress(json_output)
+        progress = make_progress(settings.json_output)
         agent = build_agent(settings, progress)
-        result = call_agent(agent, progress, lambda: agent.run(prompt, session=session))
+        result = call_agent(agent, progress, lambda: call(agent))
         progress.result(result)
-        code = exit_code_for(result)
+        code = exit_code_for(result, abort_requested=abort_requested)
     raise typer.Exit(code)
 
 

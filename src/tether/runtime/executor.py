@@ -30,6 +30,7 @@ from tether.models.base import ModelAdapter, ModelRequest, ModelResponse
 from tether.runtime import boundaries, events
 from tether.runtime.compaction import COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, plan_split
 from tether.runtime.config import AgentConfiguration, environment_identity, explain_blocked
+from tether.runtime.facts import abort_requested_record
 from tether.runtime.facts import started_result_entry as _started_result_entry
 from tether.session.canonical import source_digest
 from tether.session.planner import (
@@ -422,22 +423,16 @@ class Agent:
         operation = state.operation
         if isinstance(operation, IdleOperation) or operation.abort_requested:
             return
-        record: dict[str, Any] = {
-            "type": "abortRequested",
-            "operationId": operation.operation_id,
-            "operationKind": operation.kind,
-            "reason": "escape",
-        }
-        if isinstance(operation, CompactionOperation):
-            record["phase"] = "compact"
-        else:
-            pending = _pending_tool(operation)
-            if pending is not None:
-                record["phase"] = "tool"
-                record["toolCallId"] = pending.tool_call_id
-            else:
-                record["phase"] = "model"
-        store.commit([{"kind": "record", "record": record}])
+        pending = _pending_tool(operation) if isinstance(operation, RunOperation) else None
+        store.commit(
+            [
+                abort_requested_record(
+                    operation.operation_id,
+                    operation.kind,
+                    pending.tool_call_id if pending is not None else None,
+                )
+            ]
+        )
 
     def _finish(
         self,
@@ -553,26 +548,27 @@ class Agent:
         )
 
     def _complete_tool(self, store: SessionStore, plan: CompleteTool) -> None:
-        store.commit(
-            [
-                _started_result_entry(
-                    result_entry_id=plan.result_entry_id,
-                    step_id=plan.step_id,
-                    tool_started_id=plan.tool_started_id,
-                    tool_name=plan.tool_name,
-                    call_id=plan.tool_call_id,
-                    content=plan.content,
-                    is_error=plan.is_error,
-                )
-            ]
+        self._commit_result(
+            store,
+            result_entry_id=plan.result_entry_id,
+            step_id=plan.step_id,
+            tool_started_id=plan.tool_started_id,
+            tool_name=plan.tool_name,
+            call_id=plan.tool_call_id,
+            content=plan.content,
+            is_error=plan.is_error,
         )
+
+    def _commit_result(self, store: SessionStore, **entry: Any) -> None:
+        """Append a started call's result entry (spec 7.3) and report it."""
+        store.commit([_started_result_entry(**entry)])
         faults.hit(boundaries.AFTER_RESULT)
         self._emit(
             events.ToolFinished(
-                name=plan.tool_name,
-                call_id=plan.tool_call_id,
-                is_error=plan.is_error,
-                size=len(plan.content),
+                name=entry["tool_name"],
+                call_id=entry["call_id"],
+                is_error=entry["is_error"],
+                size=len(entry["content"]),
             )
         )
 
@@ -911,27 +907,15 @@ class Agent:
             # the call pending; the planner (abort: interrupted) or reconciliation
             # (review) decides. A tool that finished despite an abort keeps its result.
             return
-        store.commit(
-            [
-                _started_result_entry(
-                    result_entry_id=started.result_entry_id,
-                    step_id=started.step_id,
-                    tool_started_id=started.tool_started_id,
-                    tool_name=started.tool_name,
-                    call_id=started.tool_call_id,
-                    content=result.content,
-                    is_error=result.is_error,
-                )
-            ]
-        )
-        faults.hit(boundaries.AFTER_RESULT)
-        self._emit(
-            events.ToolFinished(
-                name=started.tool_name,
-                call_id=started.tool_call_id,
-                is_error=result.is_error,
-                size=len(result.content),
-            )
+        self._commit_result(
+            store,
+            result_entry_id=started.result_entry_id,
+            step_id=started.step_id,
+            tool_started_id=started.tool_started_id,
+            tool_name=started.tool_name,
+            call_id=started.tool_call_id,
+            content=result.content,
+            is_error=result.is_error,
         )
 
     def _run_tool(

@@ -28,3 +28,24 @@ def started_result_entry(
             "result": {"type": "error" if is_error else "success"},
         },
     }
+
+
+def abort_requested_record(
+    operation_id: str, operation_kind: str, tool_call_id: str | None = None
+) -> dict[str, Any]:
+    """``abortRequested`` (spec 8.6): phase ``compact`` for a compaction, ``tool`` with the
+    running call's id when one is pending, else ``model``."""
+    record: dict[str, Any] = {
+        "type": "abortRequested",
+        "operationId": operation_id,
+        "operationKind": operation_kind,
+        "reason": "escape",
+    }
+    if operation_kind == "compaction":
+        record["phase"] = "compact"
+    elif tool_call_id is not None:
+        record["phase"] = "tool"
+        record["toolCallId"] = tool_call_id
+    else:
+        record["phase"] = "model"
+    return {"kind": "record", "record": record}

@@ -17,7 +17,7 @@ from tether.effects.db import EffectsDB
 from tether.effects.journal import ActionJournal
 from tether.effects.recovery import RecoveryAction, decision_for_review
 from tether.effects.review import ReviewDecision, ReviewItem, ReviewStore
-from tether.runtime.facts import started_result_entry
+from tether.runtime.facts import abort_requested_record, started_result_entry
 from tether.session.state import RunOperation, ToolStatus
 from tether.session.store import Durability, SessionStore
 
@@ -79,19 +79,7 @@ def resolve_review(
                 return ReviewOutcome(item, "result")
             if implied.action is RecoveryAction.ABORT and not operation.abort_requested:
                 store.commit(
-                    [
-                        {
-                            "kind": "record",
-                            "record": {
-                                "type": "abortRequested",
-                                "operationId": operation.operation_id,
-                                "operationKind": "run",
-                                "phase": "tool",
-                                "toolCallId": pending.tool_call_id,
-                                "reason": "escape",
-                            },
-                        }
-                    ]
+                    [abort_requested_record(operation.operation_id, "run", pending.tool_call_id)]
                 )
                 return ReviewOutcome(item, "abortRequested")
             return ReviewOutcome(item, "nothing")

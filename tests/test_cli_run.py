@@ -385,7 +385,7 @@ def test_double_sigint_exits_at_once_and_resume_reconciles(workspace: Path) -> N
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=10)
     assert proc.returncode == EXIT_ABORTED, stderr
-    assert time.monotonic() - started < 1.5  # the kill grace alone is 2 s
+    assert time.monotonic() - started < 1.9  # the kill grace alone is 2 s
     with contextlib.suppress(OSError, ValueError):  # the orphaned command: not needed any more
         os.killpg(int((workspace / "bash.pid").read_text()), signal.SIGKILL)
     session_id, path = only_session(workspace)

@@ -327,9 +327,7 @@ class ReviewItemNotFound(TetherError, LookupError):
 
     def __init__(self, item: object) -> None:
         self.item = item
-        super().__init__(
-            f"no review item {item!r}; run 'tether review' to list the open items"
-        )
+        super().__init__(f"no review item {item!r}; run 'tether review' to list the open items")
 
 
 class ReviewItemResolved(TetherError):

@@ -40,6 +40,7 @@ def __getattr__(name: str) -> Any:
         return OpenAICompatibleModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "MODEL_ERROR_CODES",
     "SCRIPTED_PREFIX",

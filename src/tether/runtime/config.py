@@ -7,7 +7,7 @@ crash (spec 14.4 rule 5). The environment identity gates replays (rule 9).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,7 +161,3 @@ def explain_blocked(
         "replay declaration changed: the interrupted tool call may only be replayed by the "
         f"same implementation{detail}. " + ways_out
     )
-
-
-def tool_definitions(registry: ToolRegistry) -> Sequence[Mapping[str, Any]]:
-    return registry.definitions()

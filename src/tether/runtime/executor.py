@@ -44,7 +44,6 @@ from tether.session.planner import (
     Observations,
     ObservedAction,
     Plan,
-    RecoveryPlan,
     StartStep,
     StartTool,
     SyntheticReason,
@@ -202,11 +201,9 @@ class Agent:
         if not prompt or not prompt.strip():
             raise ConfigurationError("the prompt is empty")
         with self._open(session) as store, self._abortable():
-            if not isinstance(store.state.operation, IdleOperation):
-                # Finish what a crash left behind first: one loop for runs and resumes.
-                earlier = self._drive(store)
-                if earlier.status is RunStatus.BLOCKED:
-                    return earlier
+            blocked = self._settle_unfinished(store)
+            if blocked is not None:
+                return blocked
             before = store.state.usage
             entry_id = new_uuid7()
             store.commit(
@@ -250,10 +247,9 @@ class Agent:
         if keep_turns < 1:
             raise ConfigurationError("keep_turns must be at least 1")
         with self._open(session) as store, self._abortable():
-            if not isinstance(store.state.operation, IdleOperation):
-                earlier = self._drive(store)
-                if earlier.status is RunStatus.BLOCKED:
-                    return earlier
+            blocked = self._settle_unfinished(store)
+            if blocked is not None:
+                return blocked
             state = store.state
             split = plan_split(state.transcript, state.transcript_ids, keep_turns)
             if split is None or state.context_boundary != state.transcript_ids[-1]:
@@ -292,6 +288,14 @@ class Agent:
         return self._last_session
 
     # ------------------------------------------------------------------ plumbing
+
+    def _settle_unfinished(self, store: SessionStore) -> RunResult | None:
+        """Finish what a crash left unfinished before starting something new (one loop
+        for runs and resumes); the blocked result if that cannot be done."""
+        if isinstance(store.state.operation, IdleOperation):
+            return None
+        earlier = self._drive(store)
+        return earlier if earlier.status is RunStatus.BLOCKED else None
 
     @contextmanager
     def _abortable(self) -> Iterator[None]:
@@ -464,12 +468,8 @@ class Agent:
         if plan.error is not None and "error" not in outcome:
             outcome["error"] = plan.error.to_json()
         if plan.final_entry_id is not None and isinstance(operation, RunOperation):
-            final = state.transcript[-1] if state.transcript else None
-            for message in reversed(state.transcript):
-                if message.get("role") == "assistant":
-                    final = message
-                    break
-            outcome["text"] = final.get("content") if final is not None else None
+            final = next(m for m in reversed(state.transcript) if m["role"] == "assistant")
+            outcome["text"] = final["content"]
         elif isinstance(operation, CompactionOperation):
             outcome["message"] = "history compacted"
 
@@ -828,9 +828,7 @@ class Agent:
             return
         validated = self.registry.validate(plan.tool_name, call["function"]["arguments"])
         if isinstance(validated, Rejection):
-            self._commit_synthetic(
-                store,
-                operation,
+            store.commit(
                 [
                     _pre_execution_entry(
                         step_id=operation.step.step_id,
@@ -987,11 +985,6 @@ class Agent:
                     name=item.tool_name, call_id=item.tool_call_id, reason=item.reason.value
                 )
             )
-        self._commit_synthetic(store, operation, facts)
-
-    def _commit_synthetic(
-        self, store: SessionStore, operation: RunOperation, facts: list[dict[str, Any]]
-    ) -> None:
         store.commit(facts)
 
 
@@ -1058,4 +1051,4 @@ def _pre_execution_entry(
     }
 
 
-__all__ = ["Agent", "RecoveryPlan", "RunResult", "RunStatus"]
+__all__ = ["Agent", "RunResult", "RunStatus"]

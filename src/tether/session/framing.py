@@ -42,23 +42,8 @@ def committed_length(data: bytes) -> int:
     return data.rfind(b"\n") + 1
 
 
-def split_committed(data: bytes) -> tuple[list[bytes], int]:
-    """Check the framing of a whole file and return its committed lines.
-
-    Applies the framing checks 1-4 of spec 2.5 (missing LF, encoded surrogate bytes,
-    invalid UTF-8, empty first line). Returns the lines of the committed region
-    without their LFs, and ``repairedLength``. Per-line checks (blank, CRLF, JSON)
-    are left to :func:`parse_line` so that they run in line order with the
-    transaction rules.
-    """
-    end = check_committed(data)
-    lines = data.split(b"\n")
-    lines.pop()  # the torn tail (empty when the file ends with LF)
-    return lines, end
-
-
 def committed_lines(data: bytes, *, check_utf8: bool = True) -> tuple[Iterator[bytes], int]:
-    """Like :func:`split_committed`, but the lines are produced one at a time.
+    """Framing checks 1-4 of spec 2.5, then the committed lines, one at a time.
 
     A list of all lines would copy the whole committed region into fresh memory at
     once (for a large log, tens of megabytes of page faults); slicing one line at a
@@ -136,13 +121,6 @@ def _is_utf8(region: memoryview) -> bool:
     return True
 
 
-def iter_lines(data: bytes) -> Iterator[bytes]:
-    """The committed lines of ``data`` (no framing checks)."""
-    end = committed_length(data)
-    if end:
-        yield from data[: end - 1].split(b"\n")
-
-
 def check_line(raw: bytes, line: int) -> None:
     """Per-line framing: blank lines and CRLF endings (spec 2.2)."""
     if not raw:
@@ -155,7 +133,10 @@ def parse_line(raw: bytes, line: int) -> Any:
     """Frame-check and parse one committed line; ``MALFORMED_JSON`` on any violation."""
     if not raw or raw[-1] == 0x0D:
         check_line(raw, line)
-    try:  # parse_json's fast path, inlined: this runs once per line of every log
+    # orjson is strict RFC 8259 (and rejects unpaired surrogate escapes) but keeps the
+    # last of duplicate member names; when re-serialising the value reproduces the line
+    # byte for byte, no member was dropped. Anything else takes the strict slow path.
+    try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         pass
@@ -166,24 +147,6 @@ def parse_line(raw: bytes, line: int) -> Any:
         return _parse_strict(raw)
     except MalformedJson as exc:
         raise SessionCorruption(MALFORMED_JSON, line, detail=str(exc)) from None
-
-
-def parse_json(raw: bytes) -> Any:
-    """Parse one strict JSON value from UTF-8 bytes.
-
-    Fast path: orjson is strict RFC 8259 (and rejects unpaired surrogate escapes),
-    but silently keeps the last of duplicate member names. When re-serialising the
-    parsed value reproduces the input byte for byte, no member was dropped, so the
-    input had no duplicates. Anything else (other writers' formatting, huge
-    numbers, errors) takes the slow path, which decides authoritatively.
-    """
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return _parse_strict(raw)
-    if orjson.dumps(value) == raw:
-        return value
-    return _parse_strict(raw)
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -15,7 +15,6 @@ first failing check decides the error code.
 from __future__ import annotations
 
 import gc
-import hashlib
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -25,7 +24,7 @@ import orjson
 
 from tether.errors import CanonicalizationError, SessionCorruption
 from tether.session import framing
-from tether.session.canonical import canonical_json, configuration_digest, source_digest
+from tether.session.canonical import SourceDigestBuilder, configuration_digest, source_digest
 from tether.session.contents import SYNTHETIC_CONTENT, is_blank
 from tether.session.state import (
     IDLE,
@@ -255,65 +254,6 @@ def _run_undo(undo: _UndoLog) -> None:
         action(*args)
 
 
-def _orjson_is_canonical() -> bool:
-    """Whether sorted orjson output equals :func:`canonical_json` for the values the
-    reducer hashes: objects with ASCII member names, arrays, strings and null."""
-    text = "".join(map(chr, range(0x80))) + "\x80\xa0\xe9\u2028\u2029\ufeff\ue000\U0001f600"
-    probe: dict[str, Any] = {
-        text: [text, None, {"b": "", "B": [text]}],
-        "a_": "/",
-        "a": [],
-        "": "z",
-    }
-    try:
-        return bool(orjson.dumps(probe, option=orjson.OPT_SORT_KEYS) == canonical_json(probe))
-    except (orjson.JSONEncodeError, CanonicalizationError):
-        return False
-
-
-_ORJSON_CANONICAL = _orjson_is_canonical()
-
-
-class _SourceHash:
-    """The running ``sourceDigest`` (spec 10.4) over the accepted message entries.
-
-    Same result as :class:`tether.session.canonical.SourceDigestBuilder`, but fed only
-    messages the reducer has validated (objects with ASCII member names, arrays,
-    strings, null; no lone surrogates), whose canonical form is plain sorted orjson
-    output: this skips the generic admissibility walk that dominated the cost of
-    hashing every message of a loaded log.
-    """
-
-    __slots__ = ("_count", "_hash")
-
-    def __init__(self) -> None:
-        self._hash = hashlib.sha256(b"[")
-        self._count = 0
-
-    def add(self, entry_id: str, message: Message) -> None:
-        item = {"sourceEntryId": entry_id, "message": message}
-        if _ORJSON_CANONICAL:
-            encoded: bytes = orjson.dumps(item, option=orjson.OPT_SORT_KEYS)
-        else:  # pragma: no cover - only with an orjson that escapes differently
-            encoded = canonical_json(item)
-        self._hash.update(b"," + encoded if self._count else encoded)
-        self._count += 1
-
-    def digest(self) -> str:
-        final = self._hash.copy()
-        final.update(b"]")
-        return "sha256:" + final.hexdigest()
-
-    def copy(self) -> _SourceHash:
-        twin = _SourceHash.__new__(_SourceHash)
-        twin._hash = self._hash.copy()
-        twin._count = self._count
-        return twin
-
-    def __len__(self) -> int:
-        return self._count
-
-
 class _Invalid(Exception):
     """Raised inside a transaction; converted to :class:`SessionCorruption`."""
 
@@ -497,7 +437,7 @@ class Reducer:
         self._attempts: dict[str, _Attempt] = {}
         self._tools: dict[str, ToolCallState] = {}  # as recorded; see _is_pending
         self._snapshots: dict[str, Mapping[str, Any]] = {}
-        self._source = _SourceHash()
+        self._source = SourceDigestBuilder()
         self._undo: _UndoLog | None = None
         self._pending: PendingTransaction | None = None
         self._state: SessionState | None = None

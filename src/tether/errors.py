@@ -359,3 +359,30 @@ class ReviewRequired(TetherError):
             f"blocked: call {tool_name} (operation {operation_id}) needs review: {reason}; "
             f"see 'tether review' and resolve item {item}"
         )
+
+
+# --------------------------------------------------------------------------- completion
+
+
+class ProjectConfigError(ConfigurationError):
+    """``tether.toml`` is unreadable, not valid TOML, or has a bad or unknown setting.
+
+    The message names the file and the setting (``tether.toml: [verify] timeout: …``).
+    """
+
+    exit_code = 2
+
+
+class ArtifactError(TetherError):
+    """The workspace's artifact version cannot be computed (e.g. an unreadable file).
+
+    Nothing is ever recorded as verified when this is raised.
+    """
+
+    exit_code = 30
+
+
+class CheckCommandError(TetherError):
+    """The check command of ``[verify]`` is missing or cannot be started."""
+
+    exit_code = 31

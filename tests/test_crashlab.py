@@ -451,7 +451,7 @@ def test_full_default_matrix() -> None:
     failures = [f"{r.case.key}: {r.failures}" for r in result.failures]
     assert not failures, failures[:5]
     line = summary_line(result)
-    assert line.startswith("PASS duplicate_effects=0 scenarios=10 ")
+    assert line.startswith("PASS duplicate_effects=0 scenarios=11 ")
     assert len(result.results) >= 400
     unreached = set(all_boundaries()) - set(result.boundaries)
     assert not unreached, f"no scenario reaches {sorted(unreached)}: add one to the crash lab"

@@ -890,9 +890,7 @@ def test_rule10_all_calls_answered_starts_the_next_step_at_b() -> None:
 def test_empty_or_unrelated_observations_change_nothing() -> None:
     pending = started(0, "c0")
     session = state(run(step(), tools=[pending]), [assistant(None, call("c0"))])
-    unrelated = Observations(
-        {"other": ToolObservation(ObservedAction.COMPLETE, content="x")}
-    )
+    unrelated = Observations({"other": ToolObservation(ObservedAction.COMPLETE, content="x")})
     assert plan_json(session, CURRENT, unrelated) == plan_json(session)
     assert plan_json(session, CURRENT, Observations()) == plan_json(session)
     assert Observations().tool_outcomes == {}
@@ -928,9 +926,7 @@ def test_observation_review_waits_and_gates_still_come_first() -> None:
     )
     plan = plan_recovery(session, CURRENT, observed)
     assert isinstance(plan, AwaitReview) and plan.reason == "unknowable"
-    moved = CurrentConfiguration(
-        CURRENT.configuration_digest, "elsewhere", CURRENT.tools
-    )
+    moved = CurrentConfiguration(CURRENT.configuration_digest, "elsewhere", CURRENT.tools)
     assert plan_json(session, moved, observed) == {
         "type": "blocked",
         "reason": "environment_changed",

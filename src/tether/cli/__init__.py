@@ -27,6 +27,7 @@ from tether.cli import (
     review_cmd,
     run_cmd,
     sessions_cmd,
+    verify_cmd,
 )
 
 app = typer.Typer(
@@ -48,6 +49,7 @@ COMMAND_MODULES = (
     review_cmd,
     crashlab_cmd,
     lab_cmd,
+    verify_cmd,
 )
 for _module in COMMAND_MODULES:
     _module.register(app)

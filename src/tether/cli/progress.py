@@ -173,6 +173,9 @@ class Progress(Protocol):
 
     def notice(self, text: str) -> None: ...
 
+    def pause(self) -> None:
+        """Stop any spinner: the terminal is about to ask a question."""
+
     def result(self, result: RunResult, *, closing: bool = True) -> None: ...
 
     def close(self) -> None: ...
@@ -302,6 +305,9 @@ class HumanProgress:
         self._stop()
         self._line(text)
 
+    def pause(self) -> None:
+        self._stop()
+
     def result(self, result: RunResult, *, closing: bool = True) -> None:
         self._stop()
         status = result.status.value
@@ -312,6 +318,7 @@ class HumanProgress:
                 self._line(f"completed ({result.completion})", style="yellow")
             if result.message:
                 self._line(printable(result.message), style="dim")
+            self._verification(result)
         elif status == "failed":
             reason = result.message or (
                 f"{result.error['code']}: {result.error['message']}" if result.error else ""
@@ -332,6 +339,18 @@ class HumanProgress:
         if closing:
             for line in continue_lines(result.session_id, status, location=self.location):
                 self._line(line, style="bold" if line.startswith("resume") else "")
+
+    def _verification(self, result: RunResult) -> None:
+        check = result.verification
+        if check is None:
+            return
+        style = "green" if check.verified else ("red" if result.unverified else "yellow")
+        self._line(printable(check.message), style=style)
+        if result.follow_ups:
+            runs = "run" if result.follow_ups == 1 else "runs"
+            self._line(f"after {result.follow_ups} follow-up {runs} asking to verify", style="dim")
+        if result.unverified:
+            self._line("not verified: --require-verified fails this run (exit 66)", style="red")
 
     def _answer(self, text: str) -> None:
         """The final answer on stdout: verbatim into a pipe, control characters escaped on
@@ -394,6 +413,9 @@ class JsonProgress:
 
     def notice(self, text: str) -> None:
         _stderr_raw(text + "\n")
+
+    def pause(self) -> None:
+        pass
 
     def result(self, result: RunResult, *, closing: bool = True) -> None:
         self._emit({"event": "result", **result.to_json()})

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -26,11 +27,16 @@ from tether.cli.run_cmd import (
     DurabilityChoice,
     DurabilityOption,
     JsonOption,
+    MaxSecondsOption,
+    MaxStepsOption,
+    MaxTokensOption,
     ModelOption,
+    RequireVerifiedOption,
     SystemPromptOption,
     TimeoutOption,
     ToolTimeoutOption,
     WorkspaceOption,
+    YesOption,
     agent_errors,
     build_agent,
     call_agent,
@@ -74,6 +80,11 @@ def repl(
     durability: DurabilityOption = DurabilityChoice.durable,
     system_prompt: SystemPromptOption = None,
     tool_timeout: ToolTimeoutOption = None,
+    require_verified: RequireVerifiedOption = False,
+    assume_yes: YesOption = False,
+    max_steps: MaxStepsOption = None,
+    max_tokens: MaxTokensOption = None,
+    max_seconds: MaxSecondsOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Chat with the agent: each line is a prompt, all in one session.
@@ -96,12 +107,20 @@ def repl(
         system_prompt=system_prompt,
         tool_timeout=tool_timeout,
         json_output=json_output,
+        require_verified=require_verified,
+        assume_yes=assume_yes,
+        max_steps=max_steps,
+        max_tokens=max_tokens,
+        max_seconds=max_seconds,
     )
     start_repl(settings, session=session)
 
 
 def start_repl(settings: AgentSettings, *, session: str | None = None) -> None:
     """Build the agent (errors exit as usual) and run the read-eval loop."""
+    # With a terminal a person answers the policy's questions (ask is the REPL's default
+    # for bash, write, edit and effect tools); piped input is a script, never asked.
+    settings = replace(settings, interactive=sys.stdin.isatty())
     with agent_errors():
         progress = make_progress(settings.json_output)
         agent = build_agent(settings, progress)

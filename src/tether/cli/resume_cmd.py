@@ -14,11 +14,16 @@ from tether.cli.run_cmd import (
     DurabilityChoice,
     DurabilityOption,
     JsonOption,
+    MaxSecondsOption,
+    MaxStepsOption,
+    MaxTokensOption,
     ModelOption,
+    RequireVerifiedOption,
     SystemPromptOption,
     TimeoutOption,
     ToolTimeoutOption,
     WorkspaceOption,
+    YesOption,
     run_agent_command,
 )
 
@@ -54,6 +59,11 @@ def resume(
     durability: DurabilityOption = DurabilityChoice.durable,
     system_prompt: SystemPromptOption = None,
     tool_timeout: ToolTimeoutOption = None,
+    require_verified: RequireVerifiedOption = False,
+    assume_yes: YesOption = False,
+    max_steps: MaxStepsOption = None,
+    max_tokens: MaxTokensOption = None,
+    max_seconds: MaxSecondsOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Continue a session's unfinished operation exactly as its log says.
@@ -82,6 +92,11 @@ def resume(
         system_prompt=system_prompt,
         tool_timeout=tool_timeout,
         json_output=json_output,
+        require_verified=require_verified,
+        assume_yes=assume_yes,
+        max_steps=max_steps,
+        max_tokens=max_tokens,
+        max_seconds=max_seconds,
     )
     run_agent_command(
         settings, lambda agent: agent.resume(session, abort=abort), abort_requested=abort

@@ -18,7 +18,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
@@ -28,7 +28,7 @@ import typer
 
 from tether.cli.common import handle_errors, one_line
 from tether.cli.progress import CallArguments, Progress, make_progress, resume_command
-from tether.errors import SessionCorruption, TetherError
+from tether.errors import ConfigurationError, SessionCorruption, TetherError
 from tether.session.store import Durability
 
 if TYPE_CHECKING:  # the runtime and the adapters pull in the model SDKs: import them lazily
@@ -43,6 +43,9 @@ EXIT_BLOCKED = 65
 """
 EXIT_ABORTED = 130
 """The operation was aborted (Ctrl+C), like a shell reports a command ended by SIGINT."""
+EXIT_UNVERIFIED = 66
+"""Verification was required (``--require-verified``) and the completed run is still not
+backed by a passing check of the files as they are now."""
 
 _T = TypeVar("_T")
 
@@ -54,6 +57,8 @@ def exit_code_for(result: RunResult, *, abort_requested: bool = False) -> int:
     what the user asked for, so it exits 0.
     """
     status = result.status.value
+    if result.unverified:
+        return EXIT_UNVERIFIED
     if status in ("completed", "idle"):
         return 0
     if status == "failed":
@@ -158,6 +163,54 @@ ToolTimeoutOption = Annotated[
         show_default=False,
     ),
 ]
+RequireVerifiedOption = Annotated[
+    bool,
+    typer.Option(
+        "--require-verified",
+        help="A run that changed files must end with a passing check of the files as they "
+        "are now ([verify] command of tether.toml): up to two follow-up runs ask the model "
+        "to verify; exit 66 if it is still unverified. Default: [verify] required.",
+    ),
+]
+YesOption = Annotated[
+    bool,
+    typer.Option(
+        "--yes",
+        "-y",
+        help="Allow every call the policy of tether.toml says to ask about (deny rules "
+        "still deny). The decision is recorded as '--yes'.",
+    ),
+]
+MaxStepsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-steps",
+        help="Model steps a run may take (default: [budget] max_steps, unlimited).",
+        metavar="N",
+        min=1,
+        show_default=False,
+    ),
+]
+MaxTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens",
+        help="Input + output tokens a run may use (default: [budget] max_tokens, unlimited).",
+        metavar="N",
+        min=1,
+        show_default=False,
+    ),
+]
+MaxSecondsOption = Annotated[
+    float | None,
+    typer.Option(
+        "--max-seconds",
+        help="Wall time of a run in seconds (default: [budget] max_seconds, unlimited).",
+        metavar="SECONDS",
+        min=0.001,
+        show_default=False,
+    ),
+]
 JsonOption = Annotated[
     bool,
     typer.Option(
@@ -182,6 +235,13 @@ class AgentSettings:
     system_prompt: str | None = None
     tool_timeout: float | None = None
     json_output: bool = False
+    require_verified: bool = False
+    assume_yes: bool = False
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    max_seconds: float | None = None
+    interactive: bool = False
+    """A person answers authorization questions at the terminal (the REPL on a tty)."""
 
 
 class ObservedModel:
@@ -221,10 +281,23 @@ class ObservedModel:
 
 def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
     """The agent for ``settings``; raises ConfigurationError (exit 2) on bad input."""
+    from tether.cli.authorize import terminal_authorizer
     from tether.models import load_model
+    from tether.project import load_project_config
     from tether.runtime.executor import Agent
 
     progress.location = location_flags(settings)
+    workspace = settings.workspace if settings.workspace is not None else Path.cwd()
+    if not workspace.is_dir():
+        raise ConfigurationError(f"workspace {str(workspace)!r} is not a directory")
+    project = load_project_config(workspace)
+    budget = project.budget
+    if settings.max_steps is not None:
+        budget = replace(budget, max_steps=settings.max_steps)
+    if settings.max_tokens is not None:
+        budget = replace(budget, max_tokens=settings.max_tokens)
+    if settings.max_seconds is not None:
+        budget = replace(budget, max_seconds=settings.max_seconds)
     model = load_model(
         settings.model,
         base_url=settings.base_url,
@@ -233,12 +306,17 @@ def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
     )
     return Agent(
         ObservedModel(model, progress.calls),
-        workspace=settings.workspace if settings.workspace is not None else Path.cwd(),
+        workspace=workspace,
         system_prompt=settings.system_prompt,
         durability=Durability(settings.durability.value),
         sessions_dir=settings.sessions_dir,
         on_event=progress.on_event,
         tool_timeout=settings.tool_timeout,
+        project=project,
+        budget=budget,
+        authorize=terminal_authorizer(progress) if settings.interactive else None,
+        assume_yes=settings.assume_yes,
+        require_verified=True if settings.require_verified else None,
     )
 
 
@@ -352,6 +430,11 @@ def run(
     durability: DurabilityOption = DurabilityChoice.durable,
     system_prompt: SystemPromptOption = None,
     tool_timeout: ToolTimeoutOption = None,
+    require_verified: RequireVerifiedOption = False,
+    assume_yes: YesOption = False,
+    max_steps: MaxStepsOption = None,
+    max_tokens: MaxTokensOption = None,
+    max_seconds: MaxSecondsOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Run the agent once on PROMPT and print its answer.
@@ -364,9 +447,14 @@ def run(
     Ctrl+C aborts the run durably (exit 130); a second Ctrl+C exits at once
     and the session stays resumable with `tether resume ID`.
 
-    Exit status: 0 completed, 1 failed, 2 usage error (no model, no API key,
+    Calls the policy of tether.toml says to ask about are denied unless --yes
+    is given (use the REPL to be asked). A completed run that changed files
+    reports whether a passing check backs it (see `tether verify`).
+
+    Exit status: 0 completed, 1 failed (also repeated_failure and
+    budget_exhausted), 2 usage error (no model, no API key, bad tether.toml,
     …), 3 no such session, 4 session busy, 5 corrupt session log, 65 blocked,
-    130 aborted.
+    66 still unverified with --require-verified, 130 aborted.
     """
     settings = AgentSettings(
         model=model,
@@ -379,6 +467,11 @@ def run(
         system_prompt=system_prompt,
         tool_timeout=tool_timeout,
         json_output=json_output,
+        require_verified=require_verified,
+        assume_yes=assume_yes,
+        max_steps=max_steps,
+        max_tokens=max_tokens,
+        max_seconds=max_seconds,
     )
     run_agent_command(settings, lambda agent: agent.run(prompt, session=session))
 
@@ -404,6 +497,7 @@ __all__ = [
     "EXIT_ABORTED",
     "EXIT_BLOCKED",
     "EXIT_FAILED",
+    "EXIT_UNVERIFIED",
     "AgentSettings",
     "ObservedModel",
     "agent_errors",

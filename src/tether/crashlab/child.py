@@ -560,7 +560,7 @@ def _effect(
     if spec.kind == "replayed":
         out["count"] = None
         return out
-    if spec.kind == "bash":
+    if spec.kind in ("bash", "denied"):
         lines = _read_lines(workspace / BASH_RUNS)
         out["count"] = sum(1 for line in lines if line == spec.call_id)
     elif spec.kind == "file":

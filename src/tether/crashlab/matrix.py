@@ -464,6 +464,13 @@ def _check_effects(
             "outcome": outcome,
             **({"perOperation": effect["perOperation"]} if "perOperation" in effect else {}),
         }
+        if kind == "denied":
+            if count != 0 or outcome not in ("error", "absent"):
+                _fail(
+                    result,
+                    f"the denied {tool} call {call} ran {count} time(s) and ended {outcome}",
+                )
+            continue
         if kind == "replayed":
             if outcome not in ("success", "absent"):
                 _fail(

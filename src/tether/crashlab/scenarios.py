@@ -19,7 +19,9 @@ what really happened outside the session log:
 ``calls``    a user's effect tool (``--tool``): the number of ``execute`` calls per operation
              id (or the tool's own ``effect_count(operation_id)`` when it has one);
 ``replayed`` a read-only, replay-safe call: it has no effect to count but must end with a
-             successful result (recovery replays it instead of giving up on it).
+             successful result (recovery replays it instead of giving up on it);
+``denied``   a counting ``bash`` call the policy of ``tether.toml`` denies: it must never
+             run (no line with its id) and end with an error result, or not start at all.
 """
 
 from __future__ import annotations
@@ -54,9 +56,9 @@ __all__ = [
 BASH_RUNS: Final = "bash-runs.txt"
 """The file every counting ``bash`` command of the lab appends its call id to."""
 
-EFFECT_KINDS: Final = frozenset({"bash", "file", "ledger", "calls", "replayed"})
+EFFECT_KINDS: Final = frozenset({"bash", "file", "ledger", "calls", "replayed", "denied"})
 
-EffectKind = Literal["bash", "file", "ledger", "calls", "replayed"]
+EffectKind = Literal["bash", "file", "ledger", "calls", "replayed", "denied"]
 
 
 class ScenarioUnavailable(Exception):
@@ -272,6 +274,18 @@ def _write_effect(call_id: str) -> EffectSpec:
 _KNOWABLE: Final = frozenset({"write", "edit", "publish_report"})
 
 
+POLICY_TOML: Final = """\
+# The crash lab's authorization policy: every decision is recorded before the call starts.
+[policy.tools]
+bash = "allow"
+
+[[policy.bash]]
+pattern = "*call_denied*"
+decision = "deny"
+reason = "the crash lab denies this call"
+"""
+
+
 def _builtins() -> dict[str, Scenario]:
     scenarios = [
         Scenario(
@@ -409,6 +423,19 @@ def _builtins() -> dict[str, Scenario]:
                 _done("Summary: the user asked about the README; it describes the demo workspace."),
             ),
             effects=(EffectSpec("call_read", "read", "replayed"),),
+        ),
+        Scenario(
+            name="policy",
+            title="tether.toml allows one bash command and denies another (never runs)",
+            files={"tether.toml": POLICY_TOML},
+            script=_script(
+                _calls("Running both.", _bash("call_allowed"), _bash("call_denied")),
+                _done("One ran, one was denied."),
+            ),
+            effects=(
+                EffectSpec("call_allowed", "bash", "bash"),
+                EffectSpec("call_denied", "bash", "denied"),
+            ),
         ),
         Scenario(
             name="provider-failure",

@@ -131,6 +131,68 @@ EFFECTS_MIGRATIONS: Final[tuple[Migration, ...]] = (
         )""",
         "CREATE INDEX IF NOT EXISTS reconciliations_op ON reconciliations (operation_id)",
     ),
+    # ---- version 2: durable records of honest completion
+    (
+        # Results of the check command (tether.completion.evidence); only 'passed' verifies.
+        """CREATE TABLE IF NOT EXISTS verifications (
+            id              TEXT PRIMARY KEY,
+            session_id      TEXT,
+            tool_started_id TEXT,
+            command         TEXT NOT NULL,
+            exit_status     INTEGER,
+            timed_out       INTEGER NOT NULL,
+            error           TEXT,
+            output_digest   TEXT NOT NULL,
+            output_tail     TEXT NOT NULL,
+            version_start   TEXT,
+            version_end     TEXT,
+            started_at_ms   INTEGER NOT NULL,
+            duration_ms     INTEGER NOT NULL,
+            status          TEXT NOT NULL CHECK (status IN ('passed','failed','void','error'))
+        )""",
+        """CREATE INDEX IF NOT EXISTS verifications_status
+            ON verifications (status, started_at_ms)""",
+        """CREATE INDEX IF NOT EXISTS verifications_started
+            ON verifications (started_at_ms, id)""",
+        """CREATE INDEX IF NOT EXISTS verifications_tool
+            ON verifications (tool_started_id)""",
+        """CREATE INDEX IF NOT EXISTS verifications_version
+            ON verifications (version_start, started_at_ms)""",
+        # Opaque manifests of artifact versions (ArtifactVersion.to_manifest()).
+        """CREATE TABLE IF NOT EXISTS artifact_manifests (
+            version       TEXT PRIMARY KEY,
+            manifest      BLOB NOT NULL,
+            created_at_ms INTEGER NOT NULL
+        )""",
+        # Authorization decisions of tool calls, one per call (tether.effects.authorization).
+        """CREATE TABLE IF NOT EXISTS authorizations (
+            id               INTEGER PRIMARY KEY AUTOINCREMENT,
+            session_id       TEXT NOT NULL,
+            call_key         TEXT NOT NULL,
+            tool_name        TEXT NOT NULL,
+            arguments_digest TEXT NOT NULL,
+            summary          TEXT NOT NULL,
+            decision         TEXT NOT NULL CHECK (decision IN ('allow','deny')),
+            who              TEXT NOT NULL,
+            rule             TEXT NOT NULL,
+            reason           TEXT,
+            decided_at_ms    INTEGER NOT NULL,
+            UNIQUE (session_id, call_key)
+        )""",
+        # Tool calls that failed, with the artifact version they failed at
+        # (tether.completion.failures).
+        """CREATE TABLE IF NOT EXISTS tool_failures (
+            tool_started_id  TEXT PRIMARY KEY,
+            session_id       TEXT NOT NULL,
+            tool_name        TEXT NOT NULL,
+            arguments_digest TEXT NOT NULL,
+            artifact_version TEXT,
+            result_entry_id  TEXT,
+            at_ms            INTEGER NOT NULL
+        )""",
+        """CREATE INDEX IF NOT EXISTS tool_failures_result
+            ON tool_failures (result_entry_id)""",
+    ),
 )
 """The schema of ``effects.db``: migration *i* brings ``user_version`` from *i* to *i + 1*."""
 

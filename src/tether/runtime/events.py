@@ -111,3 +111,32 @@ class Blocked(Event):
     reason: str = ""
     detail: str = ""
     kind: str = "blocked"
+
+
+@dataclass(frozen=True)
+class ToolAuthorized(Event):
+    """A side-effecting call was decided before it started (policy, a person or --yes)."""
+
+    name: str = ""
+    call_id: str = ""
+    decision: str = ""
+    kind: str = "tool_authorized"
+
+
+@dataclass(frozen=True)
+class CompletionChecked(Event):
+    """The completion gate's verdict on a finished run that changed files."""
+
+    status: str = ""
+    message: str = ""
+    changed_files: tuple[str, ...] = ()
+    kind: str = "completion"
+
+
+@dataclass(frozen=True)
+class FollowUpStarted(Event):
+    """``--require-verified``: a follow-up run asks the model to verify (1 or 2)."""
+
+    number: int = 0
+    prompt: str = ""
+    kind: str = "follow_up"

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from tether import faults
+from tether.completion.gate import CompletionCheck
+from tether.completion.stops import StopError, budget_exhausted
+from tether.completion.verify import VerifyTool
 from tether.effects.contract import EffectTool, LookupStatus, has_lookup, safe_lookup
 from tether.effects.db import EffectsDB
 from tether.effects.journal import ActionJournal, is_journaled, journaled_run
@@ -27,11 +31,13 @@ from tether.effects.review import ReviewStore
 from tether.errors import ConfigurationError, ModelError
 from tether.ids import new_uuid7
 from tether.models.base import ModelAdapter, ModelRequest, ModelResponse
+from tether.project import BudgetConfig, ProjectConfig, load_project_config
 from tether.runtime import boundaries, events
 from tether.runtime.compaction import COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, plan_split
 from tether.runtime.config import AgentConfiguration, environment_identity, explain_blocked
 from tether.runtime.facts import abort_requested_record
 from tether.runtime.facts import started_result_entry as _started_result_entry
+from tether.runtime.guards import Authorizer, Guards, follow_up_prompt
 from tether.session.canonical import source_digest
 from tether.session.planner import (
     ABORTED_ERROR,
@@ -71,6 +77,8 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 AGENTS_FILE = "AGENTS.md"
 MAX_AGENTS_BYTES = 64 * 1024
+MAX_FOLLOW_UPS = 2
+"""Follow-up runs ``require_verified`` starts at most, asking the model to verify."""
 
 
 class RunStatus(StrEnum):
@@ -95,10 +103,25 @@ class RunResult:
     message: str | None = None
     usage: Usage = field(default_factory=Usage)
     session_usage: Usage = field(default_factory=Usage)
+    verification: CompletionCheck | None = None
+    """The completion gate's verdict, for a completed run that changed files."""
+    follow_ups: int = 0
+    """Follow-up runs started to get the work verified (``require_verified``)."""
+    require_verified: bool = False
 
     @property
     def resume_command(self) -> str:
         return f"tether resume {self.session_id}"
+
+    @property
+    def unverified(self) -> bool:
+        """Verification was required, the run completed, and it is still not verified."""
+        return (
+            self.require_verified
+            and self.status is RunStatus.COMPLETED
+            and self.verification is not None
+            and not self.verification.verified
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,10 +135,24 @@ class RunResult:
             "message": self.message,
             "usage": self.usage.to_json(),
             "sessionUsage": self.session_usage.to_json(),
+            "verification": (
+                self.verification.to_json() if self.verification is not None else None
+            ),
+            "followUps": self.follow_ups,
+            "unverified": self.unverified,
         }
 
 
 EventSink = Callable[[events.Event], None]
+
+
+def _usage_sum(first: Usage, second: Usage) -> Usage:
+    return Usage(
+        first.input + second.input,
+        first.output + second.output,
+        first.cache_read + second.cache_read,
+        first.cache_write + second.cache_write,
+    )
 
 
 def _usage_delta(after: Usage, before: Usage) -> Usage:
@@ -143,8 +180,17 @@ class Agent:
     """Runs an agent whose every step is written ahead to a session log.
 
     ``model`` is a :class:`~tether.models.base.ModelAdapter`; ``tools`` defaults to the
-    built-ins (``read``, ``bash``, ``write``, ``edit``). ``AGENTS.md`` in the workspace
-    is appended to the system prompt. ``on_event`` receives progress events.
+    built-ins (``read``, ``bash``, ``write``, ``edit``), plus ``verify`` when ``tether.toml``
+    configures a check command. ``AGENTS.md`` in the workspace is appended to the system
+    prompt. ``on_event`` receives progress events.
+
+    ``project`` is the workspace's ``tether.toml`` (read from the workspace when omitted):
+    the check command, the authorization policy and the budgets (``budget`` overrides
+    them). ``authorize`` asks a person about calls the policy marks ``ask`` (without it
+    nobody can be asked: such calls are denied); ``assume_yes`` answers every ``ask`` with
+    yes. ``require_verified`` (default: ``[verify] required``) starts up to
+    :data:`MAX_FOLLOW_UPS` follow-up runs asking the model to verify when a run that
+    changed files completes unverified.
     """
 
     def __init__(
@@ -161,13 +207,38 @@ class Agent:
         on_event: EventSink | None = None,
         tool_timeout: float | None = None,
         read_agents_md: bool = True,
+        project: ProjectConfig | None = None,
+        authorize: Authorizer | None = None,
+        assume_yes: bool = False,
+        require_verified: bool | None = None,
+        budget: BudgetConfig | None = None,
     ) -> None:
         root = Path(workspace)
         if not root.is_dir():
             raise ConfigurationError(f"workspace {str(root)!r} is not a directory")
         self.workspace = Path(os.path.realpath(root))
         self.model = model
-        self.registry = ToolRegistry(list(tools) if tools is not None else builtin_tools())
+        self.project = project if project is not None else load_project_config(self.workspace)
+        self.budget = budget if budget is not None else self.project.budget
+        self.require_verified = (
+            require_verified if require_verified is not None else self.project.verify.required
+        )
+        if self.require_verified and self.project.verify.command is None:
+            raise ConfigurationError(
+                "verification is required but no check command is configured: add "
+                '[verify] command = "pytest -q" (or your own) to tether.toml'
+            )
+        self._guards = Guards(
+            self.workspace,
+            self.project,
+            lambda: self._effects_stores()[0],
+            authorize=authorize,
+            assume_yes=assume_yes,
+        )
+        chosen = list(tools) if tools is not None else builtin_tools()
+        if self.project.verify.command is not None and all(t.name != "verify" for t in chosen):
+            chosen.append(VerifyTool(lambda: self._guards.verifier))
+        self.registry = ToolRegistry(chosen)
         prompt = system_prompt if system_prompt is not None else DEFAULT_SYSTEM_PROMPT
         agents = _load_agents_md(self.workspace) if read_agents_md else None
         if agents is not None:
@@ -191,15 +262,46 @@ class Agent:
         )
         self._on_event = on_event
         self._cancel = threading.Event()
+        self._run_input: str | None = None
+        self._pending_stop: StopError | None = None
         self._last_session: str | None = None
         self._effects: tuple[EffectsDB, ActionJournal, ReviewStore] | None = None
 
     # ------------------------------------------------------------------ public API
 
     def run(self, prompt: str, *, session: str | None = None) -> RunResult:
-        """Accept ``prompt`` as a new run (in a new session unless ``session`` is given)."""
+        """Accept ``prompt`` as a new run (in a new session unless ``session`` is given).
+
+        With ``require_verified``, a run that changed files and completed without fresh
+        passing evidence is followed by up to :data:`MAX_FOLLOW_UPS` runs in the same
+        session asking the model to verify; :attr:`RunResult.unverified` says whether it
+        is still unverified after them.
+        """
         if not prompt or not prompt.strip():
             raise ConfigurationError("the prompt is empty")
+        result = self._run_once(prompt, session)
+        return self._follow_up(result)
+
+    def _follow_up(self, result: RunResult) -> RunResult:
+        usage = result.usage
+        count = 0
+        while (
+            self.require_verified
+            and result.status is RunStatus.COMPLETED
+            and result.verification is not None
+            and not result.verification.verified
+            and count < MAX_FOLLOW_UPS
+        ):
+            count += 1
+            prompt = follow_up_prompt(result.verification)
+            self._emit(events.FollowUpStarted(number=count, prompt=prompt))
+            result = self._run_once(prompt, result.session_id, always_gate=True)
+            usage = _usage_sum(usage, result.usage)
+        return replace(result, usage=usage, follow_ups=count)
+
+    def _run_once(
+        self, prompt: str, session: str | None, *, always_gate: bool = False
+    ) -> RunResult:
         with self._open(session) as store, self._abortable():
             blocked = self._settle_unfinished(store)
             if blocked is not None:
@@ -228,7 +330,7 @@ class Agent:
                 ]
             )
             faults.hit(boundaries.RUN_ACCEPTED)
-            return self._drive(store, usage_before=before)
+            return self._drive(store, usage_before=before, always_gate=always_gate)
 
     def resume(self, session: str, *, abort: bool = False) -> RunResult:
         """Continue the session's unfinished operation exactly as the planner says.
@@ -240,7 +342,8 @@ class Agent:
         with self._open(session) as store, self._abortable():
             if abort:
                 self._request_abort(store, store.state)
-            return self._drive(store)
+            result = self._drive(store)
+        return result if abort else self._follow_up(result)
 
     def compact(self, session: str, *, keep_turns: int = 1) -> RunResult:
         """Summarise the history as its own durable operation, keeping the latest turns."""
@@ -354,30 +457,63 @@ class Agent:
             session_path=store.path,
             usage=_usage_delta(usage, usage_before) if usage_before is not None else Usage(),
             session_usage=usage,
+            require_verified=self.require_verified,
             **details,
         )
 
     # ------------------------------------------------------------------ the loop
 
-    def _drive(self, store: SessionStore, *, usage_before: Usage | None = None) -> RunResult:
-        """Carry out plans until the session is idle or recovery is blocked."""
+    def _drive(
+        self,
+        store: SessionStore,
+        *,
+        usage_before: Usage | None = None,
+        always_gate: bool = False,
+    ) -> RunResult:
+        """Carry out plans until the session is idle or recovery is blocked.
+
+        Between plans the stop conditions apply to a run: a ``repeated_failure`` noted by
+        the last tool call, or an exhausted budget before a new step or tool call, ends
+        it ``failed``. A completed run that changed files (or any, with ``always_gate``)
+        gets the completion gate's verdict.
+        """
         if usage_before is None:
             usage_before = store.state.usage
         outcome: dict[str, Any] = {}
         current = self.configuration.current
+        operation = store.state.operation
+        run_input = operation.input_entry_id if isinstance(operation, RunOperation) else None
+        self._run_input = run_input
+        self._pending_stop = None
+        began = time.monotonic()
         while True:
             state = store.state
             if self._cancel.is_set() and not isinstance(state.operation, IdleOperation):
                 self._request_abort(store, state)
                 state = store.state
+            stop = self._take_stop()
+            if stop is not None and self._stoppable(state):
+                self._fail_operation(store, state, stop, outcome)
+                continue
             plan: Plan = plan_recovery(state, current)
             reconciled = self._reconcile(store, state, plan)
             if isinstance(reconciled, _Aborted):
                 continue
             if reconciled is not None:
                 plan = reconciled
+            if run_input is not None and self._stoppable(state):
+                stop = self._budget_stop(state, plan, run_input, usage_before, began)
+                if stop is not None:
+                    self._fail_operation(store, state, stop, outcome)
+                    continue
             if isinstance(plan, Finish):
                 if plan.is_idle:
+                    if run_input is not None and outcome.get("status") is RunStatus.COMPLETED:
+                        gate = always_gate or self._guards.changed_files_in_run(
+                            state, run_input, self.registry.get
+                        )
+                        if gate:
+                            outcome["verification"] = self._assess()
                     return self._finished(store, outcome, usage_before)
                 self._finish(store, state, plan, outcome)
             elif isinstance(plan, StartStep):
@@ -407,7 +543,88 @@ class Agent:
             completion=outcome.get("completion"),
             error=outcome.get("error"),
             message=outcome.get("message"),
+            verification=outcome.get("verification"),
         )
+
+    # ------------------------------------------------------------------ stops and gate
+
+    def _take_stop(self) -> StopError | None:
+        """The stop a tool call noted (``repeated_failure``), once."""
+        stop, self._pending_stop = self._pending_stop, None
+        return stop
+
+    @staticmethod
+    def _stoppable(state: SessionState) -> bool:
+        """A run that may still be ended ``failed`` by a stop condition."""
+        operation = state.operation
+        return isinstance(operation, RunOperation) and not operation.abort_requested
+
+    def _budget_stop(
+        self,
+        state: SessionState,
+        plan: Plan,
+        run_input: str,
+        usage_before: Usage,
+        began: float,
+    ) -> StopError | None:
+        """``budget_exhausted`` before a new step (steps, tokens, time) or a new tool call
+        (tokens, time). Retries and replays after a crash are not new work."""
+        budget = self.budget
+        if budget.max_steps is None and budget.max_tokens is None and budget.max_seconds is None:
+            return None
+        if isinstance(plan, StartStep) and plan.attempt == 1:
+            steps = _assistant_steps(state, run_input) if budget.max_steps is not None else 0
+        elif isinstance(plan, StartTool) and plan.mode is not ToolMode.REPLAY:
+            steps = 0
+        else:
+            return None
+        used = _usage_delta(state.usage, usage_before)
+        return budget_exhausted(
+            steps=steps,
+            tokens=used.input + used.output,
+            elapsed=time.monotonic() - began,
+            max_steps=budget.max_steps,
+            max_tokens=budget.max_tokens,
+            max_seconds=budget.max_seconds,
+        )
+
+    def _fail_operation(
+        self, store: SessionStore, state: SessionState, stop: StopError, outcome: dict[str, Any]
+    ) -> None:
+        """End the active run ``failed`` with a stop condition's error."""
+        operation = state.operation
+        assert isinstance(operation, RunOperation)
+        error = stop.to_json()
+        store.commit(
+            [
+                {
+                    "kind": "record",
+                    "record": {
+                        "type": "operationFinished",
+                        "operationId": operation.operation_id,
+                        "operationKind": operation.kind,
+                        "outcome": "failed",
+                        "error": error,
+                    },
+                }
+            ]
+        )
+        faults.hit(boundaries.OPERATION_FINISHED)
+        self._emit(events.OperationFinished(operation=operation.kind, outcome="failed"))
+        outcome["status"] = RunStatus.FAILED
+        outcome["error"] = error
+        outcome["message"] = f"{stop.code}: {stop.message}"
+
+    def _assess(self) -> CompletionCheck:
+        check = self._guards.assess()
+        self._emit(
+            events.CompletionChecked(
+                status=check.status.value,
+                message=check.message,
+                changed_files=check.changed_files,
+            )
+        )
+        return check
 
     def _blocked(
         self, store: SessionStore, state: SessionState, plan: Blocked, usage_before: Usage
@@ -841,30 +1058,62 @@ class Agent:
                 ],
             )
             return
+        authorization, denial = self._guards.authorize(
+            store.session_id,
+            plan.assistant_entry_id,
+            plan.tool_index,
+            validated.tool,
+            validated.arguments,
+        )
+        if authorization is not None:
+            self._emit(
+                events.ToolAuthorized(
+                    name=plan.tool_name,
+                    call_id=call["id"],
+                    decision="deny" if denial is not None else "allow",
+                )
+            )
         started_id = new_uuid7()
         result_id = new_uuid7()
-        store.commit(
-            [
-                {
-                    "kind": "record",
-                    "id": started_id,
-                    "record": {
-                        "type": "toolStarted",
-                        "operationId": operation.operation_id,
-                        "stepId": operation.step.step_id,
-                        "assistantEntryId": plan.assistant_entry_id,
-                        "toolIndex": plan.tool_index,
-                        "toolCallId": call["id"],
-                        "toolName": plan.tool_name,
-                        "arguments": validated.arguments,
-                        "replay": validated.declaration.replay.value,
-                        "replayKey": validated.declaration.replay_key,
-                        "environmentIdentity": self.environment,
-                        "resultEntryId": result_id,
-                    },
-                }
-            ]
-        )
+        facts: list[dict[str, Any]] = [
+            {
+                "kind": "record",
+                "id": started_id,
+                "record": {
+                    "type": "toolStarted",
+                    "operationId": operation.operation_id,
+                    "stepId": operation.step.step_id,
+                    "assistantEntryId": plan.assistant_entry_id,
+                    "toolIndex": plan.tool_index,
+                    "toolCallId": call["id"],
+                    "toolName": plan.tool_name,
+                    "arguments": validated.arguments,
+                    "replay": validated.declaration.replay.value,
+                    "replayKey": validated.declaration.replay_key,
+                    "environmentIdentity": self.environment,
+                    "resultEntryId": result_id,
+                },
+            }
+        ]
+        if denial is not None:
+            # A denied call never runs: its intent and its error result are one
+            # transaction, so no crash can leave it pending (and replayable).
+            facts.append(
+                _started_result_entry(
+                    result_entry_id=result_id,
+                    step_id=operation.step.step_id,
+                    tool_started_id=started_id,
+                    tool_name=plan.tool_name,
+                    call_id=call["id"],
+                    content=denial,
+                    is_error=True,
+                )
+            )
+            store.commit(facts)
+            self._emit(events.ToolSkipped(name=plan.tool_name, call_id=call["id"], reason="denied"))
+            self._note_failure(store, started_id, result_id, plan.tool_name, validated.arguments)
+            return
+        store.commit(facts)
         faults.hit(boundaries.BEFORE_EFFECT)
         started = store.state.operation
         assert isinstance(started, RunOperation)
@@ -884,6 +1133,7 @@ class Agent:
             operation_id=started.tool_started_id,
             cancel=self._cancel,
             timeout=self.tool_timeout,
+            session_id=store.session_id,
         )
         result: ToolResult | None
         if is_journaled(tool):
@@ -914,6 +1164,31 @@ class Agent:
             call_id=started.tool_call_id,
             content=result.content,
             is_error=result.is_error,
+        )
+        if result.is_error:
+            self._note_failure(
+                store, started.tool_started_id, started.result_entry_id, tool.name, arguments
+            )
+
+    def _note_failure(
+        self,
+        store: SessionStore,
+        tool_started_id: str,
+        result_entry_id: str,
+        tool_name: str,
+        arguments: Mapping[str, Any],
+    ) -> None:
+        """Record a failed call; a repeated failure ends the run before the next plan."""
+        if self._run_input is None:
+            return
+        self._pending_stop = self._guards.failed_call(
+            store.state,
+            session_id=store.session_id,
+            input_entry_id=self._run_input,
+            tool_started_id=tool_started_id,
+            result_entry_id=result_entry_id,
+            tool_name=tool_name,
+            arguments=arguments,
         )
 
     def _run_tool(
@@ -1005,6 +1280,16 @@ def _observation(decision: RecoveryDecision, item: int | None) -> ToolObservatio
         return ToolObservation(ObservedAction.EXECUTE, reason=decision.reason)
     where = f" (review item {item})" if item is not None else ""
     return ToolObservation(ObservedAction.REVIEW, reason=f"{decision.reason}{where}")
+
+
+def _assistant_steps(state: SessionState, input_entry_id: str) -> int:
+    """How many model steps of the run settled (its assistant entries)."""
+    ids = state.transcript_ids
+    try:
+        start = ids.index(input_entry_id)
+    except ValueError:
+        return 0
+    return sum(1 for message in state.transcript[start + 1 :] if message["role"] == "assistant")
 
 
 def _pending_tool(operation: RunOperation) -> ToolCallState | None:

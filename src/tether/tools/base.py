@@ -48,6 +48,7 @@ from tether.session.state import Replay
 
 __all__ = [
     "BUILTIN_MODULE",
+    "BUILTIN_MODULES",
     "TOOL_NAME_PATTERN",
     "FunctionTool",
     "Rejection",
@@ -64,7 +65,10 @@ TOOL_NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """Tool names accepted by the providers' function-calling APIs."""
 
 BUILTIN_MODULE: Final = "tether.tools.builtin"
-"""Only classes defined in this module may use ``builtin:`` replay keys."""
+"""Only classes defined in this module (or in :data:`BUILTIN_MODULES`) may use ``builtin:``
+replay keys."""
+BUILTIN_MODULES: Final = frozenset({BUILTIN_MODULE, "tether.completion.verify"})
+"""Every module whose tool classes are tether's own: the file tools and ``verify``."""
 
 _BUILTIN_PREFIX: Final = "builtin:"
 
@@ -107,12 +111,14 @@ class ToolContext:
       fact id. A replay of the same call gets the same value.
     * ``cancel`` — set when the user aborts; long-running tools poll it and stop.
     * ``timeout`` — upper bound in seconds for the call, or ``None`` for the tool's default.
+    * ``session_id`` — the session the call belongs to (``None`` outside a session).
     """
 
     workspace: Path
     operation_id: str
     cancel: threading.Event = field(default_factory=threading.Event)
     timeout: float | None = None
+    session_id: str | None = None
 
     def __post_init__(self) -> None:
         if not self.workspace.is_absolute():
@@ -187,7 +193,7 @@ class Tool(ABC):
         key = self.replay_key or f"user:{name}:v1"
         if not isinstance(key, str):
             raise ConfigurationError(f"tool {name!r}: replay_key must be a string")
-        builtin = type(self).__module__ == BUILTIN_MODULE
+        builtin = type(self).__module__ in BUILTIN_MODULES
         if key.startswith(_BUILTIN_PREFIX) and not builtin:
             raise ConfigurationError(
                 f"tool {name!r}: replay key {key!r} is reserved for tether's built-in tools"

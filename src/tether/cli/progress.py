@@ -45,6 +45,7 @@ _SKIP_TEXT = {
     "truncated": "truncated answer",
     "aborted": "aborted, not run",
     "interrupted": "interrupted",
+    "denied": "denied by the policy, not run",
 }
 
 
@@ -277,6 +278,12 @@ class HumanProgress:
             label = self._call_label(event.name, event.call_id)
             reason = _SKIP_TEXT.get(event.reason, event.reason)
             self._line(Text(f"↷ {label} ({printable(reason)})", style="yellow"))
+        elif isinstance(event, events.FollowUpStarted):
+            self._stop()
+            self._line(
+                f"not verified yet: follow-up run {event.number} asks the model to verify",
+                style="yellow",
+            )
         elif isinstance(event, events.Blocked):
             self._stop()
         elif isinstance(event, events.OperationFinished):

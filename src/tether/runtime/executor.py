@@ -37,7 +37,7 @@ from tether.runtime.compaction import COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_
 from tether.runtime.config import AgentConfiguration, environment_identity, explain_blocked
 from tether.runtime.facts import abort_requested_record
 from tether.runtime.facts import started_result_entry as _started_result_entry
-from tether.runtime.guards import Authorizer, Guards, follow_up_prompt
+from tether.runtime.guards import Authorizer, Guards, follow_up_prompt, is_failure
 from tether.session.canonical import source_digest
 from tether.session.planner import (
     ABORTED_ERROR,
@@ -1165,7 +1165,7 @@ class Agent:
             content=result.content,
             is_error=result.is_error,
         )
-        if result.is_error:
+        if is_failure(result):
             self._note_failure(
                 store, started.tool_started_id, started.result_entry_id, tool.name, arguments
             )

@@ -28,7 +28,7 @@ from tether.errors import ArtifactError, CanonicalizationError
 from tether.project import ProjectConfig
 from tether.session.canonical import canonical_json, sha256_digest
 from tether.session.state import Replay, SessionState
-from tether.tools.base import Tool
+from tether.tools.base import Tool, ToolResult
 
 __all__ = [
     "AUTHORIZED",
@@ -37,6 +37,7 @@ __all__ = [
     "Guards",
     "arguments_digest",
     "follow_up_prompt",
+    "is_failure",
 ]
 
 AUTHORIZED = faults.register(
@@ -58,6 +59,13 @@ class AuthorizationRequest:
 
 Authorizer = Callable[[AuthorizationRequest], bool]
 """Asks a person; ``True`` allows the call. Called only for ``ask`` decisions."""
+
+
+def is_failure(result: ToolResult) -> bool:
+    """A call that failed: an error result, or a command that exited non-zero (``bash``
+    reports that as a successful call with ``exit_code`` in its metadata)."""
+    code = result.metadata.get("exit_code")
+    return result.is_error or (isinstance(code, int) and code != 0)
 
 
 def arguments_digest(arguments: Mapping[str, Any]) -> str:

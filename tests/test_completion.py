@@ -304,6 +304,46 @@ def test_two_identical_failing_calls_end_the_run_with_repeated_failure(tmp_path:
     assert finished[-1]["record"]["error"]["code"] == "repeated_failure"
 
 
+def test_a_stop_answers_the_calls_it_did_not_run_and_the_session_goes_on(
+    tmp_path: Path,
+) -> None:
+    root = workspace(tmp_path)
+    steps = script(
+        calls(
+            bash("b1", "exit 3"),
+            bash("b2", "exit 3"),
+            bash("b3", "echo later >> later.txt"),
+        ),
+        done("Next run."),
+    )
+    subject = agent(root, steps)
+    try:
+        stopped = subject.run("do it")
+        assert stopped.error is not None and stopped.error["code"] == "repeated_failure"
+        assert not (root / "later.txt").exists()
+        state = session_state(stopped)
+        answers = [m for m in state.transcript if m["role"] == "tool"]
+        assert [m["tool_call_id"] for m in answers] == ["b1", "b2", "b3"]
+        assert answers[2]["content"] == "Operation aborted before execution."
+        # The transcript is legal, so the session can go on.
+        following = subject.run("and now?", session=stopped.session_id)
+    finally:
+        subject.close()
+    assert following.status is RunStatus.COMPLETED and following.text == "Next run."
+
+
+def test_a_time_budget_between_calls_answers_the_rest_aborted(tmp_path: Path) -> None:
+    root = workspace(tmp_path)
+    result = run(
+        root,
+        script(calls(bash("b1", "sleep 0.3"), bash("b2", "echo 1 >> late.txt")), done()),
+        budget=BudgetConfig(max_seconds=0.2),
+    )
+    assert result.error is not None and result.error["code"] == "budget_exhausted"
+    assert not (root / "late.txt").exists()
+    assert tool_messages(result)[1] == "Operation aborted before execution."
+
+
 def test_a_failing_call_that_changes_files_is_not_a_repeat(tmp_path: Path) -> None:
     root = workspace(tmp_path)
     result = run(

@@ -53,9 +53,11 @@ from tether.session.planner import (
     StartStep,
     StartTool,
     SyntheticReason,
+    SyntheticResult,
     ToolMode,
     ToolObservation,
     plan_recovery,
+    unanswered_calls,
 )
 from tether.session.state import (
     CompactionOperation,
@@ -591,24 +593,29 @@ class Agent:
     def _fail_operation(
         self, store: SessionStore, state: SessionState, stop: StopError, outcome: dict[str, Any]
     ) -> None:
-        """End the active run ``failed`` with a stop condition's error."""
+        """End the active run ``failed`` with a stop condition's error.
+
+        Calls of the current step that were not carried out are answered first (``aborted``,
+        never run), in the same transaction: the transcript stays legal for the next run
+        and no crash can separate the answers from the end of the run.
+        """
         operation = state.operation
         assert isinstance(operation, RunOperation)
         error = stop.to_json()
-        store.commit(
-            [
-                {
-                    "kind": "record",
-                    "record": {
-                        "type": "operationFinished",
-                        "operationId": operation.operation_id,
-                        "operationKind": operation.kind,
-                        "outcome": "failed",
-                        "error": error,
-                    },
-                }
-            ]
+        facts = self._synthetic_facts(state, unanswered_calls(state))
+        facts.append(
+            {
+                "kind": "record",
+                "record": {
+                    "type": "operationFinished",
+                    "operationId": operation.operation_id,
+                    "operationKind": operation.kind,
+                    "outcome": "failed",
+                    "error": error,
+                },
+            }
         )
+        store.commit(facts)
         faults.hit(boundaries.OPERATION_FINISHED)
         self._emit(events.OperationFinished(operation=operation.kind, outcome="failed"))
         outcome["status"] = RunStatus.FAILED
@@ -1218,10 +1225,19 @@ class Agent:
     def _append_synthetic(
         self, store: SessionStore, state: SessionState, plan: AppendSynthetic
     ) -> None:
+        store.commit(self._synthetic_facts(state, plan.results))
+
+    def _synthetic_facts(
+        self, state: SessionState, results: Sequence[SyntheticResult]
+    ) -> list[dict[str, Any]]:
+        """The entries of synthetic results (spec 15: interrupted → started form, the
+        other reasons → pre-execution form); each is reported as a skipped call."""
         operation = state.operation
-        assert isinstance(operation, RunOperation) and operation.step is not None
         facts: list[dict[str, Any]] = []
-        for item in plan.results:
+        if not results:
+            return facts
+        assert isinstance(operation, RunOperation) and operation.step is not None
+        for item in results:
             if item.reason is SyntheticReason.INTERRUPTED:
                 tool_state = next(
                     t for t in operation.tool_calls if t.tool_started_id == item.tool_started_id
@@ -1260,7 +1276,7 @@ class Agent:
                     name=item.tool_name, call_id=item.tool_call_id, reason=item.reason.value
                 )
             )
-        store.commit(facts)
+        return facts
 
 
 class _Aborted:

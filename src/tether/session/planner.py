@@ -69,6 +69,7 @@ __all__ = [
     "parse_tool_arguments",
     "plan_from_json",
     "plan_recovery",
+    "unanswered_calls",
 ]
 
 
@@ -922,6 +923,33 @@ def _pre_execution(assistant: _Assistant, index: int, reason: SyntheticReason) -
     )
 
 
+def unanswered_calls(state: SessionState) -> tuple[SyntheticResult, ...]:
+    """The results that answer every call of the run's current assistant message that has
+    none yet: ``interrupted`` for a started call, a pre-execution ``aborted`` for one that
+    never started (rule 2.2). Used whenever a run ends before its calls were all carried
+    out, so that the transcript stays legal (every call answered exactly once)."""
+    op = state.operation
+    if not isinstance(op, RunOperation):
+        return ()
+    step = op.step
+    if step is None or step.status is not StepStatus.SETTLED:
+        return ()
+    assistant = _current_assistant(state.transcript, step)
+    if assistant is None or not assistant.calls:
+        return ()
+    pending = _pending_tools(op, assistant.entry_id)
+    items: list[SyntheticResult] = []
+    for index, call in enumerate(assistant.calls):
+        if call["id"] in assistant.answered:
+            continue
+        tool = pending.get(index)
+        if tool is not None:
+            items.append(SyntheticResult.interrupted(tool))
+        else:
+            items.append(_pre_execution(assistant, index, SyntheticReason.ABORTED))
+    return tuple(items)
+
+
 def _boundary(state: SessionState, fallback: str) -> str:
     """B; ``fallback`` only when the state has none (impossible once a run/compaction exists)."""
     return state.context_boundary if state.context_boundary is not None else fallback
@@ -956,21 +984,9 @@ def plan_recovery(
     if op.abort_requested:
         if step is not None and step.status is StepStatus.ATTEMPTING:  # 2.1
             return CloseAttempt()
-        if isinstance(op, RunOperation) and step is not None and step.status is StepStatus.SETTLED:
-            assistant = _current_assistant(state.transcript, step)
-            if assistant is not None and assistant.calls:  # 2.2
-                pending = _pending_tools(op, assistant.entry_id)
-                items: list[SyntheticResult] = []
-                for index, call in enumerate(assistant.calls):
-                    if call["id"] in assistant.answered:
-                        continue
-                    tool = pending.get(index)
-                    if tool is not None:
-                        items.append(SyntheticResult.interrupted(tool))
-                    else:
-                        items.append(_pre_execution(assistant, index, SyntheticReason.ABORTED))
-                if items:
-                    return AppendSynthetic(tuple(items))
+        items = unanswered_calls(state)  # 2.2
+        if items:
+            return AppendSynthetic(items)
         return _FINISH_ABORTED  # 2.3
 
     # Rule 3: no attempt yet — the first attempt names the boundary B.

@@ -330,11 +330,6 @@ def test_to_json_round_trips_every_field() -> None:
     assert isinstance(data["changedFiles"], list)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: an error result with exit status 0 (e.g. the end version could not be "
-    "computed) is described as 'exited 0'; the error text is dropped",
-)
 def test_error_with_exit_status_zero_reports_the_error() -> None:
     at = verification(ERROR, exit_status=0, error="workspace unreadable", version_end=None)
     check = assess(at_current=at)
@@ -610,9 +605,9 @@ def test_time_budget_boundary() -> None:
     assert stop is not None
     assert stop.code == BUDGET_EXHAUSTED
     assert stop.message == "the run used its time budget (30.0 s of 30 s)"
-    late = budget(elapsed=42.25, max_seconds=2.5)
+    late = budget(elapsed=42.26, max_seconds=2.5)
     assert late is not None
-    assert "(42.2 s of 2.5 s)" in late.message or "(42.3 s of 2.5 s)" in late.message
+    assert late.message == "the run used its time budget (42.3 s of 2.5 s)"
 
 
 def test_zero_limits_stop_immediately() -> None:
@@ -685,10 +680,7 @@ def test_describe_call_shortens_to_200() -> None:
     ],
 )
 def test_describe_call_handles_non_json_arguments(arguments: Any) -> None:
-    text = describe_call("tool", arguments)
-    assert text == ("tool " + repr(arguments))[:200] or text.endswith("…")
-    assert text.startswith("tool {")
-    assert len(text) <= 200
+    assert describe_call("tool", arguments) == "tool " + repr(arguments)
 
 
 def test_describe_call_handles_a_cycle() -> None:
@@ -845,11 +837,6 @@ def test_arguments_digest_ignores_nested_key_order_of_strings() -> None:
     assert one == two
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: with a number anywhere in the arguments the fallback digest is "
-    "repr(sorted(top-level items)), so the key order of nested objects changes the digest",
-)
 def test_arguments_digest_ignores_nested_key_order_with_numbers() -> None:
     one = arguments_digest({"edits": [{"old": "a", "new": "b"}], "limit": 1})
     two = arguments_digest({"limit": 1, "edits": [{"new": "b", "old": "a"}]})

@@ -126,11 +126,12 @@ def assess_completion(
     if last_passing is not None:
         changed, known, since = _changes(current, passing_version)
     if at_current is not None:
-        how = (
-            f"exited {at_current.exit_status}"
-            if at_current.exit_status is not None
-            else (at_current.error or "timed out")
-        )
+        if at_current.error is not None:
+            how = f"could not be checked ({at_current.error})"
+        elif at_current.timed_out or at_current.exit_status is None:
+            how = "timed out"
+        else:
+            how = f"exited {at_current.exit_status}"
         text = f"failed: the last check of these files, `{at_current.command}`, {how}"
         return CompletionCheck(
             CompletionStatus.FAILED,

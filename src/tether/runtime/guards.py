@@ -10,6 +10,7 @@ they failed on (so ``repeated_failure`` holds across a resume), and verification
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,11 +70,13 @@ def is_failure(result: ToolResult) -> bool:
 
 
 def arguments_digest(arguments: Mapping[str, Any]) -> str:
-    """The canonical digest of a call's arguments (same arguments, same digest)."""
+    """The canonical digest of a call's arguments: same arguments, same digest, whatever
+    the order of members at any depth (``10`` and ``10.0`` are the same number)."""
     try:
-        return sha256_digest(canonical_json(dict(arguments)))
-    except CanonicalizationError:  # e.g. a non-finite number: fall back to a stable repr
-        return sha256_digest(repr(sorted(arguments.items())).encode("utf-8", "replace"))
+        return sha256_digest(canonical_json(dict(arguments), allow_scalars=True))
+    except CanonicalizationError:  # e.g. a non-finite number: a stable, sorted fallback
+        text = json.dumps(arguments, sort_keys=True, default=repr, allow_nan=True)
+        return sha256_digest(text.encode("utf-8", "surrogatepass"))
 
 
 def call_summary(tool_name: str, arguments: Mapping[str, Any]) -> str:

@@ -448,6 +448,16 @@ def test_ask_without_a_terminal_denies_and_yes_allows(tmp_path: Path) -> None:
     finally:
         db.close()
     assert (decision.decision, decision.who) == ("allow", "--yes")
+    # An explicit allow rule is the policy's decision, even with --yes.
+    (tmp_path / "explicit").mkdir()
+    explicit = workspace(tmp_path / "explicit", toml='[policy.tools]\nbash = "allow"\n')
+    ran = run(explicit, script(calls(bash("b", "true")), done()), assume_yes=True)
+    db = effects_db(explicit)
+    try:
+        [decision] = AuthorizationStore(db).list(ran.session_id)
+    finally:
+        db.close()
+    assert (decision.decision, decision.who) == ("allow", "policy")
 
 
 def test_a_persons_answer_decides_and_is_recorded_before_the_call(tmp_path: Path) -> None:

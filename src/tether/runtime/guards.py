@@ -218,7 +218,8 @@ class Guards:
             return earlier, None if allowed else text
         summary = call_summary(tool.name, arguments)
         decision = verdict.decision
-        who = "--yes" if self.assume_yes and decision is Decision.ALLOW else "policy"
+        # --yes only decides where the policy said ask (its verdict's rule says so).
+        who = "--yes" if verdict.rule.startswith("--yes") else "policy"
         reason = verdict.reason
         if decision is Decision.ASK:
             assert self._authorize is not None

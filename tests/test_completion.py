@@ -494,6 +494,24 @@ def test_a_persons_answer_decides_and_is_recorded_before_the_call(tmp_path: Path
     assert "declined at the terminal" in tool_messages(result)[1]
 
 
+def test_run_on_a_terminal_asks_only_where_a_rule_says_ask(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def answer(request: AuthorizationRequest) -> bool:
+        asked.append(request.summary)
+        return True
+
+    steps = script(calls(bash("b", "echo 1 >> counter.txt"), write("w", "a.txt", "a")), done())
+    # tether run on a terminal: a person can answer, but allow stays the default.
+    plain = workspace(tmp_path, toml=None)
+    run(plain, steps, authorize=answer, ask_by_default=False)
+    assert asked == [] and (plain / "counter.txt").exists()
+    (tmp_path / "ruled").mkdir()
+    ruled = workspace(tmp_path / "ruled", toml='[policy.tools]\nbash = "ask"\n')
+    run(ruled, steps, authorize=answer, ask_by_default=False)
+    assert asked == ["echo 1 >> counter.txt"]
+
+
 def test_a_denial_is_final_two_identical_denials_stop_the_run(tmp_path: Path) -> None:
     root = workspace(tmp_path, toml=DENY_COUNTER)
     result = run(

@@ -120,7 +120,7 @@ def start_repl(settings: AgentSettings, *, session: str | None = None) -> None:
     """Build the agent (errors exit as usual) and run the read-eval loop."""
     # With a terminal a person answers the policy's questions (ask is the REPL's default
     # for bash, write, edit and effect tools); piped input is a script, never asked.
-    settings = replace(settings, interactive=sys.stdin.isatty())
+    settings = replace(settings, interactive=sys.stdin.isatty(), ask_by_default=True)
     with agent_errors():
         progress = make_progress(settings.json_output)
         agent = build_agent(settings, progress)

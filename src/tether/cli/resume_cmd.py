@@ -25,6 +25,7 @@ from tether.cli.run_cmd import (
     WorkspaceOption,
     YesOption,
     run_agent_command,
+    terminal_attached,
 )
 
 
@@ -97,6 +98,7 @@ def resume(
         max_steps=max_steps,
         max_tokens=max_tokens,
         max_seconds=max_seconds,
+        interactive=terminal_attached(),
     )
     run_agent_command(
         settings, lambda agent: agent.resume(session, abort=abort), abort_requested=abort

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shlex
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -241,7 +242,9 @@ class AgentSettings:
     max_tokens: int | None = None
     max_seconds: float | None = None
     interactive: bool = False
-    """A person answers authorization questions at the terminal (the REPL on a tty)."""
+    """A person can answer authorization questions at the terminal."""
+    ask_by_default: bool = False
+    """Ask about every side-effecting call no rule names (the REPL on a terminal)."""
 
 
 class ObservedModel:
@@ -316,6 +319,7 @@ def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
         budget=budget,
         authorize=terminal_authorizer(progress) if settings.interactive else None,
         assume_yes=settings.assume_yes,
+        ask_by_default=settings.ask_by_default and settings.interactive,
         require_verified=True if settings.require_verified else None,
     )
 
@@ -447,9 +451,10 @@ def run(
     Ctrl+C aborts the run durably (exit 130); a second Ctrl+C exits at once
     and the session stays resumable with `tether resume ID`.
 
-    Calls the policy of tether.toml says to ask about are denied unless --yes
-    is given (use the REPL to be asked). A completed run that changed files
-    reports whether a passing check backs it (see `tether verify`).
+    Calls the policy of tether.toml says to ask about are asked on the
+    terminal; without one (a pipe, CI) they are denied unless --yes is given.
+    A completed run that changed files reports whether a passing check backs
+    it (see `tether verify`).
 
     Exit status: 0 completed, 1 failed (also repeated_failure and
     budget_exhausted), 2 usage error (no model, no API key, bad tether.toml,
@@ -472,8 +477,17 @@ def run(
         max_steps=max_steps,
         max_tokens=max_tokens,
         max_seconds=max_seconds,
+        interactive=terminal_attached(),
     )
     run_agent_command(settings, lambda agent: agent.run(prompt, session=session))
+
+
+def terminal_attached() -> bool:
+    """Whether a person can answer questions: stdin and stderr are terminals."""
+    try:
+        return sys.stdin.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def run_agent_command(
@@ -508,4 +522,5 @@ __all__ = [
     "location_flags",
     "register",
     "run",
+    "terminal_attached",
 ]

@@ -157,8 +157,13 @@ def decide(
     kind: ToolKind,
     interactive: bool,
     assume_yes: bool,
+    ask_by_default: bool | None = None,
 ) -> PolicyVerdict:
     """Decide whether a call of ``tool_name`` with ``arguments`` may run.
+
+    ``ask_by_default`` (default: ``interactive``) selects the built-in default of rule 3:
+    the REPL asks by default; ``tether run`` on a terminal can ask (for ``ask`` rules) but
+    allows by default.
 
     Rules (see the module docstring for details):
 
@@ -175,7 +180,8 @@ def decide(
     Never raises for any policy, tool name or arguments; never returns ASK when not
     ``interactive``.
     """
-    raw = _raw_verdict(policy, tool_name, arguments, kind=kind, interactive=interactive)
+    asks = interactive if ask_by_default is None else ask_by_default
+    raw = _raw_verdict(policy, tool_name, arguments, kind=kind, ask_by_default=asks)
     if raw.decision is not Decision.ASK:
         return raw
     if assume_yes:
@@ -191,7 +197,7 @@ def _raw_verdict(
     arguments: Mapping[str, Any],
     *,
     kind: ToolKind,
-    interactive: bool,
+    ask_by_default: bool,
 ) -> PolicyVerdict:
     """Rules 1–3: the decision before ``--yes`` and the terminal are taken into account."""
     named = policy.tools.get(tool_name)
@@ -209,7 +215,7 @@ def _raw_verdict(
         return PolicyVerdict(named, tool_rule, None)
     if policy.default is not None:
         return PolicyVerdict(policy.default, _RULE_POLICY_DEFAULT, None)
-    if interactive:
+    if ask_by_default:
         return PolicyVerdict(Decision.ASK, _RULE_REPL_DEFAULT, None)
     return PolicyVerdict(Decision.ALLOW, _RULE_BATCH_DEFAULT, None)
 

@@ -190,9 +190,10 @@ class Agent:
     the check command, the authorization policy and the budgets (``budget`` overrides
     them). ``authorize`` asks a person about calls the policy marks ``ask`` (without it
     nobody can be asked: such calls are denied); ``assume_yes`` answers every ``ask`` with
-    yes. ``require_verified`` (default: ``[verify] required``) starts up to
-    :data:`MAX_FOLLOW_UPS` follow-up runs asking the model to verify when a run that
-    changed files completes unverified.
+    yes. ``ask_by_default`` (default: whether ``authorize`` is given) makes ``ask`` the
+    default for side-effecting tools no rule names, as in the REPL. ``require_verified``
+    (default: ``[verify] required``) starts up to :data:`MAX_FOLLOW_UPS` follow-up runs
+    asking the model to verify when a run that changed files completes unverified.
     """
 
     def __init__(
@@ -212,6 +213,7 @@ class Agent:
         project: ProjectConfig | None = None,
         authorize: Authorizer | None = None,
         assume_yes: bool = False,
+        ask_by_default: bool | None = None,
         require_verified: bool | None = None,
         budget: BudgetConfig | None = None,
     ) -> None:
@@ -236,6 +238,7 @@ class Agent:
             lambda: self._effects_stores()[0],
             authorize=authorize,
             assume_yes=assume_yes,
+            ask_by_default=ask_by_default,
         )
         chosen = list(tools) if tools is not None else builtin_tools()
         if self.project.verify.command is not None and all(t.name != "verify" for t in chosen):

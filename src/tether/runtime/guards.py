@@ -145,12 +145,14 @@ class Guards:
         *,
         authorize: Authorizer | None = None,
         assume_yes: bool = False,
+        ask_by_default: bool | None = None,
     ) -> None:
         self.workspace = workspace
         self.project = project
         self._effects = effects
         self._authorize = authorize
         self.assume_yes = assume_yes
+        self.ask_by_default = authorize is not None if ask_by_default is None else ask_by_default
         self._scanner: ArtifactScanner | None = None
         self._verifier: Verifier | None = None
 
@@ -203,10 +205,11 @@ class Guards:
             kind=kind,
             interactive=interactive,
             assume_yes=self.assume_yes,
+            ask_by_default=self.ask_by_default and interactive,
         )
         if verdict.decision is Decision.ALLOW and (
             (kind is ToolKind.READ_ONLY and tool.name not in policy.tools)
-            or (_policy_is_empty(policy) and not interactive and not self.assume_yes)
+            or (_policy_is_empty(policy) and not self.ask_by_default and not self.assume_yes)
         ):
             return None, None
         store = AuthorizationStore(self._effects())

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -717,3 +719,43 @@ def test_an_unreadable_file_is_a_clear_error_and_nothing_is_verified(
 
 def test_project_config_error_is_a_configuration_error() -> None:
     assert issubclass(ProjectConfigError, ConfigurationError)
+
+
+def test_ctrl_c_during_tether_verify_ends_the_check_and_exits_130(tmp_path: Path) -> None:
+    root = workspace(
+        tmp_path, toml='[verify]\ncommand = "sleep 30 & echo $! > ../sleep.pid; wait"\n'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "verify", "--workspace", str(root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    pid_file = tmp_path / "sleep.pid"
+    deadline = time.monotonic() + 20
+    while not (pid_file.exists() and pid_file.read_text().strip()):
+        assert time.monotonic() < deadline, "the check never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err
+    sleeper = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(sleeper):
+        assert time.monotonic() < deadline, "the check's process group outlived tether"
+        time.sleep(0.05)
+    db = effects_db(root)
+    try:
+        assert VerificationStore(db).latest() is None
+    finally:
+        db.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

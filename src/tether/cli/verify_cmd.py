@@ -10,7 +10,8 @@ Exit status: 0 passed (``--status``: verified), 1 failed, timed out or void (the
 changed while it ran) (``--status``: stale, failed or missing), 2 usage error (no check
 command, bad ``tether.toml``), 20 the effects database cannot be used, 30 the artifact
 version cannot be computed (e.g. an unreadable file), 31 the check command could not run
-(not found, not executable).
+(not found, not executable), 130 interrupted by Ctrl+C (the check's process group is
+ended; nothing is recorded).
 """
 
 from __future__ import annotations

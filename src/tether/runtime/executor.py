@@ -37,7 +37,7 @@ from tether.runtime.compaction import COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_
 from tether.runtime.config import AgentConfiguration, environment_identity, explain_blocked
 from tether.runtime.facts import abort_requested_record
 from tether.runtime.facts import started_result_entry as _started_result_entry
-from tether.runtime.guards import Authorizer, Guards, follow_up_prompt, is_failure
+from tether.runtime.guards import Authorizer, Guards, follow_up_prompt, is_failure, run_range
 from tether.session.canonical import source_digest
 from tether.session.planner import (
     ABORTED_ERROR,
@@ -1303,12 +1303,9 @@ def _observation(decision: RecoveryDecision, item: int | None) -> ToolObservatio
 
 def _assistant_steps(state: SessionState, input_entry_id: str) -> int:
     """How many model steps of the run settled (its assistant entries)."""
-    ids = state.transcript_ids
-    try:
-        start = ids.index(input_entry_id)
-    except ValueError:
-        return 0
-    return sum(1 for message in state.transcript[start + 1 :] if message["role"] == "assistant")
+    transcript = state.transcript
+    span = run_range(state, input_entry_id)
+    return sum(1 for i in span if transcript[i]["role"] == "assistant")
 
 
 def _pending_tool(operation: RunOperation) -> ToolCallState | None:

@@ -39,6 +39,7 @@ __all__ = [
     "arguments_digest",
     "follow_up_prompt",
     "is_failure",
+    "run_range",
 ]
 
 AUTHORIZED = faults.register(
@@ -125,7 +126,8 @@ def _policy_is_empty(policy: Policy) -> bool:
     return policy.default is None and not policy.tools and not policy.bash
 
 
-def _run_range(state: SessionState, input_entry_id: str) -> range:
+def run_range(state: SessionState, input_entry_id: str) -> range:
+    """Transcript positions of the run whose user entry is ``input_entry_id`` (after it)."""
     ids = state.transcript_ids
     try:
         start = ids.index(input_entry_id)
@@ -297,7 +299,7 @@ class Guards:
         """Whether the run called a tool that can change files (anything not replay-safe:
         write, edit, bash, effect tools)."""
         transcript = state.transcript
-        for position in _run_range(state, input_entry_id):
+        for position in run_range(state, input_entry_id):
             message = transcript[position]
             if message.get("role") != "assistant":
                 continue
@@ -338,7 +340,7 @@ def _previous_tool_result(
     entries between them are only assistant messages (the calls are consecutive)."""
     ids = state.transcript_ids
     transcript = state.transcript
-    span = _run_range(state, input_entry_id)
+    span = run_range(state, input_entry_id)
     try:
         position = ids.index(result_entry_id, span.start)
     except ValueError:

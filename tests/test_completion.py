@@ -334,6 +334,20 @@ def test_a_stop_answers_the_calls_it_did_not_run_and_the_session_goes_on(
     assert following.status is RunStatus.COMPLETED and following.text == "Next run."
 
 
+def test_the_time_budget_bounds_a_running_command(tmp_path: Path) -> None:
+    root = workspace(tmp_path)
+    began = time.monotonic()
+    result = run(
+        root,
+        script(calls(bash("b1", "sleep 20; echo late >> late.txt")), done()),
+        budget=BudgetConfig(max_seconds=0.5),
+    )
+    assert time.monotonic() - began < 10
+    assert result.error is not None and result.error["code"] == "budget_exhausted"
+    assert not (root / "late.txt").exists()
+    assert "timed out" in tool_messages(result)[0]
+
+
 def test_a_time_budget_between_calls_answers_the_rest_aborted(tmp_path: Path) -> None:
     root = workspace(tmp_path)
     result = run(

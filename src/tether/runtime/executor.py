@@ -269,6 +269,7 @@ class Agent:
         self._cancel = threading.Event()
         self._run_input: str | None = None
         self._pending_stop: StopError | None = None
+        self._deadline: float | None = None
         self._last_session: str | None = None
         self._effects: tuple[EffectsDB, ActionJournal, ReviewStore] | None = None
 
@@ -491,6 +492,11 @@ class Agent:
         self._run_input = run_input
         self._pending_stop = None
         began = time.monotonic()
+        self._deadline = (
+            began + self.budget.max_seconds
+            if run_input is not None and self.budget.max_seconds is not None
+            else None
+        )
         while True:
             state = store.state
             if self._cancel.is_set() and not isinstance(state.operation, IdleOperation):
@@ -552,6 +558,14 @@ class Agent:
         )
 
     # ------------------------------------------------------------------ stops and gate
+
+    def _tool_timeout(self) -> float | None:
+        """The tool's time bound: ``tool_timeout``, cut to what the time budget has left
+        (a tool that runs past the budget is stopped; its result says it timed out)."""
+        if self._deadline is None:
+            return self.tool_timeout
+        left = max(self._deadline - time.monotonic(), 0.001)
+        return left if self.tool_timeout is None else min(self.tool_timeout, left)
 
     def _take_stop(self) -> StopError | None:
         """The stop a tool call noted (``repeated_failure``), once."""
@@ -1142,7 +1156,7 @@ class Agent:
             workspace=self.workspace,
             operation_id=started.tool_started_id,
             cancel=self._cancel,
-            timeout=self.tool_timeout,
+            timeout=self._tool_timeout(),
             session_id=store.session_id,
         )
         result: ToolResult | None

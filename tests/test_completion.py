@@ -773,3 +773,21 @@ def _alive(pid: int) -> bool:
             return handle.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_cli_authorizations_lists_who_what_why(tmp_path: Path) -> None:
+    root = workspace(tmp_path, toml=DENY_COUNTER)
+    result = run(root, script(calls(bash("b", "echo 1 >> counter.txt")), done()))
+    listed = invoke("authorizations", "--workspace", str(root), "--json")
+    assert listed.exit_code == 0
+    [decision] = json.loads(listed.output)
+    assert decision["sessionId"] == result.session_id
+    assert (decision["decision"], decision["who"]) == ("deny", "policy")
+    assert decision["summary"] == "echo 1 >> counter.txt"
+    assert decision["reason"] == "counting is not allowed here"
+    table = invoke("authorizations", "--workspace", str(root))
+    assert table.exit_code == 0 and "deny" in table.output and "counter.txt" in table.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    none = invoke("authorizations", "--workspace", str(empty))
+    assert none.exit_code == 0 and "no authorization decisions" in none.output

@@ -160,8 +160,8 @@ FALLBACK_CASES = [
     (TOOLS_ONLY, "write", True, ASK, "default for side-effecting tools in the REPL"),
     (EMPTY, "bash", True, ASK, "default for side-effecting tools in the REPL"),
     (EMPTY, "publish_report", True, ASK, "default for side-effecting tools in the REPL"),
-    (EMPTY, "bash", False, ALLOW, "default for side-effecting tools without a terminal"),
-    (EMPTY, "write", False, ALLOW, "default for side-effecting tools without a terminal"),
+    (EMPTY, "bash", False, ALLOW, "default for side-effecting tools outside the REPL"),
+    (EMPTY, "write", False, ALLOW, "default for side-effecting tools outside the REPL"),
 ]
 
 

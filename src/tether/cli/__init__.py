@@ -18,6 +18,7 @@ import typer
 
 from tether import __version__
 from tether.cli import (
+    authorizations_cmd,
     crashlab_cmd,
     inspect_cmd,
     lab_cmd,
@@ -50,6 +51,7 @@ COMMAND_MODULES = (
     crashlab_cmd,
     lab_cmd,
     verify_cmd,
+    authorizations_cmd,
 )
 for _module in COMMAND_MODULES:
     _module.register(app)

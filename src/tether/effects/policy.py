@@ -67,7 +67,7 @@ NO_TERMINAL_REASON: Final = (
 _CONFIG: Final = "tether.toml"
 _RULE_READ_ONLY: Final = "read-only tool"
 _RULE_REPL_DEFAULT: Final = "default for side-effecting tools in the REPL"
-_RULE_BATCH_DEFAULT: Final = "default for side-effecting tools without a terminal"
+_RULE_BATCH_DEFAULT: Final = "default for side-effecting tools outside the REPL"
 _RULE_POLICY_DEFAULT: Final = f"{_CONFIG} [policy] default"
 
 

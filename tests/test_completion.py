@@ -791,3 +791,10 @@ def test_cli_authorizations_lists_who_what_why(tmp_path: Path) -> None:
     empty.mkdir()
     none = invoke("authorizations", "--workspace", str(empty))
     assert none.exit_code == 0 and "no authorization decisions" in none.output
+
+
+def test_help_shows_the_tether_toml_tables_literally() -> None:
+    # Typer renders help as rich markup: an unescaped "[verify]" would vanish.
+    assert "[verify]" in invoke("verify", "--help").output
+    run_help = invoke("run", "--help").output
+    assert "[verify]" in run_help and "[budget]" in run_help

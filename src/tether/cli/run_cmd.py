@@ -169,8 +169,8 @@ RequireVerifiedOption = Annotated[
     typer.Option(
         "--require-verified",
         help="A run that changed files must end with a passing check of the files as they "
-        "are now ([verify] command of tether.toml): up to two follow-up runs ask the model "
-        "to verify; exit 66 if it is still unverified. Default: [verify] required.",
+        "are now (\\[verify] command of tether.toml): up to two follow-up runs ask the model "
+        "to verify; exit 66 if it is still unverified. Default: \\[verify] required.",
     ),
 ]
 YesOption = Annotated[
@@ -186,7 +186,7 @@ MaxStepsOption = Annotated[
     int | None,
     typer.Option(
         "--max-steps",
-        help="Model steps a run may take (default: [budget] max_steps, unlimited).",
+        help="Model steps a run may take (default: \\[budget] max_steps, unlimited).",
         metavar="N",
         min=1,
         show_default=False,
@@ -196,7 +196,7 @@ MaxTokensOption = Annotated[
     int | None,
     typer.Option(
         "--max-tokens",
-        help="Input + output tokens a run may use (default: [budget] max_tokens, unlimited).",
+        help="Input + output tokens a run may use (default: \\[budget] max_tokens, unlimited).",
         metavar="N",
         min=1,
         show_default=False,
@@ -206,7 +206,7 @@ MaxSecondsOption = Annotated[
     float | None,
     typer.Option(
         "--max-seconds",
-        help="Wall time of a run in seconds (default: [budget] max_seconds, unlimited).",
+        help="Wall time of a run in seconds (default: \\[budget] max_seconds, unlimited).",
         metavar="SECONDS",
         min=0.001,
         show_default=False,

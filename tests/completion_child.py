@@ -3,11 +3,12 @@
 Usage::
 
     python tests/completion_child.py run    WORKSPACE SCRIPT ASKED [PROMPT]
-    python tests/completion_child.py resume WORKSPACE SCRIPT ASKED SESSION
+    python tests/completion_child.py resume WORKSPACE SCRIPT ASKED SESSION [--no-terminal]
 
 Builds ``Agent(load_model("scripted:SCRIPT"), workspace=WORKSPACE)`` with ``tether.toml``
 read from the workspace and an authorizer that appends one line per question to the file
-ASKED and answers yes, runs or resumes, and prints the RunResult as one JSON line.
+ASKED and answers yes (``--no-terminal``: no authorizer, nobody can be asked), runs or
+resumes, and prints the RunResult as one JSON line.
 Crashes are armed through ``TETHER_CRASH_AT`` / ``TETHER_CRASH_MODE`` (tether.faults).
 """
 
@@ -32,7 +33,12 @@ def main(argv: list[str]) -> int:
             handle.write(f"{request.tool_name} {request.summary}\n")
         return True
 
-    agent = Agent(load_model(f"scripted:{script}"), workspace=workspace, authorize=authorize)
+    terminal = "--no-terminal" not in rest
+    agent = Agent(
+        load_model(f"scripted:{script}"),
+        workspace=workspace,
+        authorize=authorize if terminal else None,
+    )
     try:
         if command == "run":
             result = agent.run(rest[0] if rest else "do it")

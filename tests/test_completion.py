@@ -590,6 +590,23 @@ def test_a_call_authorized_before_a_crash_is_not_asked_again(tmp_path: Path) -> 
     assert (root / "counter.txt").read_text() == "1\n"  # ran exactly once
 
 
+def test_a_call_allowed_by_a_person_before_a_crash_runs_on_a_resume_without_terminal(
+    tmp_path: Path,
+) -> None:
+    root = workspace(tmp_path, toml='[policy.tools]\nbash = "ask"\n')
+    steps = tmp_path / "script.json"
+    steps.write_text(json.dumps(script(calls(bash("b", "echo 1 >> counter.txt")), done())))
+    asked = tmp_path / "asked.txt"
+    crashed = spawn(["run", str(root), str(steps), str(asked)], crash="authorized")
+    assert crashed.returncode == -9, crashed.stderr
+    args = ["resume", str(root), str(steps), str(asked), only_session(root), "--no-terminal"]
+    resumed = spawn(args)
+    assert resumed.returncode == 0, resumed.stderr
+    # Nobody can be asked now, but the person's earlier answer stands.
+    assert (root / "counter.txt").read_text() == "1\n"
+    assert asked.read_text() == "bash echo 1 >> counter.txt\n"
+
+
 def test_a_verify_recorded_before_a_crash_is_answered_from_its_evidence(tmp_path: Path) -> None:
     toml = '[verify]\ncommand = "echo run >> ../check-runs.txt; grep -q good status.txt"\n'
     root = workspace(tmp_path, toml=toml)

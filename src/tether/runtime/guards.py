@@ -24,7 +24,7 @@ from tether.completion.stops import FailedCall, StopError, describe_call, repeat
 from tether.completion.verify import Verifier, workspace_scanner
 from tether.effects.authorization import Authorization, AuthorizationStore, call_key
 from tether.effects.db import EffectsDB
-from tether.effects.policy import Decision, Policy, ToolKind, decide
+from tether.effects.policy import NO_TERMINAL_REASON, Decision, Policy, ToolKind, decide
 from tether.errors import ArtifactError, CanonicalizationError
 from tether.project import ProjectConfig
 from tether.session.canonical import canonical_json, sha256_digest
@@ -217,7 +217,10 @@ class Guards:
         store = AuthorizationStore(self._effects())
         key = call_key(assistant_entry_id, tool_index)
         earlier = store.get(session_id, key)
-        if earlier is not None and verdict.decision is not Decision.DENY:
+        # A deny of the policy itself overrides an earlier decision; "nobody can be asked
+        # now" does not: the person already answered before the crash.
+        policy_denies = verdict.decision is Decision.DENY and verdict.reason != NO_TERMINAL_REASON
+        if earlier is not None and not policy_denies:
             allowed = earlier.decision == Decision.ALLOW.value
             text = denial_text(earlier.who, earlier.rule, earlier.reason)
             return earlier, None if allowed else text
@@ -245,7 +248,7 @@ class Guards:
             reason=reason,
         )
         faults.hit(AUTHORIZED)
-        if verdict.decision is Decision.DENY:
+        if policy_denies:
             return recorded, denial_text("policy", verdict.rule, verdict.reason)
         if recorded.decision == Decision.DENY.value:
             return recorded, denial_text(recorded.who, recorded.rule, recorded.reason)

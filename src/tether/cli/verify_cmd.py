@@ -24,7 +24,7 @@ import typer
 from tether.cli.common import emit_json, handle_errors, one_line, printable
 from tether.completion.evidence import VerificationStatus
 from tether.completion.gate import name_files
-from tether.completion.verify import Verifier, describe_verification
+from tether.completion.verify import NO_COMMAND, Verifier, describe_verification
 from tether.effects.db import EffectsDB
 from tether.errors import ArtifactError, CheckCommandError, ConfigurationError
 from tether.project import load_project_config
@@ -71,10 +71,7 @@ def verify(
             raise ConfigurationError(f"workspace {str(workspace)!r} is not a directory")
         project = load_project_config(workspace)
         if not status and project.verify.command is None:
-            raise ConfigurationError(
-                f'no check command: add [verify] command = "pytest -q" (or your own) to '
-                f"{workspace / 'tether.toml'}"
-            )
+            raise ConfigurationError(f"{NO_COMMAND} in {workspace}")
         db = EffectsDB.open_workspace(workspace)
         try:
             verifier = Verifier(workspace, project, db)
@@ -87,14 +84,7 @@ def verify(
 
 
 def _status(verifier: Verifier, json_output: bool) -> int:
-    check = verifier.assess() if verifier.command is not None else None
-    if check is None:
-        message = "unverified: no check command is configured (add [verify] command to tether.toml)"
-        if json_output:
-            emit_json({"status": "missing", "message": message})
-        else:
-            typer.echo(message)
-        return EXIT_NOT_VERIFIED
+    check = verifier.assess()
     if json_output:
         emit_json(check.to_json())
     else:

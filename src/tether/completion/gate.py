@@ -27,7 +27,14 @@ from typing import Any, Final
 from tether.completion.artifact import ArtifactVersion
 from tether.completion.evidence import Verification, VerificationStatus
 
-__all__ = ["MAX_NAMED_FILES", "CompletionCheck", "CompletionStatus", "assess_completion"]
+__all__ = [
+    "MAX_NAMED_FILES",
+    "CompletionCheck",
+    "CompletionStatus",
+    "assess_completion",
+    "name_files",
+    "unconfigured_check",
+]
 
 MAX_NAMED_FILES: Final = 10
 """How many changed files a message names before it says "and N more"."""
@@ -72,6 +79,15 @@ class CompletionCheck:
         }
 
 
+def unconfigured_check(version: str | None = None) -> CompletionCheck:
+    """The verdict when no check command is configured: nothing can be verified."""
+    return CompletionCheck(
+        CompletionStatus.MISSING,
+        version,
+        "unverified: no check command is configured (add [verify] command to tether.toml)",
+    )
+
+
 def name_files(paths: Sequence[str]) -> str:
     """``a, b, c`` — at most :data:`MAX_NAMED_FILES`, then ``and N more``."""
     shown = ", ".join(paths[:MAX_NAMED_FILES])
@@ -105,11 +121,7 @@ def assess_completion(
     """
     digest = current.digest
     if command is None:
-        return CompletionCheck(
-            CompletionStatus.MISSING,
-            digest,
-            "unverified: no check command is configured (add [verify] command to tether.toml)",
-        )
+        return unconfigured_check(digest)
     if at_current is not None and at_current.version_start != digest:
         raise ValueError("at_current must be a verification of the current version")
     if at_current is not None and at_current.status is VerificationStatus.PASSED:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+import orjson
+
 __all__ = [
     "BUDGET_EXHAUSTED",
     "REPEATED_FAILURE",
@@ -104,8 +106,6 @@ def budget_exhausted(
 
 def describe_call(tool_name: str, arguments: Any) -> str:
     """``bash {"command":"make"}`` — the call as one short line."""
-    import orjson
-
     try:
         text = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
     except TypeError:

@@ -23,7 +23,12 @@ from typing import Any, Final
 from tether.completion.artifact import ArtifactScanner, ArtifactVersion
 from tether.completion.check import run_check
 from tether.completion.evidence import Verification, VerificationStatus, VerificationStore
-from tether.completion.gate import CompletionCheck, assess_completion, name_files
+from tether.completion.gate import (
+    CompletionCheck,
+    assess_completion,
+    name_files,
+    unconfigured_check,
+)
 from tether.effects.db import EffectsDB
 from tether.errors import ArtifactError, CheckCommandError
 from tether.project import ProjectConfig
@@ -32,6 +37,7 @@ from tether.tools.base import Tool, ToolContext, ToolResult
 
 __all__ = [
     "ARTIFACT_CACHE_NAME",
+    "NO_COMMAND",
     "Verifier",
     "VerifyTool",
     "describe_verification",
@@ -130,6 +136,8 @@ class Verifier:
 
     def assess(self, current: ArtifactVersion | None = None) -> CompletionCheck:
         """The completion verdict for the files as they are now (or for ``current``)."""
+        if self.command is None:
+            return unconfigured_check(current.digest if current is not None else None)
         if current is None:
             current = self.version()
         at_current = self.store.latest_conclusive(current.digest)

@@ -22,7 +22,7 @@ from typing import Any
 from tether import faults
 from tether.completion.gate import CompletionCheck
 from tether.completion.stops import StopError, budget_exhausted
-from tether.completion.verify import VerifyTool
+from tether.completion.verify import NO_COMMAND, VerifyTool
 from tether.effects.contract import EffectTool, LookupStatus, has_lookup, safe_lookup
 from tether.effects.db import EffectsDB
 from tether.effects.journal import ActionJournal, is_journaled, journaled_run
@@ -228,10 +228,7 @@ class Agent:
             require_verified if require_verified is not None else self.project.verify.required
         )
         if self.require_verified and self.project.verify.command is None:
-            raise ConfigurationError(
-                "verification is required but no check command is configured: add "
-                '[verify] command = "pytest -q" (or your own) to tether.toml'
-            )
+            raise ConfigurationError(f"verification is required but {NO_COMMAND}")
         self._guards = Guards(
             self.workspace,
             self.project,

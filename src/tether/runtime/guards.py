@@ -19,7 +19,12 @@ from typing import Any, Final
 from tether import faults
 from tether.completion.artifact import ArtifactScanner
 from tether.completion.failures import FailureStore, ToolFailure
-from tether.completion.gate import CompletionCheck, CompletionStatus, name_files
+from tether.completion.gate import (
+    CompletionCheck,
+    CompletionStatus,
+    name_files,
+    unconfigured_check,
+)
 from tether.completion.stops import FailedCall, StopError, describe_call, repeated_failure
 from tether.completion.verify import Verifier, workspace_scanner
 from tether.effects.authorization import Authorization, AuthorizationStore, call_key
@@ -316,7 +321,7 @@ class Guards:
     def assess(self) -> CompletionCheck:
         """The completion verdict for the files as they are now."""
         if self.project.verify.command is None:
-            return self.verifier_less_check()
+            return unconfigured_check()  # without opening effects.db or scanning
         try:
             return self.verifier.assess()
         except ArtifactError as exc:
@@ -326,14 +331,6 @@ class Guards:
                 f"unverified: the artifact version cannot be computed: {exc}",
                 command=self.project.verify.command,
             )
-
-    @staticmethod
-    def verifier_less_check() -> CompletionCheck:
-        return CompletionCheck(
-            CompletionStatus.MISSING,
-            None,
-            "unverified: no check command is configured (add [verify] command to tether.toml)",
-        )
 
 
 def _previous_tool_result(

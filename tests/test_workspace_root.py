@@ -9,13 +9,15 @@ policy applied, where the session landed, and the one ``workspace: …`` line on
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from test_cli_run import json_lines, run_cli, script
+from test_cli_run import cli_env, json_lines, run_cli, script
 from tether.errors import ConfigurationError, ProjectConfigError
 from tether.project import choose_root, find_workspace_root, load_project_config
 
@@ -266,3 +268,18 @@ def test_a_bad_workspace_flag_is_one_line_exit_2(tree: Path) -> None:
     result = run_cli("verify", "--workspace", "missing", cwd=tree)
     assert result.returncode == 2
     assert result.stderr == "error: workspace 'missing' is not a directory\n"
+
+
+def test_a_vanished_current_directory_is_one_line_exit_2(tmp_path: Path) -> None:
+    command = f"mkdir gone && cd gone && rmdir ../gone && exec {sys.executable} -m tether sessions"
+    result = subprocess.run(
+        ["sh", "-c", command],
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr == "error: the current directory no longer exists\n"

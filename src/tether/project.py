@@ -184,7 +184,12 @@ def find_workspace_root(
     search of :func:`choose_root` runs from ``start`` (default: the current directory,
     by its real path); when it finds nothing, ``start`` is the root.
     """
-    begin = Path(os.path.realpath(start if start is not None else os.getcwd()))
+    if start is None:
+        try:
+            start = os.getcwd()
+        except FileNotFoundError:
+            raise ConfigurationError("the current directory no longer exists") from None
+    begin = Path(os.path.realpath(start))
     if workspace is not None:
         if not os.path.isdir(workspace):
             raise ConfigurationError(f"workspace {os.fspath(workspace)!r} is not a directory")

@@ -229,6 +229,8 @@ class ProtectedPath(WorkspaceEscape):
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
         self.reason = reason
+        # A WorkspaceEscape for every handler that refuses a path, but in its own words:
+        # the path may well lie inside the workspace; it is just not the tools' to use.
         ToolError.__init__(
             self,
             f"{path!r} is tether's own state ({reason}); the file tools never read or change it",

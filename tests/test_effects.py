@@ -396,9 +396,9 @@ def test_compare_and_swap_stale_content_writes_nothing(
     (ws / "a.txt").write_text("original\n")
     real_apply = journal_module.apply_change
 
-    def interfering_apply(workspace: Path, change: Any) -> Any:
+    def interfering_apply(workspace: Path, change: Any, **options: Any) -> Any:
         (ws / "a.txt").write_text("someone else\n")  # between plan and apply
-        return real_apply(workspace, change)
+        return real_apply(workspace, change, **options)
 
     monkeypatch.setattr(journal_module, "apply_change", interfering_apply)
     result = journaled_edit(
@@ -425,7 +425,7 @@ def test_compare_and_swap_stale_content_writes_nothing(
 def test_io_error_before_the_rename_marks_failed(
     ws: Path, journal: ActionJournal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def failing_apply(workspace: Path, change: Any) -> Any:
+    def failing_apply(workspace: Path, change: Any, **options: Any) -> Any:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(journal_module, "apply_change", failing_apply)
@@ -440,8 +440,8 @@ def test_io_error_after_the_rename_marks_unknown(
 ) -> None:
     real_apply = journal_module.apply_change
 
-    def apply_then_fail(workspace: Path, change: Any) -> Any:
-        real_apply(workspace, change)
+    def apply_then_fail(workspace: Path, change: Any, **options: Any) -> Any:
+        real_apply(workspace, change, **options)
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(journal_module, "apply_change", apply_then_fail)

@@ -218,6 +218,25 @@ class WorkspaceEscape(ToolError):
         super().__init__(f"path escapes the workspace: {path!r} ({reason})")
 
 
+class ProtectedPath(WorkspaceEscape):
+    """A path names tether's own state: a session log, its lock, the effects database, …
+
+    The file tools never read or change what tether keeps for itself (its ``.tether``
+    folder and the sessions directory, wherever that is), whatever the path to it — a
+    second path, a bind mount or a hard link included.
+    """
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        # A WorkspaceEscape for every handler that refuses a path, but in its own words:
+        # the path may well lie inside the workspace; it is just not the tools' to use.
+        ToolError.__init__(
+            self,
+            f"{path!r} is tether's own state ({reason}); the file tools never read or change it",
+        )
+
+
 class StaleFileChange(ToolError):
     """A planned file change no longer applies: the file changed since it was planned."""
 

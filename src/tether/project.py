@@ -1,4 +1,4 @@
-"""The project configuration file ``tether.toml``: loading and validation.
+"""The project configuration file ``tether.toml``: finding the workspace, loading, validation.
 
 ``<workspace>/tether.toml`` configures the check command (``[verify]``), the artifact version
 (``[artifact]``), per-run budgets (``[budget]``) and the authorization policy (``[policy]``,
@@ -11,6 +11,14 @@ one line naming the file and the setting, e.g.::
 
 :func:`parse_project_config` is pure (text in, config out); :func:`load_project_config` reads
 the file. See ``docs/config.md``.
+
+**The workspace root.** Every command works on one workspace, found by
+:func:`find_workspace_root`: starting at the current directory and going up one parent at
+a time, the first directory that holds ``tether.toml`` or ``.tether`` is the root; the
+search stops at the filesystem root, and after a *git top level* (a directory holding
+``.git``, a folder or a file): a ``tether.toml`` above the repository is not used. When
+nothing is found the starting directory is the root. :func:`choose_root` is the pure
+rule (the names present at each level in, the root out).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import math
 import os
 import stat
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
@@ -31,14 +39,20 @@ from tether.effects.policy import (
     show_value,
     toml_key,
 )
-from tether.errors import ProjectConfigError
+from tether.errors import ConfigurationError, ProjectConfigError
+from tether.tools.workspace import TETHER_DIR
 
 __all__ = [
     "CONFIG_FILE",
+    "GIT_MARKER",
+    "ROOT_MARKERS",
     "ArtifactConfig",
     "BudgetConfig",
     "ProjectConfig",
     "VerifyConfig",
+    "WorkspaceRoot",
+    "choose_root",
+    "find_workspace_root",
     "load_project_config",
     "parse_project_config",
     "project_config_from_mapping",
@@ -48,6 +62,11 @@ CONFIG_FILE: Final = "tether.toml"
 """The name of the project configuration file, relative to the workspace."""
 
 DEFAULT_VERIFY_TIMEOUT: Final = 600.0
+
+ROOT_MARKERS: Final = (CONFIG_FILE, TETHER_DIR)
+"""Names that make a directory the workspace root, in the order they are named."""
+GIT_MARKER: Final = ".git"
+"""A directory holding this name is a git top level: the search goes no higher."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,101 @@ class ProjectConfig:
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     policy: Policy = field(default_factory=Policy)
     path: Path | None = None
+
+
+# --------------------------------------------------------------------------- the root
+
+
+@dataclass(frozen=True)
+class WorkspaceRoot:
+    """The workspace a command works on, and how it was chosen.
+
+    ``path`` is the root's real path; ``start`` the real path of the directory the
+    search started from (the current directory). ``marker`` names what made ``path`` the
+    root (``"tether.toml"`` or ``".tether"``); it is ``None`` when nothing was found (then
+    ``path`` is ``start``) or when the root was given explicitly (``explicit``: the
+    ``--workspace`` flag; no search was made).
+    """
+
+    path: Path
+    start: Path
+    marker: str | None = None
+    explicit: bool = False
+
+    @property
+    def notice(self) -> str | None:
+        """The line that says which root is used, when a search found one above ``start``.
+
+        ``None`` when the root is the starting directory or was given explicitly.
+        """
+        if self.explicit or self.marker is None or self.path == self.start:
+            return None
+        shown = f"{self.marker}/" if self.marker == TETHER_DIR else self.marker
+        return f"workspace: {self.path} (found {shown} above the current directory)"
+
+
+def choose_root(levels: Iterable[tuple[Path, Collection[str]]]) -> tuple[Path, str] | None:
+    """The root and its marker, given the names present at each level (pure).
+
+    ``levels`` are ``(directory, names)`` pairs from the starting directory upward;
+    ``names`` need only say which of :data:`ROOT_MARKERS` and :data:`GIT_MARKER` the
+    directory holds. The first directory holding a root marker wins (``tether.toml``
+    named before ``.tether`` when it holds both); a directory holding ``.git`` and no
+    marker ends the search, as does the end of ``levels``: ``None``, nothing found.
+    Levels after the deciding one are never looked at (``levels`` may be lazy).
+    """
+    for directory, names in levels:
+        for marker in ROOT_MARKERS:
+            if marker in names:
+                return directory, marker
+        if GIT_MARKER in names:
+            return None
+    return None
+
+
+def _levels(start: Path) -> Iterator[tuple[Path, frozenset[str]]]:
+    """``start`` and each of its parents up to ``/``, with the marker names each holds.
+
+    ``lexists``: any kind of entry counts (a broken ``tether.toml`` is then reported as
+    an error by :func:`load_project_config` instead of being skipped for one higher up,
+    which could apply a weaker policy).
+    """
+    current = start
+    while True:
+        names = (*ROOT_MARKERS, GIT_MARKER)
+        yield current, frozenset(n for n in names if os.path.lexists(current / n))
+        parent = current.parent
+        if parent == current:
+            return
+        current = parent
+
+
+def find_workspace_root(
+    workspace: str | os.PathLike[str] | None = None,
+    *,
+    start: str | os.PathLike[str] | None = None,
+) -> WorkspaceRoot:
+    """The workspace root of a command: ``workspace`` if given, else the search's result.
+
+    ``workspace`` (the ``--workspace`` flag) is used as is, without a search; it must be
+    a directory (:class:`~tether.errors.ConfigurationError` otherwise). Without it the
+    search of :func:`choose_root` runs from ``start`` (default: the current directory,
+    by its real path); when it finds nothing, ``start`` is the root.
+    """
+    if start is None:
+        try:
+            start = os.getcwd()
+        except FileNotFoundError:
+            raise ConfigurationError("the current directory no longer exists") from None
+    begin = Path(os.path.realpath(start))
+    if workspace is not None:
+        if not os.path.isdir(workspace):
+            raise ConfigurationError(f"workspace {os.fspath(workspace)!r} is not a directory")
+        return WorkspaceRoot(Path(os.path.realpath(workspace)), begin, explicit=True)
+    found = choose_root(_levels(begin))
+    if found is None:
+        return WorkspaceRoot(begin, begin)
+    return WorkspaceRoot(found[0], begin, found[1])
 
 
 # --------------------------------------------------------------------------- loading

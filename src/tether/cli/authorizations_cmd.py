@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from tether.cli.common import emit_json, handle_errors, one_line
+from tether.cli.common import WORKSPACE_HELP, emit_json, handle_errors, one_line, workspace_root
 from tether.effects.authorization import AuthorizationStore
 from tether.effects.db import EffectsDB, effects_db_path, format_ms
 
@@ -26,9 +26,9 @@ def register(app: typer.Typer) -> None:
 
 def authorizations(
     workspace: Annotated[
-        Path,
-        typer.Option("--workspace", "-w", help="Workspace folder (default: current directory)."),
-    ] = Path("."),
+        Path | None,
+        typer.Option("--workspace", "-w", help=WORKSPACE_HELP, metavar="DIR", show_default=False),
+    ] = None,
     session: Annotated[
         str | None,
         typer.Option(
@@ -39,10 +39,11 @@ def authorizations(
 ) -> None:
     """List the authorization decisions recorded in this workspace, oldest first."""
     with handle_errors():
-        if not effects_db_path(workspace).exists():
+        root = workspace_root(workspace)
+        if not effects_db_path(root).exists():
             decisions = []
         else:
-            db = EffectsDB.open_workspace(workspace)
+            db = EffectsDB.open_workspace(root)
             try:
                 decisions = AuthorizationStore(db).list(session)
             finally:

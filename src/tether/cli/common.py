@@ -27,6 +27,7 @@ import orjson
 import typer
 
 from tether.errors import SessionCorruption, TetherError
+from tether.project import find_workspace_root
 from tether.session.store import sessions_dir_for
 
 EXIT_OK = 0
@@ -155,14 +156,36 @@ SessionsDirOption = Annotated[
     Path | None,
     typer.Option(
         "--sessions-dir",
-        help="Folder of session logs (default: .tether/sessions in the current directory). "
-        "Logs written by other implementations of the format, e.g. .tiny-agent/sessions, "
-        "are read too.",
+        help="Folder of session logs (default: .tether/sessions of the workspace: the "
+        "nearest folder at or above the current one with tether.toml or .tether/, see "
+        "docs/config.md). Logs written by other implementations of the format, e.g. "
+        ".tiny-agent/sessions, are read too.",
         metavar="DIR",
     ),
 ]
 
+WORKSPACE_HELP = (
+    "Workspace folder; no search then (default: the nearest folder at or above the current "
+    "one holding tether.toml or .tether/, not above a git top level; else the current "
+    "directory)."
+)
+
+
+def workspace_root(workspace: Path | None) -> Path:
+    """The workspace of a command: ``--workspace DIR`` as given, else the one found.
+
+    One function for every command (see :func:`tether.project.find_workspace_root` for
+    the search). When the search found a root above the current directory, one line on
+    stderr says which (never on stdout: ``--json`` output stays one document).
+    """
+    root = find_workspace_root(workspace)
+    if root.notice is not None:
+        typer.echo(printable(root.notice), err=True)
+    return root.path
+
 
 def resolve_sessions_dir(sessions_dir: Path | None) -> Path:
-    """The folder named by ``--sessions-dir``, or the workspace default."""
-    return sessions_dir if sessions_dir is not None else sessions_dir_for(Path.cwd())
+    """The folder named by ``--sessions-dir``, or the workspace's default."""
+    if sessions_dir is not None:
+        return sessions_dir
+    return sessions_dir_for(workspace_root(None))

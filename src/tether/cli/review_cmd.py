@@ -10,14 +10,16 @@ from rich.console import Console
 from rich.table import Table
 
 from tether.cli.common import (
+    WORKSPACE_HELP,
     InputError,
     SessionsDirOption,
     emit_json,
     handle_errors,
     one_line,
     printable,
+    workspace_root,
 )
-from tether.effects.db import EffectsDB
+from tether.effects.db import EffectsDB, effects_db_path
 from tether.effects.review import ReviewDecision, ReviewStore
 from tether.runtime.review import resolve_review
 
@@ -28,8 +30,8 @@ review_app = typer.Typer(
 )
 
 WorkspaceOption = Annotated[
-    Path,
-    typer.Option("--workspace", "-w", help="Workspace folder (default: current directory)."),
+    Path | None,
+    typer.Option("--workspace", "-w", help=WORKSPACE_HELP, metavar="DIR", show_default=False),
 ]
 
 
@@ -40,17 +42,18 @@ def register(app: typer.Typer) -> None:
 @review_app.callback()
 def review(
     ctx: typer.Context,
-    workspace: WorkspaceOption = Path("."),
+    workspace: WorkspaceOption = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> None:
     """List open review items with their reasons and evidence."""
     if ctx.invoked_subcommand is not None:
         return
     with handle_errors():
-        if not (workspace / ".tether" / "effects.db").exists():
+        root = workspace_root(workspace)
+        if not effects_db_path(root).exists():
             items = []
         else:
-            db = EffectsDB.open_workspace(workspace)
+            db = EffectsDB.open_workspace(root)
             try:
                 items = ReviewStore(db).list_open()
             finally:
@@ -89,7 +92,7 @@ def resolve(
     ] = False,
     abort: Annotated[bool, typer.Option("--abort", help="Abort the run instead.")] = False,
     note: Annotated[str | None, typer.Option("--note", help="Why (kept as evidence).")] = None,
-    workspace: WorkspaceOption = Path("."),
+    workspace: WorkspaceOption = None,
     sessions_dir: SessionsDirOption = None,
 ) -> None:
     """Record a decision and append the result it implies; then the run can be resumed."""
@@ -105,7 +108,8 @@ def resolve(
         ]
         if len(chosen) != 1:
             raise InputError("choose exactly one of --applied, --not-applied, --abort")
-        outcome = resolve_review(workspace, item, chosen[0], note, sessions_dir=sessions_dir)
+        root = workspace_root(workspace)
+        outcome = resolve_review(root, item, chosen[0], note, sessions_dir=sessions_dir)
         appended = {
             "result": "appended the call's result",
             "abortRequested": "recorded the abort request",

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 
-from tether.cli.common import handle_errors, one_line
+from tether.cli.common import WORKSPACE_HELP, handle_errors, one_line, workspace_root
 from tether.cli.progress import CallArguments, Progress, make_progress, resume_command
-from tether.errors import ConfigurationError, SessionCorruption, TetherError
+from tether.errors import SessionCorruption, TetherError
 from tether.session.store import Durability
 
 if TYPE_CHECKING:  # the runtime and the adapters pull in the model SDKs: import them lazily
@@ -122,7 +122,8 @@ WorkspaceOption = Annotated[
     typer.Option(
         "--workspace",
         "-w",
-        help="Workspace the tools work in (default: the current directory).",
+        help="Workspace the tools work in, whose tether.toml and .tether/ are used. "
+        + WORKSPACE_HELP,
         metavar="DIR",
         show_default=False,
     ),
@@ -290,9 +291,9 @@ def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
     from tether.runtime.executor import Agent
 
     progress.location = location_flags(settings)
-    workspace = settings.workspace if settings.workspace is not None else Path.cwd()
-    if not workspace.is_dir():
-        raise ConfigurationError(f"workspace {str(workspace)!r} is not a directory")
+    # One root for the policy (tether.toml), the state (.tether/) and the tools: started
+    # in a subfolder, the agent works on the workspace that subfolder belongs to.
+    workspace = workspace_root(settings.workspace)
     project = load_project_config(workspace)
     budget = project.budget
     if settings.max_steps is not None:

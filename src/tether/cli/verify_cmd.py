@@ -21,7 +21,14 @@ from typing import Annotated, Any
 
 import typer
 
-from tether.cli.common import emit_json, handle_errors, one_line, printable
+from tether.cli.common import (
+    WORKSPACE_HELP,
+    emit_json,
+    handle_errors,
+    one_line,
+    printable,
+    workspace_root,
+)
 from tether.completion.evidence import VerificationStatus
 from tether.completion.gate import name_files
 from tether.completion.verify import NO_COMMAND, Verifier, describe_verification
@@ -38,9 +45,9 @@ def register(app: typer.Typer) -> None:
 
 def verify(
     workspace: Annotated[
-        Path,
-        typer.Option("--workspace", "-w", help="Workspace folder (default: current directory)."),
-    ] = Path("."),
+        Path | None,
+        typer.Option("--workspace", "-w", help=WORKSPACE_HELP, metavar="DIR", show_default=False),
+    ] = None,
     status: Annotated[
         bool,
         typer.Option(
@@ -67,14 +74,13 @@ def verify(
     --status: 0 verified, 1 stale, failed or missing.
     """
     with handle_errors():
-        if not workspace.is_dir():
-            raise ConfigurationError(f"workspace {str(workspace)!r} is not a directory")
-        project = load_project_config(workspace)
+        root = workspace_root(workspace)
+        project = load_project_config(root)
         if not status and project.verify.command is None:
-            raise ConfigurationError(f"{NO_COMMAND} in {workspace}")
-        db = EffectsDB.open_workspace(workspace)
+            raise ConfigurationError(f"{NO_COMMAND} in {root}")
+        db = EffectsDB.open_workspace(root)
         try:
-            verifier = Verifier(workspace, project, db)
+            verifier = Verifier(root, project, db)
             code = (
                 _status(verifier, json_output) if status else _run(verifier, timeout, json_output)
             )

@@ -157,10 +157,10 @@ class _Instruments:
         original = builtin.apply_change
         instruments = self
 
-        def apply_change(workspace: Path, change: Any) -> Any:
+        def apply_change(workspace: Path, change: Any, **options: Any) -> Any:
             instruments._applying.append(str(change.path))
             try:
-                return original(workspace, change)
+                return original(workspace, change, **options)  # e.g. protected=…
             finally:
                 instruments._applying.pop()
 

@@ -60,7 +60,13 @@ from tether.tools.builtin import (
     plan_edit,
     plan_write,
 )
-from tether.tools.workspace import describe_os_error, open_parent, open_regular_file, stat_entry
+from tether.tools.workspace import (
+    ProtectedState,
+    describe_os_error,
+    open_parent,
+    open_regular_file,
+    stat_entry,
+)
 
 __all__ = [
     "CHANGE_APPLIED",
@@ -712,9 +718,15 @@ def _tool_error(exc: Exception, path: object) -> ToolResult:
     raise exc
 
 
-def _plan(tool_name: str, workspace: Path, arguments: Mapping[str, Any]) -> tuple[FileChange, int]:
+def _plan(
+    tool_name: str,
+    workspace: Path,
+    arguments: Mapping[str, Any],
+    protected: ProtectedState | None = None,
+) -> tuple[FileChange, int]:
     if tool_name == "write":
-        return plan_write(workspace, arguments["path"], arguments["content"]), 0
+        change = plan_write(workspace, arguments["path"], arguments["content"], protected=protected)
+        return change, 0
     if tool_name == "edit":
         return plan_edit(
             workspace,
@@ -722,6 +734,7 @@ def _plan(tool_name: str, workspace: Path, arguments: Mapping[str, Any]) -> tupl
             arguments["old_string"],
             arguments["new_string"],
             replace_all=bool(arguments.get("replace_all", False)),
+            protected=protected,
         )
     raise ValueError(f"not a journaled tool: {tool_name!r}")
 
@@ -772,8 +785,14 @@ def journaled_run(
     session_id: str,
     operation_id: str,
     arguments: Mapping[str, Any],
+    *,
+    protected: ProtectedState | None = None,
 ) -> ToolResult:
     """Run ``write`` or ``edit`` through the journal; the same result texts as the tools.
+
+    ``protected`` is tether's own state the change must never touch (the agent's
+    layout; default that of :meth:`~tether.tools.workspace.ProtectedState.for_workspace`):
+    such a path is a planning error, refused before anything is recorded.
 
     1. Plan the change (read only). A planning error (bad path, text not found, …) is an
        error result and records nothing.
@@ -796,9 +815,9 @@ def journaled_run(
     existing = journal.get(operation_id)
     if existing is not None:
         _check_same(existing, session_id, digest, str(journal.db.path))
-        return _resume(tool_name, workspace, journal, existing, arguments)
+        return _resume(tool_name, workspace, journal, existing, arguments, protected)
     try:
-        change, count = _plan(tool_name, workspace, arguments)
+        change, count = _plan(tool_name, workspace, arguments, protected)
     except (ToolError, OSError) as exc:
         return _tool_error(exc, arguments.get("path"))
     planned = _success_text(
@@ -821,9 +840,9 @@ def journaled_run(
         status=JournalStatus.STARTED,
     )
     if not created:  # recorded concurrently by someone else: reconcile like a resume
-        return _resume(tool_name, workspace, journal, row, arguments)
+        return _resume(tool_name, workspace, journal, row, arguments, protected)
     faults.hit(INTENT_RECORDED)
-    return _apply(tool_name, workspace, journal, row, change, count)
+    return _apply(tool_name, workspace, journal, row, change, count, protected)
 
 
 def _apply(
@@ -833,10 +852,11 @@ def _apply(
     row: JournalRow,
     change: FileChange,
     count: int,
+    protected: ProtectedState | None = None,
 ) -> ToolResult:
     op = row.operation_id
     try:
-        outcome = apply_change(workspace, change)
+        outcome = apply_change(workspace, change, protected=protected)
     except StaleFileChange as exc:
         text = stale_text(change.path)
         problem = _settle(journal, op, JournalStatus.FAILED, str(exc), text, True)
@@ -908,6 +928,7 @@ def _resume(
     journal: ActionJournal,
     row: JournalRow,
     arguments: Mapping[str, Any],
+    protected: ProtectedState | None = None,
 ) -> ToolResult:
     """Run a call whose intent is already recorded, without ever applying it twice."""
     op = row.operation_id
@@ -946,7 +967,7 @@ def _resume(
             stale_text(row.path), path=row.path, found_hash=now, operation_id=op, journaled=True
         )
     try:
-        change, count = _plan(tool_name, workspace, arguments)
+        change, count = _plan(tool_name, workspace, arguments, protected)
     except (ToolError, OSError) as exc:
         return _tool_error(exc, arguments.get("path"))
     if (change.path, change.before_hash, change.after_hash) != (
@@ -961,7 +982,7 @@ def _resume(
         row = journal.mark(op, JournalStatus.STARTED, "re-executing after recovery")
     elif not untouched:
         journal.mark(op, JournalStatus.STARTED, "re-executing after recovery")
-    return _apply(tool_name, workspace, journal, row, change, count)
+    return _apply(tool_name, workspace, journal, row, change, count, protected)
 
 
 def journaled_write(

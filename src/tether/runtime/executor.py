@@ -71,6 +71,7 @@ from tether.session.state import (
 from tether.session.store import Durability, SessionStore
 from tether.tools.base import Rejection, Tool, ToolContext, ToolRegistry, ToolResult
 from tether.tools.builtin import builtin_tools
+from tether.tools.workspace import ProtectedState
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful software agent working in a workspace. Use the tools to read "
@@ -249,6 +250,9 @@ class Agent:
         self.durability = Durability(durability)
         self.output_options: Mapping[str, Any] = dict(output_options or {})
         self.sessions_dir = Path(sessions_dir) if sessions_dir is not None else None
+        # What the file tools must never touch, from this agent's actual layout (its
+        # sessions directory wherever it is), handed to every call's ToolContext.
+        self.protected = ProtectedState.for_workspace(self.workspace, self.sessions_dir)
         self.tool_timeout = tool_timeout
         if environment is None:
             environment = os.environ.get("TETHER_ENVIRONMENT_IDENTITY")
@@ -1155,6 +1159,7 @@ class Agent:
             cancel=self._cancel,
             timeout=self._tool_timeout(),
             session_id=store.session_id,
+            protected=self.protected,
         )
         result: ToolResult | None
         if is_journaled(tool):
@@ -1166,6 +1171,7 @@ class Agent:
                 store.session_id,
                 started.tool_started_id,
                 arguments,
+                protected=context.protected,
             )
         else:
             result = self._run_tool(tool, arguments, context)

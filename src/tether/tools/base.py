@@ -45,6 +45,7 @@ from tether.session.canonical import tool_definition_digest
 from tether.session.contents import INVALID_ARGUMENTS, SYNTHETIC_CONTENT, UNKNOWN_TOOL
 from tether.session.planner import ToolDeclaration, parse_tool_arguments
 from tether.session.state import Replay
+from tether.tools.workspace import ProtectedState
 
 __all__ = [
     "BUILTIN_MODULE",
@@ -112,6 +113,10 @@ class ToolContext:
     * ``cancel`` — set when the user aborts; long-running tools poll it and stop.
     * ``timeout`` — upper bound in seconds for the call, or ``None`` for the tool's default.
     * ``session_id`` — the session the call belongs to (``None`` outside a session).
+    * ``protected`` — tether's own state, which the file tools never read or change: the
+      agent passes its actual layout (its sessions directory wherever it is); ``None``
+      means the default layout of ``workspace`` (``<workspace>/.tether``, sessions in
+      it), for contexts made by hand. See :meth:`protected_state`.
     """
 
     workspace: Path
@@ -119,6 +124,13 @@ class ToolContext:
     cancel: threading.Event = field(default_factory=threading.Event)
     timeout: float | None = None
     session_id: str | None = None
+    protected: ProtectedState | None = None
+
+    def protected_state(self) -> ProtectedState:
+        """``protected``, or the default layout of ``workspace`` when it is ``None``."""
+        if self.protected is not None:
+            return self.protected
+        return ProtectedState.for_workspace(self.workspace)
 
     def __post_init__(self) -> None:
         if not self.workspace.is_absolute():

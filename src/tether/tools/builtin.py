@@ -9,7 +9,8 @@ tool       replay   replay key          effect
 ``edit``   never    ``builtin:edit:v1``  replaces one file atomically
 =========  =======  ==================  =================================================
 
-File tools only accept relative paths inside the workspace (see
+File tools only accept relative paths inside the workspace, and never touch tether's own
+state (session logs, locks, the effects database: ``ToolContext.protected``; see
 :mod:`tether.tools.workspace`). ``write`` and ``edit`` are split into a pure-ish *plan*
 step (read the current file, compute the new bytes and both hashes: :func:`plan_write`,
 :func:`plan_edit`) and an *apply* step (:func:`apply_change`: compare-and-swap on the
@@ -45,6 +46,8 @@ from tether.session.state import Replay
 from tether.tools.base import Tool, ToolContext, ToolResult
 from tether.tools.workspace import (
     ParentDir,
+    ProtectedState,
+    StateGuard,
     describe_os_error,
     open_parent,
     open_regular_file,
@@ -165,10 +168,15 @@ class ReadTool(Tool):
         offset = int(arguments.get("offset", 1))
         limit = min(int(arguments.get("limit", READ_MAX_LINES)), READ_MAX_LINES)
         try:
-            resolve_in_workspace(context.workspace, path, must_exist=True, for_write=False)
-            with open_parent(context.workspace, path, create=False) as parent:
+            protected = context.protected_state()
+            resolve_in_workspace(
+                context.workspace, path, must_exist=True, for_write=False, protected=protected
+            )
+            guard = protected.guard()
+            with open_parent(context.workspace, path, create=False, guard=guard) as parent:
                 fd = open_regular_file(parent)
                 shown = parent.path
+                _refuse_linked_state(guard, parent, fd)
             with os.fdopen(fd, "rb") as file:
                 return _read_window(file, shown, offset, limit)
         except (ToolError, OSError) as exc:
@@ -308,12 +316,29 @@ def current_hash(workspace: Path, relative: str) -> str | None:
         return None
 
 
-def _read_existing(workspace: Path, relative: str, limit: int) -> tuple[str, bytes]:
+def _refuse_linked_state(guard: StateGuard, parent: ParentDir, fd: int) -> None:
+    """Refuse (and close) ``fd`` when the file opened is a hard link to tether's state.
+
+    The path check did the same before the open; this one is on the very file opened.
+    """
+    try:
+        guard.check_file(parent.path, parent.path, os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read_existing(
+    workspace: Path, relative: str, limit: int, protected: ProtectedState | None
+) -> tuple[str, bytes]:
     """Normalized path and bytes of an existing regular file of at most ``limit`` bytes."""
-    resolve_in_workspace(workspace, relative, must_exist=True, for_write=True)
-    with open_parent(workspace, relative, create=False) as parent:
+    state = protected or ProtectedState.for_workspace(workspace)
+    resolve_in_workspace(workspace, relative, must_exist=True, for_write=True, protected=state)
+    guard = state.guard()
+    with open_parent(workspace, relative, create=False, guard=guard) as parent:
         fd = open_regular_file(parent)
         path = parent.path
+        _refuse_linked_state(guard, parent, fd)
     try:
         if os.fstat(fd).st_size > limit:
             raise ToolError(f"{path} is larger than {limit} bytes; refusing to edit it")
@@ -325,11 +350,15 @@ def _read_existing(workspace: Path, relative: str, limit: int) -> tuple[str, byt
         os.close(fd)
 
 
-def plan_write(workspace: Path, relative: str, content: str) -> FileChange:
+def plan_write(
+    workspace: Path, relative: str, content: str, *, protected: ProtectedState | None = None
+) -> FileChange:
     """Plan replacing (or creating) ``relative`` with ``content`` encoded as UTF-8.
 
     Reads only: checks the path, hashes the current file if there is one. Raises
-    :class:`~tether.errors.ToolError` (incl. ``WorkspaceEscape``) or :class:`OSError`.
+    :class:`~tether.errors.ToolError` (incl. ``WorkspaceEscape`` and ``ProtectedPath``:
+    tether's ``protected`` state, default the layout of
+    :meth:`~tether.tools.workspace.ProtectedState.for_workspace`) or :class:`OSError`.
     """
     if relative.endswith("/"):
         raise ToolError(f"{relative!r} names a directory; give a file path")
@@ -337,25 +366,33 @@ def plan_write(workspace: Path, relative: str, content: str) -> FileChange:
         data = content.encode("utf-8")
     except UnicodeEncodeError:
         raise ToolError("content is not valid Unicode text") from None
-    resolve_in_workspace(workspace, relative, must_exist=False, for_write=True)
+    resolve_in_workspace(workspace, relative, must_exist=False, for_write=True, protected=protected)
     path = "/".join(relative_parts(relative))
     return FileChange(path, current_hash(workspace, relative), content_hash(data), data)
 
 
 def plan_edit(
-    workspace: Path, relative: str, old_string: str, new_string: str, *, replace_all: bool = False
+    workspace: Path,
+    relative: str,
+    old_string: str,
+    new_string: str,
+    *,
+    replace_all: bool = False,
+    protected: ProtectedState | None = None,
 ) -> tuple[FileChange, int]:
     """Plan an exact-text replacement in an existing file; returns the change and the count.
 
     The file is decoded as UTF-8 with ``surrogateescape``, so bytes that are not UTF-8
     survive the edit unchanged. ``old_string`` must occur exactly once, or at least once
-    with ``replace_all``; otherwise :class:`~tether.errors.ToolError` says why.
+    with ``replace_all``; otherwise :class:`~tether.errors.ToolError` says why. A path
+    into tether's ``protected`` state is refused before the file is read (see
+    :func:`plan_write`).
     """
     if old_string == "":
         raise ToolError("old_string must not be empty")
     if old_string == new_string:
         raise ToolError("old_string and new_string are identical; nothing to change")
-    path, data = _read_existing(workspace, relative, EDIT_MAX_BYTES)
+    path, data = _read_existing(workspace, relative, EDIT_MAX_BYTES, protected)
     text = data.decode("utf-8", errors="surrogateescape")
     count = text.count(old_string)
     if count == 0:
@@ -380,7 +417,9 @@ def plan_edit(
     return FileChange(path, content_hash(data), content_hash(new_bytes), new_bytes), count
 
 
-def apply_change(workspace: Path, change: FileChange) -> ApplyOutcome:
+def apply_change(
+    workspace: Path, change: FileChange, *, protected: ProtectedState | None = None
+) -> ApplyOutcome:
     """Apply ``change`` atomically, with compare-and-swap on the content hash.
 
     * file already holds ``after_hash`` → :attr:`ApplyOutcome.ALREADY_APPLIED`, no write
@@ -396,8 +435,18 @@ def apply_change(workspace: Path, change: FileChange) -> ApplyOutcome:
     are dropped); a new file gets ``0o666`` minus the umask (normally ``0o644``).
     Ownership, ACLs and extended attributes are not preserved; hard links to the old
     file keep the old content.
+
+    tether's ``protected`` state (default: the layout of
+    :meth:`~tether.tools.workspace.ProtectedState.for_workspace`) is checked again on
+    the way — each directory by identity, before anything is created in it, and the
+    target for a hard link — so a folder swapped in since the plan is still refused.
     """
-    with open_parent(workspace, change.path, create=True) as parent:
+    state = protected or ProtectedState.for_workspace(workspace)
+    guard = state.guard()
+    with open_parent(workspace, change.path, create=True, guard=guard) as parent:
+        entry = stat_entry(parent)
+        if entry is not None:
+            guard.check_file(change.path, change.path, entry)
         found, info = _hash_entry(parent)
         if found == change.after_hash:
             return ApplyOutcome.ALREADY_APPLIED
@@ -471,8 +520,9 @@ class WriteTool(Tool):
     def run(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
         path = arguments["path"]
         try:
-            change = plan_write(context.workspace, path, arguments["content"])
-            outcome = apply_change(context.workspace, change)
+            protected = context.protected_state()
+            change = plan_write(context.workspace, path, arguments["content"], protected=protected)
+            outcome = apply_change(context.workspace, change, protected=protected)
         except (ToolError, OSError) as exc:
             return _error(exc, path)
         what = "created" if change.before_hash is None else "replaced"
@@ -524,14 +574,16 @@ class EditTool(Tool):
     def run(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
         path = arguments["path"]
         try:
+            protected = context.protected_state()
             change, count = plan_edit(
                 context.workspace,
                 path,
                 arguments["old_string"],
                 arguments["new_string"],
                 replace_all=bool(arguments.get("replace_all", False)),
+                protected=protected,
             )
-            outcome = apply_change(context.workspace, change)
+            outcome = apply_change(context.workspace, change, protected=protected)
         except (ToolError, OSError) as exc:
             return _error(exc, path)
         plural = "occurrence" if count == 1 else "occurrences"

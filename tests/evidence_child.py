@@ -9,7 +9,8 @@ Builds ``Agent(load_model("scripted:SCRIPT"), workspace=WORKSPACE)`` with the bu
 tools plus ``publish_report``. ``--ask yes|no``: a person at a terminal who answers every
 question so (each question is appended to ``WORKSPACE/../asked.txt``); without it nobody
 can be asked. ``--repl``: side-effecting calls no rule names are asked about, as in the
-REPL. Prints the RunResult as one JSON line, with the reconciliation events.
+REPL (without it they are allowed by default, as by ``tether run``/``resume`` on a
+terminal). Prints the RunResult as one JSON line, with the reconciliation events.
 Crashes are armed through ``TETHER_CRASH_AT`` / ``TETHER_CRASH_MODE`` (tether.faults).
 """
 
@@ -46,7 +47,7 @@ def main(argv: list[str]) -> int:
         [*builtin_tools(), PublishReportTool.for_workspace(workspace)],
         workspace=workspace,
         authorize=authorize if answer is not None else None,
-        ask_by_default=True if "--repl" in rest else None,
+        ask_by_default="--repl" in rest,
         on_event=lambda event: seen.append(event.to_json()),
     )
     try:

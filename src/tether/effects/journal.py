@@ -893,16 +893,15 @@ def prepare_journaled(
         )
         faults.hit(INTENT_PREPARED)
         return PreparedChange(tool_name, row, arguments, error=error if created else None)
-    row, created = journal._record(
+    row, created = _record_change(
+        journal,
         session_id,
         operation_id,
-        change.path,
-        change.before_hash,
-        change.after_hash,
+        tool_name,
         digest,
-        tool_name=tool_name,
-        planned_result=_planned_text(tool_name, change, count),
-        status=JournalStatus.AUTHORIZED,
+        change,
+        count,
+        JournalStatus.AUTHORIZED,
     )
     faults.hit(INTENT_PREPARED)
     if not created:  # recorded concurrently by someone else: reconcile like a resume
@@ -928,13 +927,33 @@ def run_prepared(workspace: Path, journal: ActionJournal, prepared: PreparedChan
     return _apply(prepared.tool_name, workspace, journal, row, prepared.change, prepared.count)
 
 
-def _planned_text(tool_name: str, change: FileChange, count: int) -> str:
+def _record_change(
+    journal: ActionJournal,
+    session_id: str,
+    operation_id: str,
+    tool_name: str,
+    digest: str,
+    change: FileChange,
+    count: int,
+    status: JournalStatus,
+) -> tuple[JournalRow, bool]:
+    """Record the intent of a planned change with the success text it will report."""
     outcome = (
         ApplyOutcome.ALREADY_APPLIED
         if change.before_hash == change.after_hash
         else ApplyOutcome.APPLIED
     )
-    return _success_text(tool_name, change, count, outcome)
+    return journal._record(
+        session_id,
+        operation_id,
+        change.path,
+        change.before_hash,
+        change.after_hash,
+        digest,
+        tool_name=tool_name,
+        planned_result=_success_text(tool_name, change, count, outcome),
+        status=status,
+    )
 
 
 def journaled_run(
@@ -975,16 +994,8 @@ def journaled_run(
         change, count = _plan(tool_name, workspace, arguments)
     except (ToolError, OSError) as exc:
         return _tool_error(exc, arguments.get("path"))
-    row, created = journal._record(
-        session_id,
-        operation_id,
-        change.path,
-        change.before_hash,
-        change.after_hash,
-        digest,
-        tool_name=tool_name,
-        planned_result=_planned_text(tool_name, change, count),
-        status=JournalStatus.STARTED,
+    row, created = _record_change(
+        journal, session_id, operation_id, tool_name, digest, change, count, JournalStatus.STARTED
     )
     if not created:  # recorded concurrently by someone else: reconcile like a resume
         return _resume(tool_name, workspace, journal, row, arguments)

@@ -239,26 +239,24 @@ class Guards:
         kind = ToolKind.READ_ONLY if tool.replay is Replay.SAFE else ToolKind.SIDE_EFFECT
         interactive = self._authorize is not None
         policy = self.project.policy
-        verdict = decide(
-            policy,
-            tool.name,
-            arguments,
-            kind=kind,
-            interactive=interactive,
-            assume_yes=self.assume_yes,
-            ask_by_default=self.ask_by_default and interactive,
-        )
-        lost = earlier_decision is EarlierDecision.UNKNOWN and kind is ToolKind.SIDE_EFFECT
-        if lost and verdict.decision is Decision.ALLOW:
-            asking = decide(
+
+        def verdict_of(ask_by_default: bool) -> PolicyVerdict:
+            return decide(
                 policy,
                 tool.name,
                 arguments,
                 kind=kind,
                 interactive=interactive,
                 assume_yes=self.assume_yes,
-                ask_by_default=True,
+                ask_by_default=ask_by_default,
             )
+
+        verdict = verdict_of(self.ask_by_default and interactive)
+        # A person may have denied this call before the crash, in a record that is gone:
+        # "no record" must not mean "allowed by default"; ask as the REPL would instead.
+        lost = earlier_decision is EarlierDecision.UNKNOWN and kind is ToolKind.SIDE_EFFECT
+        if lost and verdict.decision is Decision.ALLOW:
+            asking = verdict_of(True)
             if asking.rule != verdict.rule:  # only the built-in default allowed it
                 keep = asking.decision is Decision.ALLOW  # --yes answers the question
                 verdict = (

@@ -4,7 +4,10 @@ One loop serves a fresh run and a resume alike: reduce (the store keeps the stat
 ask :func:`plan_recovery` for the next action, carry out exactly that action,
 commit exactly the facts the spec requires (section 15), repeat until the session
 is idle or recovery is blocked. Every intent is durable before it acts: the
-``stepAttempt`` before the provider request, the ``toolStarted`` before the tool.
+``stepAttempt`` before the provider request, the ``toolStarted`` before the tool, and for
+``write``/``edit`` the journal's intent in ``effects.db`` before the ``toolStarted``. The
+session is bound to that database before its first evidence, so recovery can tell a lost
+or replaced database from "nothing happened" (:mod:`tether.effects.binding`).
 """
 
 from __future__ import annotations

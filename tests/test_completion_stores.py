@@ -91,9 +91,10 @@ def outcome(
 # ============================================================================ migration
 
 
-def test_schema_version_is_2_and_tables_exist(db: EffectsDB) -> None:
-    assert EFFECTS_SCHEMA_VERSION == len(EFFECTS_MIGRATIONS) == 2
-    assert db.user_version == 2
+def test_schema_version_is_3_and_tables_exist(db: EffectsDB) -> None:
+    # Version 3 (the database's identity, tether.effects.binding) came after these tables.
+    assert EFFECTS_SCHEMA_VERSION == len(EFFECTS_MIGRATIONS) == 3
+    assert db.user_version == 3
     assert V2_TABLES <= tables(db)
     indexes = {str(r[0]) for r in db.query("SELECT name FROM sqlite_master WHERE type='index'")}
     assert "verifications_status" in indexes
@@ -106,7 +107,7 @@ def test_v1_database_upgrades_in_place(ws: Path) -> None:
         assert not (V2_TABLES & tables(old))
         ActionJournal(old).record_intent("s", "op-1", "a.txt", None, "sha256:aa", "d")
     with EffectsDB.open(path) as db:
-        assert db.user_version == EFFECTS_SCHEMA_VERSION == 2
+        assert db.user_version == EFFECTS_SCHEMA_VERSION == 3
         assert V2_TABLES <= tables(db)
         row = ActionJournal(db).get("op-1")
         assert row is not None and row.path == "a.txt" and row.after_hash == "sha256:aa"
@@ -117,7 +118,7 @@ def test_v1_database_upgrades_in_place(ws: Path) -> None:
     con.commit()
     con.close()
     with EffectsDB.open(path) as db:
-        assert db.user_version == 2
+        assert db.user_version == 3
         assert len(VerificationStore(db).list()) == 1
 
 

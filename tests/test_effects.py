@@ -939,8 +939,9 @@ def test_decide_without_observations_is_the_spec() -> None:
             None,
         ),
         (
+            # The intent is recorded before toolStarted: no row means lost evidence.
             PendingObservation("op", "edit", file=_verdict(Verdict.NO_RECORD)),
-            RecoveryAction.EXECUTE,
+            RecoveryAction.REVIEW,
             None,
         ),
         (

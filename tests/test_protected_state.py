@@ -156,7 +156,9 @@ def test_the_live_log_lock_and_database_are_refused_in_every_layout(
     assert (root / "db-link").read_bytes().startswith(b"SQLite format 3")
     assert not (root / "lock-link").read_bytes().startswith(b"forged")
     names = {p.name for p in log.parent.iterdir()}
-    assert names <= {log.name, lock.name}, names
+    # Besides the log and its lock only the session's evidence binding (effects.md).
+    binding = f".{session_id}.evidence.json"
+    assert names <= {log.name, lock.name, binding}, names
     assert not (root / ".tether" / "effects.db-journal").exists()
     database = EffectsDB.open_workspace(root)
     try:
@@ -248,7 +250,9 @@ def test_a_bind_mount_of_the_state_is_refused_by_identity(root: Path, tmp_path: 
     assert json_lines(second.stdout)[-1]["status"] == "completed"
     assert_refused(log, len(targets))
     assert_log_intact(log, before)
-    assert sorted(p.name for p in sessions.iterdir()) == [log.name]
+    # The log, and the session's evidence binding (effects.md): nothing forged beside them.
+    binding = f".{session_id}.evidence.json"
+    assert {p.name for p in sessions.iterdir()} <= {log.name, binding}
     assert (root / ".tether" / "effects.db").read_bytes().startswith(b"SQLite format 3")
 
 
@@ -283,7 +287,8 @@ def test_the_agent_hands_its_own_layout_to_every_tool(tmp_path: Path) -> None:
         agent.close()
     assert result.status.value == "completed"
     assert seen == [ProtectedState(ws / ".tether", ws / "logs")]
-    assert sorted(p.suffix for p in (ws / "logs").iterdir()) == [".jsonl"]
+    logs = [p for p in (ws / "logs").iterdir() if not p.name.endswith(".evidence.json")]
+    assert [p.suffix for p in logs] == [".jsonl"]  # nothing forged beside the log
     transcript = reduce_session(result.session_path.read_bytes()).transcript
     [refusal] = [m["content"] for m in transcript if "own state" in (m["content"] or "")]
     assert refusal.startswith("Error: 'logs/x.jsonl' is tether's own state")

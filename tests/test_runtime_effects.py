@@ -197,7 +197,8 @@ def test_effect_tool_without_lookup_is_interrupted_as_the_spec_says(tmp_path: Pa
         ("tools.apply.before_replace", "notApplied"),
         ("tools.apply.after_replace", "applied"),
         ("after_effect", "applied"),
-        ("before_effect", "noRecord"),
+        # The intent is recorded (authorized) before toolStarted, so it is there.
+        ("before_effect", "notApplied"),
     ],
 )
 def test_write_is_reconciled_against_the_journal(

@@ -12,7 +12,11 @@ package:
 * the schema is versioned with ``PRAGMA user_version``: a list of migrations, each a list of
   statements, applied in one ``BEGIN IMMEDIATE`` transaction that re-reads the version first,
   so concurrent openers migrate exactly once. Every statement is also idempotent
-  (``IF NOT EXISTS``). A database with a newer version than this tether knows is refused.
+  (``IF NOT EXISTS``). A database with a newer version than this tether knows is refused;
+* ``effects.db`` has an identity: a random id in table ``meta``, created with the schema
+  (:attr:`EffectsDB.identity`). Sessions record it on their side before their first
+  evidence is written (:mod:`tether.effects.binding`), so a deleted, recreated or replaced
+  database is recognised as *evidence unknown*, never read as "nothing happened".
 
 Every :class:`sqlite3.Error` is turned into one :class:`~tether.errors.EffectsDatabaseError`
 naming the file and the cause (corrupt, locked, read-only, I/O error, ...).
@@ -37,6 +41,7 @@ from typing import Any, Final
 from tether.errors import EffectsDatabaseError
 
 __all__ = [
+    "CORRUPT_ADVICE",
     "DEFAULT_BUSY_TIMEOUT",
     "EFFECTS_DB_NAME",
     "EFFECTS_MIGRATIONS",
@@ -193,10 +198,36 @@ EFFECTS_MIGRATIONS: Final[tuple[Migration, ...]] = (
         """CREATE INDEX IF NOT EXISTS tool_failures_result
             ON tool_failures (result_entry_id)""",
     ),
+    # ---- version 3: the database's identity and the sessions it holds evidence for
+    (
+        # One random id per database, created with the schema (tether.effects.binding): a
+        # session records it on its own side, so a database that was deleted, recreated or
+        # replaced by another one is recognised instead of read as "nothing happened".
+        """CREATE TABLE IF NOT EXISTS meta (
+            key   TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        )""",
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('db_id', lower(hex(randomblob(16))))",
+        """INSERT OR IGNORE INTO meta (key, value) VALUES ('created_at_ms',
+            CAST(CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) AS TEXT))""",
+        # The sessions whose evidence this database holds (bound before their first record).
+        """CREATE TABLE IF NOT EXISTS sessions (
+            session_id  TEXT PRIMARY KEY,
+            bound_at_ms INTEGER NOT NULL,
+            previous_db TEXT
+        )""",
+    ),
 )
 """The schema of ``effects.db``: migration *i* brings ``user_version`` from *i* to *i + 1*."""
 
 EFFECTS_SCHEMA_VERSION: Final = len(EFFECTS_MIGRATIONS)
+
+CORRUPT_ADVICE: Final = (
+    "keep the file and restore it from a backup; without a backup, move it aside and decide "
+    "the calls it held evidence for with `tether review` (recovery never re-runs them on a guess)"
+)
+"""What a corrupt-database message advises. Never "start afresh": recovery must not read a
+database without the records as proof that nothing happened (see docs/effects.md)."""
 
 
 def effects_db_path(workspace: str | os.PathLike[str]) -> Path:
@@ -221,7 +252,7 @@ def _describe(exc: sqlite3.Error, busy_timeout: float) -> str:
             "try again when it is done"
         )
     if "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
-        return f"the database is corrupt ({text}); move the file aside to start afresh"
+        return f"the database is corrupt ({text}); {CORRUPT_ADVICE}"
     if "readonly" in lowered or "read-only" in lowered:
         return f"the database is read-only ({text})"
     if "unable to open" in lowered:
@@ -297,6 +328,11 @@ class EffectsDB:
         self.what = what
         self._connection: sqlite3.Connection | None = connection
         self._lock = threading.RLock()
+        self.existed = True
+        """Whether the file existed before :meth:`open` (``False``: created by this open)."""
+        self.fresh = False
+        """Whether this open created the schema (the file was new or empty)."""
+        self._identity: str | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -319,6 +355,7 @@ class EffectsDB:
         if not busy_timeout >= 0:
             raise ValueError(f"busy_timeout must be >= 0, got {busy_timeout!r}")
         target = Path(os.path.abspath(path))
+        existed = os.path.lexists(target)
         _prepare_file(target)
         try:
             connection = sqlite3.connect(
@@ -331,6 +368,7 @@ class EffectsDB:
             raise EffectsDatabaseError(str(target), _describe(exc, busy_timeout), what) from None
         connection.row_factory = sqlite3.Row
         db = cls(target, connection, busy_timeout=busy_timeout, clock=clock, what=what)
+        db.existed = existed
         try:
             db._configure(check)
             db._migrate(migrations)
@@ -376,7 +414,7 @@ class EffectsDB:
                         str(self.path),
                         "the database is corrupt (integrity check: "
                         + "; ".join(problems)
-                        + "); move the file aside to start afresh",
+                        + f"); {CORRUPT_ADVICE}",
                         self.what,
                     )
         except sqlite3.Error as exc:
@@ -402,6 +440,7 @@ class EffectsDB:
                     f"schema version {version} is newer than this tether supports ({target})",
                     self.what,
                 )
+            self.fresh = version == 0
             for migration in migrations[version:]:
                 for statement in migration:
                     conn.execute(statement)
@@ -424,6 +463,18 @@ class EffectsDB:
         row = self.query_one("PRAGMA user_version")
         assert row is not None
         return int(row[0])
+
+    @property
+    def identity(self) -> str | None:
+        """The database's random id (table ``meta``, created with the schema); ``None`` for
+        a database without one (a ledger, or a schema older than version 3)."""
+        if self._identity is None:
+            table = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+            if self.query_one(table) is None:
+                return None
+            row = self.query_one("SELECT value FROM meta WHERE key = 'db_id'")
+            self._identity = None if row is None else str(row[0])
+        return self._identity
 
     def now_ms(self) -> int:
         """The injected clock, in integer milliseconds since the epoch."""

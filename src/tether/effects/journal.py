@@ -7,6 +7,12 @@ Before a file tool touches a file, the intent is made durable: session, operatio
 applied with compare-and-swap (:func:`tether.tools.builtin.apply_change`: temp file in the
 same directory, fsync, ``os.replace``, directory fsync) and the row is marked ``succeeded``.
 
+The executor records the intent *before* it commits the call's ``toolStarted``
+(:func:`prepare_journaled`, status ``authorized``), and marks it ``started`` right before
+applying (:func:`run_prepared`). So every started call has its row, and a started call
+without one means the evidence was lost (a deleted or replaced ``effects.db``), never that
+the file was untouched.
+
 After a crash, :func:`reconcile_file` (pure) compares the row with the file's current hash:
 
 ============  ====================================  ===========================================
@@ -17,18 +23,21 @@ APPLIED       status ``succeeded``, or the file has  fill in a success result sa
 NOT_APPLIED   the file has the before-hash (absent   perform the change once, under
               when before is ``None``), or status    compare-and-swap
               ``proposed``/``authorized``
-NO_RECORD     no journal row: the crash came before  as NOT_APPLIED (the file was never
-              the intent was recorded                touched by this call)
+NO_RECORD     no journal row: the intent is          review: write nothing (the row is written
+              recorded before ``toolStarted``, so    before ``toolStarted``; without it the
+              it was lost                            outcome is unknown)
 FAILED        status ``failed``: the call failed     fill in the recorded error result
               without writing
 CONFLICT      neither hash (or unreadable)           write nothing; keep both hashes and a
                                                      copy of the current content; review
 ============  ====================================  ===========================================
 
-Crash boundaries of this module (see :mod:`tether.faults`): ``journal.intent_recorded``
-(intent durable, file untouched) and ``journal.change_applied`` (file replaced and
-directory fsynced, journal still ``started``). Inside :func:`apply_change` the tools module
-has ``tools.apply.before_replace`` (temp file written and fsynced) and
+Crash boundaries of this module (see :mod:`tether.faults`): ``journal.intent_prepared``
+(intent durable as ``authorized``, ``toolStarted`` not committed, file untouched),
+``journal.intent_recorded`` (intent durable as ``started``, file untouched) and
+``journal.change_applied`` (file replaced and directory fsynced, journal still
+``started``). Inside :func:`apply_change` the tools module has
+``tools.apply.before_replace`` (temp file written and fsynced) and
 ``tools.apply.after_replace`` (renamed, directory not yet fsynced).
 """
 
@@ -71,6 +80,7 @@ from tether.tools.workspace import (
 __all__ = [
     "CHANGE_APPLIED",
     "EVIDENCE_MAX_BYTES",
+    "INTENT_PREPARED",
     "INTENT_RECORDED",
     "JOURNALED_TOOLS",
     "ActionJournal",
@@ -78,19 +88,28 @@ __all__ = [
     "FileVerdict",
     "JournalRow",
     "JournalStatus",
+    "PreparedChange",
     "Verdict",
     "arguments_digest",
     "is_journaled",
     "journaled_edit",
+    "journaled_resume",
     "journaled_run",
     "journaled_write",
     "observe_file",
+    "prepare_journaled",
     "reconcile_file",
     "reconciled_text",
     "remove_orphan_temp_files",
+    "run_prepared",
     "stale_text",
 ]
 
+INTENT_PREPARED = faults.register(
+    "journal.intent_prepared",
+    "journaled write/edit: planned change durable in effects.db (status authorized); "
+    "toolStarted not committed, file untouched",
+)
 INTENT_RECORDED = faults.register(
     "journal.intent_recorded",
     "journaled write/edit: intent durable in effects.db (status started), file untouched",
@@ -113,7 +132,8 @@ class JournalStatus(StrEnum):
     PROPOSED = "proposed"
     """Planned, not yet allowed to run (reserved for an approval step)."""
     AUTHORIZED = "authorized"
-    """Allowed to run, not started; the file has not been touched."""
+    """Planned and allowed to run, recorded before the call's ``toolStarted``; the file has
+    not been touched."""
     STARTED = "started"
     """About to touch, or touching, the file; the outcome is not recorded."""
     SUCCEEDED = "succeeded"
@@ -296,9 +316,14 @@ class ActionJournal:
         tool_name: str,
         planned_result: str,
         status: JournalStatus,
+        result: str | None = None,
+        detail: str | None = None,
     ) -> tuple[JournalRow, bool]:
-        """``(row, created)``."""
+        """``(row, created)``; ``result`` (an error) only with status ``failed``."""
         status = JournalStatus(status)
+        if result is not None and status is not JournalStatus.FAILED:
+            raise ValueError("only a failed row is recorded with a result")
+        is_error = result is not None
         now = self.db.now_ms()
         with self.db.transaction() as conn:
             found = conn.execute(
@@ -319,10 +344,10 @@ class ActionJournal:
                     after_hash,
                     digest,
                     status.value,
-                    None,
+                    detail,
                     planned_result,
-                    None,
-                    0,
+                    result,
+                    int(is_error),
                     now,
                     now,
                 ),
@@ -330,7 +355,7 @@ class ActionJournal:
             conn.execute(
                 "INSERT INTO journal_history (operation_id, status, detail, at_ms) "
                 "VALUES (?,?,?,?)",
-                (operation_id, status.value, "intent recorded", now),
+                (operation_id, status.value, detail or "intent recorded", now),
             )
         return (
             JournalRow(
@@ -342,10 +367,10 @@ class ActionJournal:
                 after_hash,
                 digest,
                 status,
-                None,
+                detail,
                 planned_result,
-                None,
-                False,
+                result,
+                is_error,
                 now,
                 now,
             ),
@@ -521,10 +546,14 @@ class FileVerdict:
     reason: str
     evidence_id: int | None = None
     """Id of the kept copy of the current content (conflicts; set by :func:`observe_file`)."""
+    path: str | None = None
+    """The file, when there is no row to name it (``NO_RECORD``; from the call's arguments)."""
 
     def evidence(self) -> dict[str, Any]:
         """JSON evidence: the journal's view, both hashes and the current one."""
         out: dict[str, Any] = {"verdict": self.verdict.value, "reason": self.reason}
+        if self.row is None and self.path is not None:
+            out["path"] = self.path
         if self.row is not None:
             out.update(
                 operationId=self.row.operation_id,
@@ -541,18 +570,26 @@ class FileVerdict:
 
 
 def reconcile_file(
-    row: JournalRow | None, current_hash: str | None, *, unreadable: str | None = None
+    row: JournalRow | None,
+    current_hash: str | None,
+    *,
+    unreadable: str | None = None,
+    path: str | None = None,
 ) -> FileVerdict:
     """Decide what happened to a journaled file change (pure; see the module table).
 
     ``current_hash`` is the file's content hash now (``None``: it does not exist);
     ``unreadable`` — instead — says why it could not be hashed (a conflict for a started
-    change).
+    change). ``path`` names the file when there is no row (kept in the verdict's evidence).
     """
     if row is None:
-        return FileVerdict(
-            Verdict.NO_RECORD, None, current_hash, "no journal row: the intent was never recorded"
+        why = (
+            "no journal row: the intent of a journaled call is recorded before its "
+            "toolStarted, so its record was lost"
         )
+        if unreadable is not None:
+            why = f"{why}; the file could not be checked: {unreadable}"
+        return FileVerdict(Verdict.NO_RECORD, None, current_hash, why, path=path)
     status = row.status
     if status is JournalStatus.SUCCEEDED:
         return FileVerdict(Verdict.APPLIED, row, current_hash, "the journal recorded success")
@@ -615,21 +652,27 @@ def _snapshot(workspace: Path, relative: str) -> tuple[str | None, bytes | None,
 
 
 def observe_file(
-    workspace: Path, journal: ActionJournal, operation_id: str, *, keep_evidence: bool = True
+    workspace: Path,
+    journal: ActionJournal,
+    operation_id: str,
+    *,
+    keep_evidence: bool = True,
+    path: str | None = None,
 ) -> FileVerdict:
     """Gather the evidence for one pending journaled call and reconcile it (I/O).
 
     Reads the journal row and the file's current content (once). On a conflict a copy of
-    the current content is stored as evidence (``FileVerdict.evidence_id``).
+    the current content is stored as evidence (``FileVerdict.evidence_id``). ``path`` (the
+    call's argument) is hashed when there is no row, for the review's evidence.
     """
     row = journal.get(operation_id)
-    if row is None or row.status not in _IN_FLIGHT:
-        now = None
-        if row is not None:
-            try:
-                now = current_hash(workspace, row.path)
-            except (ToolError, OSError):
-                now = None
+    if row is None:
+        return _observe_unrecorded(workspace, path)
+    if row.status not in _IN_FLIGHT:
+        try:
+            now: str | None = current_hash(workspace, row.path)
+        except (ToolError, OSError):
+            now = None
         return reconcile_file(row, now)
     try:
         digest, data, size, truncated = _snapshot(workspace, row.path)
@@ -656,6 +699,26 @@ def observe_file(
         )
         verdict = FileVerdict(verdict.verdict, row, digest, verdict.reason, evidence_id=evidence_id)
     return verdict
+
+
+def _observe_unrecorded(workspace: Path, path: str | None) -> FileVerdict:
+    """The ``NO_RECORD`` verdict, with the file's current hash when it can be read."""
+    if path is None:
+        return reconcile_file(None, None)
+    try:
+        return reconcile_file(None, current_hash(workspace, path), path=path)
+    except (ToolError, OSError) as exc:
+        return reconcile_file(None, None, unreadable=str(exc), path=path)
+
+
+def hash_for_evidence(workspace: Path, path: object) -> tuple[str | None, str | None]:
+    """``(current hash, None)`` of a call's file, or ``(None, why)`` when it cannot be read."""
+    if not isinstance(path, str):
+        return None, "the call names no file"
+    try:
+        return current_hash(workspace, path), None
+    except (ToolError, OSError) as exc:
+        return None, str(exc)
 
 
 # =========================================================================== run
@@ -778,6 +841,144 @@ def _row_metadata(row: JournalRow, outcome: str) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedChange:
+    """A journaled call planned and recorded before its ``toolStarted`` is committed.
+
+    Made by :func:`prepare_journaled`, carried out by :func:`run_prepared`. ``change`` is the
+    planned :class:`FileChange` (its bytes stay in memory, the row keeps the hashes);
+    ``error`` the error result of a call that could not be planned (its row is ``failed``
+    with that result, so recovery gives the model the same text).
+    """
+
+    tool_name: str
+    row: JournalRow
+    arguments: Mapping[str, Any] = field(repr=False)
+    change: FileChange | None = field(default=None, repr=False)
+    count: int = 0
+    error: ToolResult | None = None
+
+
+def _raw_path(arguments: Mapping[str, Any]) -> str:
+    path = arguments.get("path")
+    return path if isinstance(path, str) else ""
+
+
+def prepare_journaled(
+    tool_name: str,
+    workspace: Path,
+    journal: ActionJournal,
+    session_id: str,
+    operation_id: str,
+    arguments: Mapping[str, Any],
+    *,
+    protected: ProtectedState | None = None,
+) -> PreparedChange:
+    """Plan the change and record its intent durably, before ``toolStarted`` (step 1 of 2).
+
+    The row is ``authorized`` (planned, allowed, the file untouched; boundary
+    ``journal.intent_prepared`` right after). A planning error (bad path, text not found,
+    …) records the row ``failed`` with the error result the model is to receive. An
+    operation id already recorded (same session and arguments) is returned as it is;
+    otherwise :class:`~tether.errors.OperationIdConflict`. Nothing touches the file.
+    """
+    if tool_name not in JOURNALED_TOOLS:
+        raise ValueError(f"not a journaled tool: {tool_name!r}")
+    digest = arguments_digest(tool_name, arguments)
+    existing = journal.get(operation_id)
+    if existing is not None:
+        _check_same(existing, session_id, digest, str(journal.db.path))
+        return PreparedChange(tool_name, existing, arguments)
+    try:
+        change, count = _plan(tool_name, workspace, arguments, protected)
+    except (ToolError, OSError) as exc:
+        error = _tool_error(exc, arguments.get("path"))
+        row, created = journal._record(
+            session_id,
+            operation_id,
+            _raw_path(arguments),
+            None,
+            "",
+            digest,
+            tool_name=tool_name,
+            planned_result="",
+            status=JournalStatus.FAILED,
+            result=error.content,
+            detail="the change could not be planned; nothing was written",
+        )
+        faults.hit(INTENT_PREPARED)
+        return PreparedChange(tool_name, row, arguments, error=error if created else None)
+    row, created = _record_change(
+        journal,
+        session_id,
+        operation_id,
+        tool_name,
+        digest,
+        change,
+        count,
+        JournalStatus.AUTHORIZED,
+    )
+    faults.hit(INTENT_PREPARED)
+    if not created:  # recorded concurrently by someone else: reconcile like a resume
+        return PreparedChange(tool_name, row, arguments)
+    return PreparedChange(tool_name, row, arguments, change, count)
+
+
+def run_prepared(
+    workspace: Path,
+    journal: ActionJournal,
+    prepared: PreparedChange,
+    *,
+    protected: ProtectedState | None = None,
+) -> ToolResult:
+    """Carry out a prepared call once its ``toolStarted`` is durable (step 2 of 2).
+
+    A call that could not be planned returns its recorded error result. Otherwise the row is
+    marked ``started`` (boundary ``journal.intent_recorded``: the file is still untouched)
+    and the change applied under compare-and-swap, as in :func:`journaled_run`. A row that
+    was already there when it was prepared is reconciled like a resume.
+    """
+    if prepared.error is not None:
+        return prepared.error
+    row = prepared.row
+    if prepared.change is None:
+        return _resume(prepared.tool_name, workspace, journal, row, prepared.arguments, protected)
+    row = journal.mark(row.operation_id, JournalStatus.STARTED, "starting")
+    faults.hit(INTENT_RECORDED)
+    return _apply(
+        prepared.tool_name, workspace, journal, row, prepared.change, prepared.count, protected
+    )
+
+
+def _record_change(
+    journal: ActionJournal,
+    session_id: str,
+    operation_id: str,
+    tool_name: str,
+    digest: str,
+    change: FileChange,
+    count: int,
+    status: JournalStatus,
+) -> tuple[JournalRow, bool]:
+    """Record the intent of a planned change with the success text it will report."""
+    outcome = (
+        ApplyOutcome.ALREADY_APPLIED
+        if change.before_hash == change.after_hash
+        else ApplyOutcome.APPLIED
+    )
+    return journal._record(
+        session_id,
+        operation_id,
+        change.path,
+        change.before_hash,
+        change.after_hash,
+        digest,
+        tool_name=tool_name,
+        planned_result=_success_text(tool_name, change, count, outcome),
+        status=status,
+    )
+
+
 def journaled_run(
     tool_name: str,
     workspace: Path,
@@ -788,7 +989,9 @@ def journaled_run(
     *,
     protected: ProtectedState | None = None,
 ) -> ToolResult:
-    """Run ``write`` or ``edit`` through the journal; the same result texts as the tools.
+    """Run ``write`` or ``edit`` through the journal in one go; the same result texts as the
+    tools (the executor splits this into :func:`prepare_journaled` before ``toolStarted``
+    and :func:`run_prepared` after it).
 
     ``protected`` is tether's own state the change must never touch (the agent's
     layout; default that of :meth:`~tether.tools.workspace.ProtectedState.for_workspace`):
@@ -820,29 +1023,37 @@ def journaled_run(
         change, count = _plan(tool_name, workspace, arguments, protected)
     except (ToolError, OSError) as exc:
         return _tool_error(exc, arguments.get("path"))
-    planned = _success_text(
-        tool_name,
-        change,
-        count,
-        ApplyOutcome.ALREADY_APPLIED
-        if change.before_hash == change.after_hash
-        else ApplyOutcome.APPLIED,
-    )
-    row, created = journal._record(
-        session_id,
-        operation_id,
-        change.path,
-        change.before_hash,
-        change.after_hash,
-        digest,
-        tool_name=tool_name,
-        planned_result=planned,
-        status=JournalStatus.STARTED,
+    row, created = _record_change(
+        journal, session_id, operation_id, tool_name, digest, change, count, JournalStatus.STARTED
     )
     if not created:  # recorded concurrently by someone else: reconcile like a resume
         return _resume(tool_name, workspace, journal, row, arguments, protected)
     faults.hit(INTENT_RECORDED)
     return _apply(tool_name, workspace, journal, row, change, count, protected)
+
+
+def journaled_resume(
+    tool_name: str,
+    workspace: Path,
+    journal: ActionJournal,
+    session_id: str,
+    operation_id: str,
+    arguments: Mapping[str, Any],
+    *,
+    protected: ProtectedState | None = None,
+) -> ToolResult | None:
+    """Re-execute a started call from its recorded intent, never without it.
+
+    Like :func:`journaled_run` for an operation id that has a row; ``None`` (the outcome is
+    unknown, nothing was done) when there is none: the intent is recorded before
+    ``toolStarted``, so a started call without a row lost its evidence, and planning it
+    afresh could apply the change a second time.
+    """
+    existing = journal.get(operation_id)
+    if existing is None:
+        return None
+    _check_same(existing, session_id, arguments_digest(tool_name, arguments), str(journal.db.path))
+    return _resume(tool_name, workspace, journal, existing, arguments, protected)
 
 
 def _apply(
@@ -945,7 +1156,11 @@ def _resume(
         return _tool_error(exc, row.path)
     if untouched:
         row = journal.mark(op, JournalStatus.STARTED, "starting")
-    if now == row.after_hash:
+        faults.hit(INTENT_RECORDED)
+    # This call never touched the file while it was untouched: the before-content means a
+    # first execution (with the normal texts, also for a change that changes nothing).
+    first = untouched and now == row.before_hash
+    if now == row.after_hash and not first:
         text = reconciled_text(row)
         journal.mark(
             op, JournalStatus.SUCCEEDED, "reconciled: the file has the after-hash", result=text

@@ -4,8 +4,9 @@ The session log says only that a call was started (``toolStarted``) and not answ
 effects layer may know more. :func:`observe_pending` gathers it for one pending call — the
 journal row and the file's current hash for ``write``/``edit``, the service's answer
 (:func:`~tether.effects.contract.safe_lookup`) for an effect tool with a lookup, a review
-decision if there is one — and :func:`decide_pending`, a pure function, turns it into a
-:class:`RecoveryDecision`:
+decision if there is one, and whether the workspace's ``effects.db`` is the one holding the
+session's evidence (:mod:`tether.effects.binding`) — and :func:`decide_pending`, a pure
+function, turns it into a :class:`RecoveryDecision`:
 
 ======================================  ==========  ===========================================
 observation                             action      what the executor does
@@ -16,10 +17,15 @@ review item still open                  REVIEW      stay blocked; nothing append
 review resolved ``applied``             COMPLETE    success result (``content``)
 review resolved ``notApplied``          COMPLETE    error result (``content``)
 review resolved ``abort``               ABORT       ``abortRequested``, then re-plan
+evidence unknown: the session's         REVIEW      open a review item (what is missing, the
+``effects.db`` is missing, replaced,                database ids, the file's current hash or
+or does not name it                                 the service's answer); nothing is written
 file APPLIED                            COMPLETE    success result "… (reconciled after a
                                                     crash …)"
-file NOT_APPLIED / NO_RECORD            EXECUTE     run it once more (same operation id,
+file NOT_APPLIED                        EXECUTE     run it once more (same operation id,
                                                     compare-and-swap)
+file NO_RECORD (no journal row)         REVIEW      open a review item: the intent is recorded
+                                                    before ``toolStarted``, so it was lost
 file FAILED                             COMPLETE    the recorded error result
 file CONFLICT                           REVIEW      open a review item (evidence kept)
 lookup committed                        COMPLETE    the service's result,
@@ -27,6 +33,11 @@ lookup committed                        COMPLETE    the service's result,
 lookup not found                        EXECUTE     run it once more, same operation id
 lookup unknowable / failed / hung       REVIEW      open a review item
 ======================================  ==========  ===========================================
+
+Precedence: a review item (open or resolved) first — a person's decision stands; then
+unknown evidence; then the file verdict; then the lookup. A decision never rests on the
+absence of a record the database cannot be shown to hold: "no record" is read as "nothing
+happened" nowhere in this table.
 
 :func:`record_decision` keeps every decision in the reconciliation log (time and evidence)
 and opens the review item for REVIEW. The session log itself stays exactly the spec's:
@@ -43,6 +54,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from tether.effects.binding import EvidenceCheck
 from tether.effects.contract import (
     DEFAULT_LOOKUP_TIMEOUT,
     EffectTool,
@@ -57,6 +69,7 @@ from tether.effects.journal import (
     JournalRow,
     JournalStatus,
     Verdict,
+    hash_for_evidence,
     is_journaled,
     observe_file,
     reconciled_text,
@@ -66,6 +79,7 @@ from tether.effects.review import ReviewDecision, ReviewItem, ReviewStore
 from tether.tools.base import Tool
 
 __all__ = [
+    "EVIDENCE_UNKNOWN",
     "PendingObservation",
     "RecoveryAction",
     "RecoveryDecision",
@@ -91,20 +105,38 @@ class RecoveryAction(StrEnum):
     """A reviewer chose to abort: append ``abortRequested`` and re-plan."""
 
 
+EVIDENCE_UNKNOWN = "evidenceUnknown"
+"""The verdict of a call whose session's effects database is missing or replaced."""
+
+
 @dataclass(frozen=True, slots=True)
 class PendingObservation:
     """What the effects layer knows about one pending call (``toolStartedId`` =
-    ``operation_id``). At most one of ``file`` and ``lookup``."""
+    ``operation_id``). At most one of ``file`` and ``lookup``.
+
+    ``evidence`` says whether the workspace's database holds the session's evidence
+    (``None``: not checked). When it does not, ``current_hash``/``path`` (a file tool's
+    file now, or ``hash_error``) and ``lookup`` (an effect tool's service answer) are kept
+    for the reviewer; the journal is not read.
+    """
 
     operation_id: str
     tool_name: str
     file: FileVerdict | None = None
     lookup: LookupResult | None = None
     review: ReviewItem | None = None
+    evidence: EvidenceCheck | None = None
+    path: str | None = None
+    current_hash: str | None = None
+    hash_error: str | None = None
 
     def __post_init__(self) -> None:
         if self.file is not None and self.lookup is not None:
             raise ValueError("an observation has a file verdict or a lookup result, not both")
+
+    @property
+    def evidence_unknown(self) -> bool:
+        return self.evidence is not None and not self.evidence.known
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,9 +242,23 @@ def _from_file(verdict: FileVerdict) -> RecoveryDecision:
             reason=verdict.reason,
             evidence=evidence,
         )
-    if kind in (Verdict.NOT_APPLIED, Verdict.NO_RECORD):
+    if kind is Verdict.NOT_APPLIED:
         return RecoveryDecision(
             RecoveryAction.EXECUTE, kind.value, reason=verdict.reason, evidence=evidence
+        )
+    if kind is Verdict.NO_RECORD:
+        # The intent is durable before toolStarted: a started call without a row lost its
+        # evidence. Planning it afresh could apply the change a second time.
+        what = verdict.path if verdict.path is not None else "the file"
+        return RecoveryDecision(
+            RecoveryAction.REVIEW,
+            kind.value,
+            reason=(
+                f"the journal has no record of this call although its intent is recorded "
+                f"before it starts: the record was lost (was .tether/effects.db deleted or "
+                f"replaced?), so whether it changed {what} is unknown; nothing was written"
+            ),
+            evidence={**evidence, "missing": "journalRow"},
         )
     path = row.path if row is not None else "the file"
     return RecoveryDecision(
@@ -253,6 +299,33 @@ def _from_lookup(lookup: LookupResult) -> RecoveryDecision:
     )
 
 
+def _from_unknown(observation: PendingObservation) -> RecoveryDecision:
+    check = observation.evidence
+    assert check is not None
+    evidence: dict[str, Any] = {
+        "missing": "effectsDatabase",
+        "effectsDatabase": check.to_json(),
+        "expectedDb": check.expected_db,
+        "foundDb": check.found_db,
+    }
+    if observation.path is not None:
+        evidence["path"] = observation.path
+        evidence["currentHash"] = observation.current_hash
+        if observation.hash_error is not None:
+            evidence["hashError"] = observation.hash_error
+    if observation.lookup is not None:
+        evidence["lookup"] = observation.lookup.to_json()
+    return RecoveryDecision(
+        RecoveryAction.REVIEW,
+        EVIDENCE_UNKNOWN,
+        reason=(
+            f"the evidence of this call is unknown: {check.reason}; whether it took effect "
+            "cannot be established from the records, so nothing was run or written"
+        ),
+        evidence=evidence,
+    )
+
+
 def decision_for_review(item: ReviewItem, row: JournalRow | None = None) -> RecoveryDecision:
     """What a review item implies (pure): REVIEW while open; else COMPLETE with the result
     text of ``applied``/``notApplied`` (``row``: the journal row, for the file tools' text),
@@ -263,14 +336,17 @@ def decision_for_review(item: ReviewItem, row: JournalRow | None = None) -> Reco
 def decide_pending(observation: PendingObservation | None) -> RecoveryDecision:
     """The recovery decision for one pending call (pure; see the module table).
 
-    A review item, open or resolved, takes precedence over everything else; then the file
-    verdict; then the lookup. No observation → SPEC (behave exactly as the spec).
+    A review item, open or resolved, takes precedence over everything else; then unknown
+    evidence (the session's database is missing or replaced); then the file verdict; then
+    the lookup. No observation → SPEC (behave exactly as the spec).
     """
     if observation is None:
         return _SPEC
     if observation.review is not None:
         row = observation.file.row if observation.file is not None else None
         return _from_review(observation.review, row)
+    if observation.evidence_unknown:
+        return _from_unknown(observation)
     if observation.file is not None:
         return _from_file(observation.file)
     if observation.lookup is not None:
@@ -289,20 +365,48 @@ def observe_pending(
     journal: ActionJournal | None,
     reviews: ReviewStore | None,
     lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT,
+    arguments: Mapping[str, Any] | None = None,
+    evidence: EvidenceCheck | None = None,
 ) -> PendingObservation | None:
     """Gather the evidence about one pending call (I/O: effects.db, the file, the service).
 
-    ``tool`` is the runtime's tool of that name (``None`` if there is none). An open review
-    item short-circuits (nothing else is asked); a resolved one is returned with the journal
-    row (for the result text) but no new lookup. ``None`` when there is nothing to say.
+    ``tool`` is the runtime's tool of that name (``None`` if there is none); ``arguments``
+    the call's recorded arguments (to name and hash a file tool's file without a journal
+    row); ``evidence`` the check of the session's database (:mod:`tether.effects.binding`).
+    An open review item short-circuits (nothing else is asked); a resolved one is returned
+    with the journal row (for the result text) but no new lookup. With unknown evidence the
+    journal is not consulted: the file's current hash, or the service's answer, is kept for
+    the reviewer. ``None`` when there is nothing to say.
     """
     name = tool.name if tool is not None else ""
     review = reviews.for_operation(operation_id) if reviews is not None else None
     if review is not None and review.is_open:
         return PendingObservation(operation_id, name, review=review)
+    path = arguments.get("path") if arguments is not None else None
+    file_path = path if isinstance(path, str) else None
+    unknown = evidence is not None and not evidence.known and review is None
+    if unknown and tool is not None and is_journaled(tool):
+        now, why = hash_for_evidence(workspace, file_path)
+        return PendingObservation(
+            operation_id,
+            name,
+            evidence=evidence,
+            path=file_path,
+            current_hash=now,
+            hash_error=why,
+        )
+    if unknown and isinstance(tool, EffectTool) and has_lookup(tool):
+        # Its recovery rests on "no review decision" too, and those were in the lost
+        # database. The service's own record is its truth: asked, and kept for the reviewer.
+        lookup = safe_lookup(tool, operation_id, lookup_timeout)
+        return PendingObservation(operation_id, name, lookup=lookup, evidence=evidence)
     if tool is not None and is_journaled(tool) and journal is not None:
-        verdict = observe_file(workspace, journal, operation_id, keep_evidence=review is None)
-        return PendingObservation(operation_id, name, file=verdict, review=review)
+        verdict = observe_file(
+            workspace, journal, operation_id, keep_evidence=review is None, path=file_path
+        )
+        return PendingObservation(
+            operation_id, name, file=verdict, review=review, evidence=evidence
+        )
     if review is not None:
         return PendingObservation(operation_id, name, review=review)
     if tool is not None and isinstance(tool, EffectTool) and has_lookup(tool):
@@ -375,6 +479,8 @@ def reconcile_pending(
     journal: ActionJournal | None,
     reviews: ReviewStore,
     lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT,
+    arguments: Mapping[str, Any] | None = None,
+    evidence: EvidenceCheck | None = None,
 ) -> tuple[RecoveryDecision, ReviewItem | None]:
     """:func:`observe_pending` + :func:`decide_pending` + :func:`record_decision`."""
     observation = observe_pending(
@@ -384,6 +490,8 @@ def reconcile_pending(
         journal=journal,
         reviews=reviews,
         lookup_timeout=lookup_timeout,
+        arguments=arguments,
+        evidence=evidence,
     )
     decision = decide_pending(observation)
     if observation is None:

@@ -4,7 +4,10 @@ One loop serves a fresh run and a resume alike: reduce (the store keeps the stat
 ask :func:`plan_recovery` for the next action, carry out exactly that action,
 commit exactly the facts the spec requires (section 15), repeat until the session
 is idle or recovery is blocked. Every intent is durable before it acts: the
-``stepAttempt`` before the provider request, the ``toolStarted`` before the tool.
+``stepAttempt`` before the provider request, the ``toolStarted`` before the tool, and for
+``write``/``edit`` the journal's intent in ``effects.db`` before the ``toolStarted``. The
+session is bound to that database before its first evidence, so recovery can tell a lost
+or replaced database from "nothing happened" (:mod:`tether.effects.binding`).
 """
 
 from __future__ import annotations
@@ -23,9 +26,17 @@ from tether import faults
 from tether.completion.gate import CompletionCheck
 from tether.completion.stops import StopError, budget_exhausted
 from tether.completion.verify import NO_COMMAND, VerifyTool
+from tether.effects.binding import EvidenceCheck, bind_session, binding_path, ensure_binding
 from tether.effects.contract import EffectTool, LookupStatus, has_lookup, safe_lookup
 from tether.effects.db import EffectsDB
-from tether.effects.journal import ActionJournal, is_journaled, journaled_run
+from tether.effects.journal import (
+    ActionJournal,
+    PreparedChange,
+    is_journaled,
+    journaled_resume,
+    prepare_journaled,
+    run_prepared,
+)
 from tether.effects.recovery import RecoveryAction, RecoveryDecision, reconcile_pending
 from tether.effects.review import ReviewStore
 from tether.errors import ConfigurationError, ModelError
@@ -37,7 +48,14 @@ from tether.runtime.compaction import COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_
 from tether.runtime.config import AgentConfiguration, environment_identity, explain_blocked
 from tether.runtime.facts import abort_requested_record
 from tether.runtime.facts import started_result_entry as _started_result_entry
-from tether.runtime.guards import Authorizer, Guards, follow_up_prompt, is_failure, run_range
+from tether.runtime.guards import (
+    Authorizer,
+    EarlierDecision,
+    Guards,
+    follow_up_prompt,
+    is_failure,
+    run_range,
+)
 from tether.session.canonical import source_digest
 from tether.session.planner import (
     ABORTED_ERROR,
@@ -233,7 +251,7 @@ class Agent:
         self._guards = Guards(
             self.workspace,
             self.project,
-            lambda: self._effects_stores()[0],
+            self._session_effects_db,
             authorize=authorize,
             assume_yes=assume_yes,
             ask_by_default=ask_by_default,
@@ -273,6 +291,12 @@ class Agent:
         self._deadline: float | None = None
         self._last_session: str | None = None
         self._effects: tuple[EffectsDB, ActionJournal, ReviewStore] | None = None
+        # The session this call works on, the check of its effects database (made once per
+        # call, before its first evidence is read or written) and the assistant entry whose
+        # next call a crashed process may have decided already (see _attach).
+        self._store: SessionStore | None = None
+        self._evidence: EvidenceCheck | None = None
+        self._resumed_entry: str | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -313,6 +337,7 @@ class Agent:
             blocked = self._settle_unfinished(store)
             if blocked is not None:
                 return blocked
+            self._rebind_if_lost(store)
             before = store.state.usage
             entry_id = new_uuid7()
             store.commit(
@@ -486,6 +511,7 @@ class Agent:
         """
         if usage_before is None:
             usage_before = store.state.usage
+        self._attach(store)
         outcome: dict[str, Any] = {}
         current = self.configuration.current
         operation = store.state.operation
@@ -730,6 +756,69 @@ class Agent:
         if self._effects is not None:
             self._effects[0].close()
             self._effects = None
+        self._evidence = None
+
+    def _attach(self, store: SessionStore) -> None:
+        """Start working on ``store`` (once per call, also when it drives twice): the last
+        call's evidence check is forgotten, and the assistant entry whose next call a
+        crashed process may have decided already is noted (see :func:`_undecided_entry`)."""
+        if store is self._store:
+            return
+        self._store = store
+        self._evidence = None
+        self._resumed_entry = _undecided_entry(store.state)
+
+    def _evidence_for(self, store: SessionStore) -> EvidenceCheck:
+        """Whether ``effects.db`` holds the session's evidence (checked once per call).
+
+        A session without evidence yet is bound to the database now, before its first
+        record (:func:`~tether.effects.binding.ensure_binding`); a missing or replaced
+        database is reported as it is, and recovery decides with it.
+        """
+        if self._evidence is None or self._evidence.session_id != store.session_id:
+            db = self._effects_stores()[0]
+            self._evidence = ensure_binding(db, store.path.parent, store.session_id)
+        return self._evidence
+
+    def _session_effects_db(self) -> EffectsDB:
+        """``effects.db`` for the guards' records (authorizations, failures, verifications):
+        the session is bound to it before they write anything for it."""
+        db = self._effects_stores()[0]
+        store = self._store
+        if store is not None and not store.closed:
+            self._evidence_for(store)
+        return db
+
+    def _has_binding(self, store: SessionStore) -> bool:
+        """Whether the session ever recorded evidence (its sidecar exists; no database is
+        opened to find out)."""
+        if self._evidence is not None and self._evidence.session_id == store.session_id:
+            return True
+        return os.path.lexists(binding_path(store.path.parent, store.session_id))
+
+    def _rebind_if_lost(self, store: SessionStore) -> None:
+        """A session that is idle again after its effects database was lost or replaced is
+        bound to the current one before a new run starts: nothing unfinished depends on the
+        old evidence any more (every call of it is answered), and the new run's evidence
+        must be checkable again."""
+        self._attach(store)  # an idle session was not driven yet: this call starts here
+        if not self._has_binding(store):
+            return
+        check = self._evidence_for(store)
+        if not check.known:
+            db = self._effects_stores()[0]
+            self._evidence = bind_session(db, store.path.parent, store.session_id, previous=check)
+
+    def _earlier_decision(self, store: SessionStore, assistant_entry_id: str) -> EarlierDecision:
+        """Whether a crashed process may have decided the call about to start (only the
+        first call started for the entry noted by :meth:`_attach`)."""
+        if assistant_entry_id != self._resumed_entry:
+            return EarlierDecision.NONE
+        self._resumed_entry = None
+        if not self._has_binding(store):
+            return EarlierDecision.NONE  # no record was ever written for this session
+        known = self._evidence_for(store).known
+        return EarlierDecision.RECORDED if known else EarlierDecision.UNKNOWN
 
     def _reconcile(
         self, store: SessionStore, state: SessionState, plan: Plan
@@ -768,6 +857,8 @@ class Agent:
             workspace=self.workspace,
             journal=journal,
             reviews=reviews,
+            arguments=pending.arguments,
+            evidence=self._evidence_for(store),
         )
         if decision.action is RecoveryAction.SPEC:
             return None
@@ -1068,6 +1159,7 @@ class Agent:
             self._emit(events.ToolStarted(name=plan.tool_name, call_id=call["id"], replay=True))
             self._execute(store, tool, dict(plan.arguments), tool_state)
             return
+        earlier = self._earlier_decision(store, plan.assistant_entry_id)
         validated = self.registry.validate(plan.tool_name, call["function"]["arguments"])
         if isinstance(validated, Rejection):
             store.commit(
@@ -1089,6 +1181,7 @@ class Agent:
             plan.tool_index,
             validated.tool,
             validated.arguments,
+            earlier_decision=earlier,
         )
         if authorization is not None:
             self._emit(
@@ -1138,13 +1231,28 @@ class Agent:
             self._emit(events.ToolSkipped(name=plan.tool_name, call_id=call["id"], reason="denied"))
             self._note_failure(store, started_id, result_id, plan.tool_name, validated.arguments)
             return
+        prepared: PreparedChange | None = None
+        if is_journaled(validated.tool):
+            # The journal's intent is durable before toolStarted: a started call without
+            # a journal row can then only mean lost evidence, never "not applied".
+            _, journal, _ = self._effects_stores()
+            self._evidence_for(store)  # bound before its first evidence
+            prepared = prepare_journaled(
+                plan.tool_name,
+                self.workspace,
+                journal,
+                store.session_id,
+                started_id,
+                validated.arguments,
+                protected=self.protected,
+            )
         store.commit(facts)
         faults.hit(boundaries.BEFORE_EFFECT)
         started = store.state.operation
         assert isinstance(started, RunOperation)
         tool_state = next(t for t in started.tool_calls if t.tool_started_id == started_id)
         self._emit(events.ToolStarted(name=plan.tool_name, call_id=call["id"]))
-        self._execute(store, validated.tool, validated.arguments, tool_state)
+        self._execute(store, validated.tool, validated.arguments, tool_state, prepared)
 
     def _execute(
         self,
@@ -1152,6 +1260,7 @@ class Agent:
         tool: Tool,
         arguments: Mapping[str, Any],
         started: ToolCallState,
+        prepared: PreparedChange | None = None,
     ) -> None:
         context = ToolContext(
             workspace=self.workspace,
@@ -1164,15 +1273,22 @@ class Agent:
         result: ToolResult | None
         if is_journaled(tool):
             _, journal, _ = self._effects_stores()
-            result = journaled_run(
-                tool.name,
-                self.workspace,
-                journal,
-                store.session_id,
-                started.tool_started_id,
-                arguments,
-                protected=context.protected,
-            )
+            if prepared is not None:
+                result = run_prepared(
+                    self.workspace, journal, prepared, protected=context.protected
+                )
+            else:
+                # A re-execution that reconciliation decided: only from the recorded intent
+                # (None without one: left pending, the next reconciliation reviews it).
+                result = journaled_resume(
+                    tool.name,
+                    self.workspace,
+                    journal,
+                    store.session_id,
+                    started.tool_started_id,
+                    arguments,
+                    protected=context.protected,
+                )
         else:
             result = self._run_tool(tool, arguments, context)
         faults.hit(boundaries.AFTER_EFFECT)
@@ -1323,6 +1439,27 @@ def _assistant_steps(state: SessionState, input_entry_id: str) -> int:
     transcript = state.transcript
     span = run_range(state, input_entry_id)
     return sum(1 for i in span if transcript[i]["role"] == "assistant")
+
+
+def _undecided_entry(state: SessionState) -> str | None:
+    """The assistant entry whose next call a crashed process may have decided already.
+
+    Calls are authorized one at a time, right before each starts; a decision that is
+    durable while its ``toolStarted`` is not can only belong to the first unanswered call
+    of the current step, and only when no call of it is pending (a pending call means the
+    crash came while it ran, before any later call was decided). ``None`` when the
+    operation is not a run that will start such a call.
+    """
+    operation = state.operation
+    if not isinstance(operation, RunOperation) or operation.abort_requested:
+        return None
+    if _pending_tool(operation) is not None:
+        return None
+    for position in range(len(state.transcript) - 1, -1, -1):
+        message = state.transcript[position]
+        if message.get("role") == "assistant":
+            return state.transcript_ids[position] if message.get("tool_calls") else None
+    return None
 
 
 def _pending_tool(operation: RunOperation) -> ToolCallState | None:

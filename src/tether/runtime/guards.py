@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
@@ -29,7 +30,14 @@ from tether.completion.stops import FailedCall, StopError, describe_call, repeat
 from tether.completion.verify import Verifier, workspace_scanner
 from tether.effects.authorization import Authorization, AuthorizationStore, call_key
 from tether.effects.db import EffectsDB
-from tether.effects.policy import NO_TERMINAL_REASON, Decision, Policy, ToolKind, decide
+from tether.effects.policy import (
+    NO_TERMINAL_REASON,
+    Decision,
+    Policy,
+    PolicyVerdict,
+    ToolKind,
+    decide,
+)
 from tether.errors import ArtifactError, CanonicalizationError
 from tether.project import ProjectConfig
 from tether.session.canonical import canonical_json, sha256_digest
@@ -38,8 +46,10 @@ from tether.tools.base import Tool, ToolResult
 
 __all__ = [
     "AUTHORIZED",
+    "LOST_RECORD_RULE",
     "AuthorizationRequest",
     "Authorizer",
+    "EarlierDecision",
     "Guards",
     "arguments_digest",
     "follow_up_prompt",
@@ -51,6 +61,22 @@ AUTHORIZED = faults.register(
     "authorized", "an authorization decision is durable; the call has not started"
 )
 MAX_SUMMARY: Final = 500
+LOST_RECORD_RULE: Final = (
+    "no authorization record: one may have been lost with the effects database"
+)
+"""The rule of a call that needs a decision because its record may have been lost."""
+
+
+class EarlierDecision(StrEnum):
+    """Whether an earlier process may have recorded a decision for a call."""
+
+    NONE = "none"
+    """The call is new to this process's view of the log: nobody can have decided it."""
+    RECORDED = "recorded"
+    """A crashed process may have decided it; its record is in ``effects.db`` if it did."""
+    UNKNOWN = "unknown"
+    """A crashed process may have decided it, and ``effects.db`` is missing or replaced:
+    the absence of a record proves nothing."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +218,8 @@ class Guards:
         tool_index: int,
         tool: Tool,
         arguments: Mapping[str, Any],
+        *,
+        earlier_decision: EarlierDecision = EarlierDecision.NONE,
     ) -> tuple[Authorization | None, str | None]:
         """Decide whether a validated call may start: the recorded decision (``None`` when
         none was needed) and the denial text when the call may not start.
@@ -201,23 +229,46 @@ class Guards:
         earlier for the same call (before a crash) is reused: the person is not asked
         again. Only read-only tools and the implicit batch default (no policy, no
         terminal) are allowed without a record.
+
+        ``earlier_decision`` says whether a crashed process may have decided the call
+        already: then its record is looked up even where no record is needed now (a person's
+        deny in the REPL stands on a resume in a pipe), and when that record may have been
+        lost (``UNKNOWN``) a missing one never counts as "allowed by default": the call is
+        asked about like in the REPL (no terminal → denied, ``--yes`` → allowed).
         """
         kind = ToolKind.READ_ONLY if tool.replay is Replay.SAFE else ToolKind.SIDE_EFFECT
         interactive = self._authorize is not None
         policy = self.project.policy
-        verdict = decide(
-            policy,
-            tool.name,
-            arguments,
-            kind=kind,
-            interactive=interactive,
-            assume_yes=self.assume_yes,
-            ask_by_default=self.ask_by_default and interactive,
-        )
-        if verdict.decision is Decision.ALLOW and (
+
+        def verdict_of(ask_by_default: bool) -> PolicyVerdict:
+            return decide(
+                policy,
+                tool.name,
+                arguments,
+                kind=kind,
+                interactive=interactive,
+                assume_yes=self.assume_yes,
+                ask_by_default=ask_by_default,
+            )
+
+        verdict = verdict_of(self.ask_by_default and interactive)
+        # A person may have denied this call before the crash, in a record that is gone:
+        # "no record" must not mean "allowed by default"; ask as the REPL would instead.
+        lost = earlier_decision is EarlierDecision.UNKNOWN and kind is ToolKind.SIDE_EFFECT
+        if lost and verdict.decision is Decision.ALLOW:
+            asking = verdict_of(True)
+            if asking.rule != verdict.rule:  # only the built-in default allowed it
+                keep = asking.decision is Decision.ALLOW  # --yes answers the question
+                verdict = (
+                    asking
+                    if keep
+                    else PolicyVerdict(asking.decision, LOST_RECORD_RULE, asking.reason)
+                )
+        unrecorded = verdict.decision is Decision.ALLOW and (
             (kind is ToolKind.READ_ONLY and tool.name not in policy.tools)
             or (_policy_is_empty(policy) and not self.ask_by_default and not self.assume_yes)
-        ):
+        )
+        if unrecorded and (kind is ToolKind.READ_ONLY or earlier_decision is EarlierDecision.NONE):
             return None, None
         store = AuthorizationStore(self._effects())
         key = call_key(assistant_entry_id, tool_index)
@@ -229,6 +280,8 @@ class Guards:
             allowed = earlier.decision == Decision.ALLOW.value
             text = denial_text(earlier.who, earlier.rule, earlier.reason)
             return earlier, None if allowed else text
+        if unrecorded:  # looked up: nobody decided it before the crash
+            return None, None
         summary = call_summary(tool.name, arguments)
         decision = verdict.decision
         # --yes only decides where the policy said ask (its verdict's rule says so).

@@ -237,7 +237,11 @@ class Agent:
             assume_yes=assume_yes,
             ask_by_default=ask_by_default,
         )
-        chosen = list(tools) if tools is not None else builtin_tools()
+        chosen = (
+            list(tools)
+            if tools is not None
+            else builtin_tools(pass_env=self.project.tools.pass_env)
+        )
         if self.project.verify.command is not None and all(t.name != "verify" for t in chosen):
             chosen.append(VerifyTool(lambda: self._guards.verifier))
         self.registry = ToolRegistry(chosen)

@@ -67,10 +67,11 @@ def test_child_environment_defaults_to_this_process_and_registered_secrets(
 
 
 def test_register_secret_ignores_short_values() -> None:
+    just_long_enough = "Qz7" + "k" * (MIN_SECRET_LENGTH - 3)
     register_secret("short")
-    register_secret("  " + "p" * MIN_SECRET_LENGTH + "  ")
+    register_secret(f"  {just_long_enough}  ")
     assert "short" not in registered_secrets()
-    assert "p" * MIN_SECRET_LENGTH in registered_secrets()
+    assert just_long_enough in registered_secrets()
 
 
 # --------------------------------------------------------------------------- masking
@@ -157,3 +158,14 @@ def test_hide_from_process_listing_rewrites_cmdline_and_environ() -> None:
     )
     # Rewritten; gone from both listings; Python's own copies keep the real value.
     assert result.stdout.split() == ["True", "False", "False", "True"], result.stderr
+
+
+def test_the_model_adapter_registers_its_key_but_not_the_local_placeholder() -> None:
+    from tether.models.openai_compat import OpenAICompatibleModel
+
+    key = "adapter-key-" + SECRET
+    OpenAICompatibleModel("m", base_url="https://api.example.com/v1", api_key=key)
+    assert key in registered_secrets()
+    before = registered_secrets()
+    OpenAICompatibleModel("m", base_url="http://127.0.0.1:9/v1")  # placeholder key
+    assert registered_secrets() == before

@@ -171,19 +171,22 @@ class Masker:
         return value
 
 
-def hide_from_process_listing(secrets: Iterable[str]) -> bool:
-    """Overwrite ``secrets`` with ``*`` in this process's ``/proc/self/cmdline`` and
-    ``/proc/self/environ`` (Linux; best effort). ``True`` when the memory was rewritten.
+def hide_from_process_listing(
+    secrets: Iterable[str], variables: Iterable[str] = CREDENTIAL_VARIABLES
+) -> bool:
+    """Overwrite ``secrets``, and the values of the environment ``variables``, with ``*``
+    in this process's ``/proc/self/cmdline`` and ``/proc/self/environ`` (Linux; best
+    effort). ``True`` when the memory was rewritten.
 
     The kernel shows the original argument and environment strings straight from the
     process's memory (``arg_start..arg_end`` and ``env_start..env_end`` of
-    ``/proc/self/stat``); writing through ``/proc/self/mem`` changes what it shows.
-    Python's ``sys.argv`` and ``os.environ`` are copies made at start-up and keep the real
-    values. Child processes get their environment from :func:`child_environment`.
+    ``/proc/self/stat``); writing through ``/proc/self/mem`` changes what it shows, with
+    every string keeping its length. Python's ``sys.argv`` and ``os.environ`` are copies
+    made at start-up and keep the real values; children get their environment from
+    :func:`child_environment`.
     """
     wanted = [s.encode() for s in secrets if len(s) >= MIN_SECRET_LENGTH]
-    if not wanted:
-        return False
+    prefixes = tuple(f"{name}=".encode() for name in variables)
     try:
         with open("/proc/self/stat", "rb") as handle:
             stat = handle.read()
@@ -193,15 +196,19 @@ def hide_from_process_listing(secrets: Iterable[str]) -> bool:
             return int(fields[number - 3])
 
         # (48) arg_start, (49) arg_end, (50) env_start, (51) env_end
-        regions = [(field(48), field(49)), (field(50), field(51))]
+        regions = [(field(48), field(49), False), (field(50), field(51), True)]
         changed = False
         with open("/proc/self/mem", "r+b", buffering=0) as mem:
-            for start, end in regions:
+            for start, end, is_environ in regions:
                 if not 0 < start < end:
                     continue
                 mem.seek(start)
                 data = mem.read(end - start)
                 masked = data
+                if is_environ and prefixes:
+                    masked = b"\0".join(
+                        _blank_value(entry, prefixes) for entry in masked.split(b"\0")
+                    )
                 for secret in wanted:
                     masked = masked.replace(secret, b"*" * len(secret))
                 if masked != data:
@@ -211,3 +218,11 @@ def hide_from_process_listing(secrets: Iterable[str]) -> bool:
         return changed
     except (OSError, ValueError, IndexError):
         return False
+
+
+def _blank_value(entry: bytes, prefixes: tuple[bytes, ...]) -> bytes:
+    """``NAME=value`` with the value overwritten when ``NAME=`` is one of ``prefixes``."""
+    for prefix in prefixes:
+        if entry.startswith(prefix):
+            return prefix + b"*" * (len(entry) - len(prefix))
+    return entry

@@ -15,7 +15,7 @@ Contenders, each running ``true`` in a temporary directory and collecting its ou
 
 Printed (target in brackets)::
 
-    procs.bash_call added=0.9ms (bash_tool 3.4ms, bare 2.5ms per call)  [<= 3 ms]
+    procs.bash_call added=0.9ms (bash_tool 2.3ms, bare 1.5ms per call)  [<= 3 ms] PASS
 
 ``added`` is the median over rounds of (median bash_tool call - median bare call); the
 contenders alternate within each round so that load drifts hit both. The reaper is started

@@ -83,6 +83,21 @@ def assert_group_dies_and_effect_never_happens(workspace: Path, killed_at: float
     assert not (workspace / "marker").exists(), (workspace / "marker").read_text()
 
 
+def kill_mid_command(argv: list[str], started: Path) -> None:
+    """Start ``argv``, SIGKILL it once the command wrote ``started``, check the aftermath."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=child_env()
+    )
+    try:
+        wait_for_int(started)
+        proc.kill()
+        killed_at = time.monotonic()
+        assert proc.wait(timeout=10) == -9
+    finally:
+        proc.kill()
+    assert_group_dies_and_effect_never_happens(started.parent, killed_at)
+
+
 def script(command: str) -> dict[str, Any]:
     return {
         "model": "scripted/orphans",
@@ -104,22 +119,8 @@ def test_sigkilled_agent_leaves_no_command_running(tmp_path: Path, variant: str)
     workspace.mkdir()
     script_path = tmp_path / "script.json"
     script_path.write_text(json.dumps(script(COMMANDS[variant])))
-    proc = subprocess.Popen(
-        [sys.executable, str(CHILD), "run", str(workspace), str(script_path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=child_env(),
-    )
-    try:
-        wait_for_int(workspace / "pgid")
-        if variant == "background":
-            wait_for_int(workspace / "bg.pid")
-        proc.kill()
-        killed_at = time.monotonic()
-        assert proc.wait(timeout=10) == -9
-    finally:
-        proc.kill()
-    assert_group_dies_and_effect_never_happens(workspace, killed_at)
+    argv = [sys.executable, str(CHILD), "run", str(workspace), str(script_path)]
+    kill_mid_command(argv, workspace / ("bg.pid" if variant == "background" else "pgid"))
     # Recovery is unchanged: the started call's outcome is unknown, so it is interrupted.
     [log] = (workspace / ".tether" / "sessions").glob("*.jsonl")
     sid = log.stem.split("_", 1)[1]
@@ -144,20 +145,8 @@ def test_sigkilled_tether_verify_leaves_no_check_running(tmp_path: Path) -> None
     workspace.mkdir()
     command = COMMANDS["background"]
     (workspace / "tether.toml").write_text(f"[verify]\ncommand = {json.dumps(command)}\n")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tether", "verify", "--workspace", str(workspace)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=child_env(),
-    )
-    try:
-        wait_for_int(workspace / "bg.pid")
-        proc.kill()
-        killed_at = time.monotonic()
-        assert proc.wait(timeout=10) == -9
-    finally:
-        proc.kill()
-    assert_group_dies_and_effect_never_happens(workspace, killed_at)
+    argv = [sys.executable, "-m", "tether", "verify", "--workspace", str(workspace)]
+    kill_mid_command(argv, workspace / "bg.pid")
 
 
 # --------------------------------------------------------------------------- the runner

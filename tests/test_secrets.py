@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from fakeprovider import FakeProvider, completion, error, ok
+from fakeprovider import FakeProvider, completion, error, ok, running
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "fake-key-Q7x9Rt2mZp4Lw8Vb"
@@ -69,11 +69,8 @@ def leaky_answers() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def fake() -> Iterator[FakeProvider]:
-    provider = FakeProvider()
-    try:
+    with running() as provider:
         yield provider
-    finally:
-        provider.close()
 
 
 @pytest.fixture

@@ -191,8 +191,8 @@ def run_in_group(
     registered = False
     try:
         registered = _REAPER.register(proc.pid)
-        _open_gate(gate_write)
-        gate_write = -1
+        gate, gate_write = gate_write, -1  # _open_gate closes it, whatever happens
+        _open_gate(gate)
         ending = group.supervise(timeout)
         # Whatever is left of the group (the command itself after a timeout or a cancel,
         # background processes otherwise) is ended; then the pipe is read a little longer.

@@ -734,15 +734,25 @@ class TestOpenAICompatible:
         assert "cannot reach" in err.message
         assert time.monotonic() - started < 2.0
 
-    def test_base_url_credentials_never_shown(self) -> None:
+    def test_base_url_with_user_info_is_refused_without_showing_it(self) -> None:
+        # User info would be sent as HTTP Basic auth, whose echo no masking recognises.
+        for url in ("http://user:hunter2@127.0.0.1:9/v1", "https://hunter2@api.openai.com/v1"):
+            with pytest.raises(ConfigurationError) as info:
+                OpenAICompatibleModel("m", base_url=url, api_key=KEY, timeout=2.0)
+            assert "user info" in str(info.value) and "hunter2" not in str(info.value)
+        with pytest.raises(ConfigurationError) as info:
+            OpenAICompatibleModel.from_env(
+                "m", environ={"TETHER_BASE_URL": "http://u:hunter2@127.0.0.1/v1"}
+            )
+        assert str(info.value).startswith("TETHER_BASE_URL must not contain user info")
+        assert "hunter2" not in str(info.value)
+
+    def test_base_url_query_never_shown(self) -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
         model = OpenAICompatibleModel(
-            "m",
-            base_url=f"http://user:hunter2@127.0.0.1:{port}/v1?token=hunter2",
-            api_key=KEY,
-            timeout=2.0,
+            "m", base_url=f"http://127.0.0.1:{port}/v1?token=hunter2", api_key=KEY, timeout=2.0
         )
         assert "hunter2" not in model.routing_identity
         assert "hunter2" not in model.base_url

@@ -383,11 +383,13 @@ UNKNOWN = [
     ),
     (
         "[verfy]\n",
-        "tether.toml: unknown setting [verfy] (known: [verify], [artifact], [budget], [policy])",
+        "tether.toml: unknown setting [verfy] "
+        "(known: [verify], [artifact], [budget], [policy], [tools])",
     ),
     (
         "timeout = 3\n",
-        "tether.toml: unknown setting timeout (known: [verify], [artifact], [budget], [policy])",
+        "tether.toml: unknown setting timeout "
+        "(known: [verify], [artifact], [budget], [policy], [tools])",
     ),
     (
         "[verify.extra]\nx = 1\n",
@@ -396,7 +398,7 @@ UNKNOWN = [
     (
         '"odd key\\n" = 1\n',
         'tether.toml: unknown setting "odd key\\n" (known: [verify], [artifact], [budget], '
-        "[policy])",
+        "[policy], [tools])",
     ),
 ]
 

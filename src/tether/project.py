@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 import tomllib
 from collections.abc import Collection, Iterable, Iterator, Mapping
@@ -49,6 +50,7 @@ __all__ = [
     "ArtifactConfig",
     "BudgetConfig",
     "ProjectConfig",
+    "ToolsConfig",
     "VerifyConfig",
     "WorkspaceRoot",
     "choose_root",
@@ -95,6 +97,15 @@ class BudgetConfig:
 
 
 @dataclass(frozen=True)
+class ToolsConfig:
+    """``[tools]``: what the commands tether starts (``bash``, the check) get from it."""
+
+    pass_env: tuple[str, ...] = ()
+    """Environment variables passed through although they hold a credential (see
+    :func:`tether.credentials.child_environment`)."""
+
+
+@dataclass(frozen=True)
 class ProjectConfig:
     """Everything ``tether.toml`` configures; ``path`` is the file read (``None``: absent)."""
 
@@ -102,6 +113,7 @@ class ProjectConfig:
     artifact: ArtifactConfig = field(default_factory=ArtifactConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     policy: Policy = field(default_factory=Policy)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     path: Path | None = None
 
 
@@ -275,7 +287,7 @@ def parse_project_config(text: str, *, source: str = CONFIG_FILE) -> ProjectConf
     return project_config_from_mapping(data, source=source)
 
 
-_SECTIONS: Final = ("verify", "artifact", "budget", "policy")
+_SECTIONS: Final = ("verify", "artifact", "budget", "policy", "tools")
 
 
 def project_config_from_mapping(
@@ -297,6 +309,7 @@ def project_config_from_mapping(
         artifact=_artifact(source, data.get("artifact", {})),
         budget=_budget(source, data.get("budget", {})),
         policy=policy_from_mapping(data.get("policy", {}), source),
+        tools=_tools(source, data.get("tools", {})),
     )
 
 
@@ -338,6 +351,26 @@ def _budget(source: str, table: Mapping[str, Any]) -> BudgetConfig:
     if "max_seconds" in table:
         max_seconds = _positive_number(source, "[budget] max_seconds", table["max_seconds"])
     return BudgetConfig(max_steps=max_steps, max_tokens=max_tokens, max_seconds=max_seconds)
+
+
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _tools(source: str, table: Mapping[str, Any]) -> ToolsConfig:
+    check_known(source, "[tools]", table, ("pass_env",))
+    names = table.get("pass_env", [])
+    expected = "a list of environment variable names"
+    if not isinstance(names, list):
+        raise _bad(source, "[tools] pass_env", expected, names)
+    for index, name in enumerate(names, 1):
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise _bad(
+                source,
+                f"[tools] pass_env: item {index}",
+                "an environment variable name (letters, digits, _)",
+                name,
+            )
+    return ToolsConfig(pass_env=tuple(dict.fromkeys(names)))
 
 
 def _positive_number(source: str, setting: str, value: object) -> float:

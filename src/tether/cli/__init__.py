@@ -14,6 +14,8 @@ malformed input files), 70 internal error (a bug in tether). The agent commands 
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from tether import __version__
@@ -30,6 +32,7 @@ from tether.cli import (
     sessions_cmd,
     verify_cmd,
 )
+from tether.credentials import hide_from_process_listing, register_secret
 
 app = typer.Typer(
     name="tether",
@@ -81,6 +84,12 @@ def _root(
 
 def main() -> None:
     """Console-script entry point (``tether``) and ``python -m tether``."""
+    # tether's key is a secret for every command, even one that makes no model request
+    # (the output of `tether verify` is masked too).
+    register_secret(os.environ.get("TETHER_API_KEY", ""))
+    # The commands tether starts can read their parent's /proc/PID/environ: blank the
+    # credential variables there first (os.environ keeps them; children never get them).
+    hide_from_process_listing(())
     app(prog_name="tether")
 
 

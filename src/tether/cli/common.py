@@ -26,6 +26,7 @@ from typing import Annotated, Any, NoReturn
 import orjson
 import typer
 
+from tether.credentials import Masker
 from tether.errors import SessionCorruption, TetherError
 from tether.project import find_workspace_root
 from tether.session.store import sessions_dir_for
@@ -69,8 +70,11 @@ def one_line(text: str) -> str:
 
 
 def fail(message: str, exit_code: int) -> NoReturn:
-    """Print ``error: <message>`` as one line on stderr and exit with ``exit_code``."""
-    typer.echo(f"error: {one_line(message)}", err=True)
+    """Print ``error: <message>`` as one line on stderr and exit with ``exit_code``.
+
+    tether's credentials are masked in it, whatever the error quotes.
+    """
+    typer.echo(f"error: {one_line(Masker.for_process().text(message))}", err=True)
     raise typer.Exit(exit_code)
 
 

@@ -23,12 +23,18 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from tether.cli.common import WORKSPACE_HELP, handle_errors, one_line, workspace_root
 from tether.cli.progress import CallArguments, Progress, make_progress, resume_command
+from tether.credentials import (
+    Masker,
+    hide_from_process_listing,
+    register_secret,
+    registered_secrets,
+)
 from tether.errors import SessionCorruption, TetherError
 from tether.session.store import Durability
 
@@ -48,7 +54,10 @@ EXIT_UNVERIFIED = 66
 """Verification was required (``--require-verified``) and the completed run is still not
 backed by a passing check of the files as they are now."""
 
-_T = TypeVar("_T")
+API_KEY_WARNING = (
+    "warning: --api-key is visible to other local users in the process list (ps) while "
+    "tether starts; set TETHER_API_KEY instead"
+)
 
 
 def exit_code_for(result: RunResult, *, abort_requested: bool = False) -> int:
@@ -102,7 +111,8 @@ ApiKeyOption = Annotated[
     str | None,
     typer.Option(
         "--api-key",
-        help="API key (default: $TETHER_API_KEY). Never printed or logged.",
+        help="API key (default: $TETHER_API_KEY). Never printed or logged. Prefer "
+        "$TETHER_API_KEY: other local users can read a flag in the process list.",
         metavar="KEY",
         show_default=False,
     ),
@@ -252,11 +262,16 @@ class ObservedModel:
     """A model adapter that lets the progress display see the tool calls it returns.
 
     Delegates everything (identity included, so the configuration digest is unchanged).
+    The arguments it passes on are masked with ``masker``, as the session log records
+    them.
     """
 
-    def __init__(self, inner: ModelAdapter, calls: CallArguments) -> None:
+    def __init__(
+        self, inner: ModelAdapter, calls: CallArguments, masker: Masker | None = None
+    ) -> None:
         self._inner = inner
         self._calls = calls
+        self._masker = masker if masker is not None else Masker()
 
     @property
     def provider(self) -> str:
@@ -279,7 +294,7 @@ class ObservedModel:
     ) -> ModelResponse:
         response = self._inner.complete(request, cancel=cancel)
         for call in response.tool_calls:
-            self._calls.remember(call.id, call.arguments)
+            self._calls.remember(call.id, self._masker.text(call.arguments))
         return response
 
 
@@ -302,14 +317,20 @@ def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
         budget = replace(budget, max_tokens=settings.max_tokens)
     if settings.max_seconds is not None:
         budget = replace(budget, max_seconds=settings.max_seconds)
+    if settings.api_key is not None and settings.api_key.strip():
+        typer.echo(API_KEY_WARNING, err=True)
+        register_secret(settings.api_key)  # even when the model does not use it
     model = load_model(
         settings.model,
         base_url=settings.base_url,
         api_key=settings.api_key,
         timeout=settings.timeout,
     )
+    # From here on neither `ps` nor a command reading /proc/<tether>/cmdline or environ
+    # shows the key the adapter registered (Python's own copies keep it).
+    hide_from_process_listing(registered_secrets())
     return Agent(
-        ObservedModel(model, progress.calls),
+        ObservedModel(model, progress.calls, Masker.for_process()),
         workspace=workspace,
         system_prompt=settings.system_prompt,
         durability=Durability(settings.durability.value),
@@ -372,26 +393,41 @@ def interruptible(agent: Agent, progress: Progress) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def call_agent(agent: Agent, progress: Progress, call: Callable[[], _T]) -> _T:
+def call_agent(agent: Agent, progress: Progress, call: Callable[[], RunResult]) -> RunResult:
     """Run ``call`` (an agent method) with Ctrl+C handling; the spinner always stops.
 
-    An error after the session was opened (a failed write, say) is reported as one
+    The result comes back with the agent's credentials masked in its texts, ready to be
+    shown. An error after the session was opened (a failed write, say) is reported as one
     ``error:`` line followed by the command that resumes the session.
     """
     progress.begin()
     try:
         with interruptible(agent, progress):
-            return call()
+            return masked_result(call(), agent.masker)
     except TetherError as exc:
         progress.close()
         if progress.opened is None:
             raise
         message = f"session is corrupt: {exc}" if isinstance(exc, SessionCorruption) else str(exc)
-        typer.echo(f"error: {one_line(message)}", err=True)
+        typer.echo(f"error: {one_line(agent.masker.text(message))}", err=True)
         progress.notice(f"resume with: {resume_command(progress.opened, progress.location)}")
         raise typer.Exit(exc.exit_code) from None
     finally:
         progress.close()
+
+
+def masked_result(result: RunResult, masker: Masker) -> RunResult:
+    """``result`` with credentials masked in the texts that come from the model or the
+    provider (the final text, the message, the error); the log holds them masked already."""
+    if not masker:
+        return result
+    error = result.error
+    return replace(
+        result,
+        text=None if result.text is None else masker.text(result.text),
+        message=None if result.message is None else masker.text(result.message),
+        error=None if error is None else {k: masker.text(v) for k, v in error.items()},
+    )
 
 
 @contextmanager
@@ -509,6 +545,7 @@ def run_agent_command(
 
 
 __all__ = [
+    "API_KEY_WARNING",
     "EXIT_ABORTED",
     "EXIT_BLOCKED",
     "EXIT_FAILED",
@@ -521,6 +558,7 @@ __all__ = [
     "exit_code_for",
     "interruptible",
     "location_flags",
+    "masked_result",
     "register",
     "run",
     "terminal_attached",

@@ -112,6 +112,7 @@ from typing import Any, Final
 
 import orjson
 
+from tether.credentials import child_environment
 from tether.errors import ArtifactError, ConfigurationError
 
 __all__ = [
@@ -481,7 +482,9 @@ def _walk(root: str, top_rel: str, rules: _IgnoreRules, out: list[_Key]) -> None
 
 
 def _git_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_DROP}
+    # No credentials: the workspace's own git configuration can make git run commands
+    # (core.fsmonitor), and the model may have written that configuration.
+    env = {k: v for k, v in child_environment().items() if k not in _GIT_ENV_DROP}
     env["GIT_OPTIONAL_LOCKS"] = "0"
     env["LC_ALL"] = "C"
     return env

@@ -1,8 +1,10 @@
 """Run the project's check command and observe it honestly (:func:`run_check`).
 
 The command runs with ``/bin/sh -c`` in the workspace, stdin from ``/dev/null``, stdout and
-stderr merged into one pipe, in its own process group. Its output is read incrementally: all
-of it goes into a SHA-256 digest, only the last ``tail_bytes`` bytes are kept.
+stderr merged into one pipe, in its own process group, through the same runner as the
+``bash`` tool (:func:`tether.procs.run_in_group`), with tether's environment minus its
+credentials. Its output is read incrementally: all of it goes into a SHA-256 digest, only
+the last ``tail_bytes`` bytes are kept (with tether's credentials masked).
 
 The workspace's artifact version is computed before the command starts and after it ends;
 if the two differ the run proves nothing (status ``void``). If the version cannot be computed
@@ -11,28 +13,26 @@ before, the command is not run at all (status ``error``).
 A timeout or a cancellation ends the whole process group: ``SIGTERM``, then ``SIGKILL`` after
 a grace period. When the shell has exited but something it started in the background still
 holds the pipe open, the rest of the group is ended the same way after a short drain, so a
-stray background process can never hang the check.
+stray background process can never hang the check. If tether dies, the group is killed by
+tether's reaper (see :mod:`tether.procs`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 import re
-import selectors
 import shlex
-import signal
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from tether.completion.evidence import VerificationStatus, verification_status
+from tether.credentials import Masker, child_environment
 from tether.errors import CheckCommandError, TetherError
+from tether.procs import Ending, Supervision, run_in_group
 
 __all__ = [
     "DEFAULT_TAIL_BYTES",
@@ -48,8 +48,9 @@ POST_EXIT_DRAIN: Final = 0.5
 """Seconds to keep reading after the shell exited while the pipe is still held open."""
 FINAL_DRAIN: Final = 0.2
 """Seconds to read what is left in the pipe after the group was killed."""
-_POLL: Final = 0.05
-_CHUNK: Final = 65536
+SUPERVISION: Final = Supervision(
+    kill_grace=KILL_GRACE, linger=POST_EXIT_DRAIN, final_drain=FINAL_DRAIN, poll=0.05
+)
 _SHELL: Final = "/bin/sh"
 
 _NOT_FOUND = re.compile(r"([^:\n]+): (?:command )?not found\s*$", re.MULTILINE)
@@ -134,94 +135,6 @@ class _Output:
         return "sha256:" + self.digest.hexdigest()
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of the group is still running (zombies do not count)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return True
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...; comm may contain spaces and parentheses.
-        fields = raw[raw.rfind(")") + 2 :].split()
-        if len(fields) >= 3 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
-            return True
-    return False
-
-
-class _Run:
-    """One started check command: its process, its pipe, and the output read so far."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], output: _Output) -> None:
-        self.proc = proc
-        self.pgid = proc.pid
-        self.output = output
-        assert proc.stdout is not None
-        self.fd = proc.stdout.fileno()
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.fd, selectors.EVENT_READ)
-        self.eof = False
-
-    def read(self, wait: float) -> None:
-        """Read what arrives within ``wait`` seconds (one chunk at most)."""
-        if self.eof:
-            if wait > 0:
-                time.sleep(wait)
-            return
-        if self.selector.select(max(0.0, wait)):
-            try:
-                chunk = os.read(self.fd, _CHUNK)
-            except BlockingIOError:
-                return
-            except OSError:
-                chunk = b""
-            if chunk:
-                self.output.feed(chunk)
-            else:
-                self.eof = True
-
-    def drain(self, seconds: float) -> None:
-        """Read until end of file or for at most ``seconds``."""
-        end = time.monotonic() + seconds
-        while not self.eof:
-            left = end - time.monotonic()
-            if left <= 0:
-                break
-            self.read(min(left, _POLL))
-
-    def signal_group(self, signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pgid, signum)
-
-    def kill_group(self) -> None:
-        """``SIGTERM`` the group, ``SIGKILL`` it after the grace period, reap the shell."""
-        self.signal_group(signal.SIGTERM)
-        end = time.monotonic() + KILL_GRACE
-        while time.monotonic() < end:
-            self.proc.poll()
-            if not _group_alive(self.pgid):
-                break
-            self.read(_POLL)
-        self.signal_group(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=KILL_GRACE)
-
-    def close(self) -> None:
-        self.selector.close()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-
 def _exit_status(returncode: int) -> int:
     """The shell convention: a command ended by signal *n* has status ``128 + n``."""
     return 128 - returncode if returncode < 0 else returncode
@@ -236,9 +149,14 @@ def run_check(
     cancel: threading.Event | None = None,
     clock: Callable[[], float] = time.time,
     env: Mapping[str, str] | None = None,
+    pass_env: Sequence[str] = (),
     tail_bytes: int = DEFAULT_TAIL_BYTES,
 ) -> CheckOutcome:
     """Run ``command`` in ``workspace`` and return what it showed; see the module docstring.
+
+    ``env`` is the command's whole environment; by default it is tether's own without
+    tether's credentials (:func:`tether.credentials.child_environment`), except the
+    variables named in ``pass_env``.
 
     Raises :class:`~tether.errors.CheckCommandError` if the command is empty or the workspace
     is not a directory. Everything that goes wrong once the check has begun is reported in
@@ -258,6 +176,7 @@ def run_check(
     started_at_ms = round(clock() * 1000)
     began = time.monotonic()
     output = _Output(tail_bytes)
+    masker = Masker.for_process()
 
     def outcome(
         exit_status: int | None,
@@ -272,7 +191,8 @@ def run_check(
             timed_out=timed_out,
             error=error,
             output_digest=output.hexdigest(),
-            output_tail=output.text(),
+            # The tail is recorded and shown; the digest is of the output as it was.
+            output_tail=masker.text(output.text()),
             version_start=version_start,
             version_end=version_end,
             started_at_ms=started_at_ms,
@@ -284,16 +204,17 @@ def run_check(
     except TetherError as exc:
         return outcome(None, False, _one_line(exc), None, None)
 
+    error: str | None = None
+    exit_status: int | None = None
     try:
-        proc = subprocess.Popen(
+        finished = run_in_group(
             [_SHELL, "-c", command],
             cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-            env=None if env is None else dict(env),
+            env=dict(env) if env is not None else child_environment(pass_env),
+            timeout=timeout,
+            on_output=output.feed,
+            cancel=cancel,
+            supervision=SUPERVISION,
         )
     except OSError as exc:
         return outcome(
@@ -303,47 +224,12 @@ def run_check(
             version_start,
             None,
         )
-
-    run = _Run(proc, output)
-    deadline = time.monotonic() + timeout
-    timed_out = False
-    cancelled = False
-    finished = False
-    try:
-        exited_at: float | None = None
-        while True:
-            if cancel is not None and cancel.is_set():
-                cancelled = True
-                break
-            now = time.monotonic()
-            if now >= deadline:
-                timed_out = True
-                break
-            if exited_at is None and proc.poll() is not None:
-                exited_at = now
-            if run.eof and exited_at is not None:
-                break
-            if exited_at is not None and now - exited_at >= POST_EXIT_DRAIN:
-                break  # the shell is gone but something it started holds the pipe open
-            run.read(min(deadline - now, _POLL))
-        # Whatever is left of the group (the command itself after a timeout or a cancel,
-        # background processes otherwise) is ended; then read what is left briefly.
-        if timed_out or cancelled or not run.eof or _group_alive(run.pgid):
-            run.kill_group()
-        run.drain(FINAL_DRAIN)
-        finished = True
-    finally:
-        if not finished:
-            run.kill_group()
-        run.close()
-
-    returncode = proc.wait()
-    error: str | None = None
-    exit_status: int | None = None
-    if cancelled:
+    timed_out = finished.ending is Ending.TIMEOUT
+    if finished.ending is Ending.CANCELLED:
         error = "cancelled"
     elif not timed_out:
-        exit_status = _exit_status(returncode)
+        assert finished.returncode is not None
+        exit_status = _exit_status(finished.returncode)
         text = output.text()
         if exit_status == 127 and "not found" in text:
             name = _shell_name(_NOT_FOUND, text) or _first_word(command)

@@ -119,6 +119,7 @@ class Verifier:
             timeout=timeout if timeout is not None else self.config.verify.timeout,
             version=version,
             cancel=cancel,
+            pass_env=self.config.tools.pass_env,
         )
         manifest = None
         if outcome.status is VerificationStatus.PASSED and seen:

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
+from tether.credentials import Masker
 from tether.errors import MODEL_ERROR_CODES, ConfigurationError, ModelError
 from tether.session.state import StopReason
 
@@ -283,11 +284,13 @@ _KEY_PATTERNS: Final = (
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with every given secret and anything that looks like an API key masked.
 
-    Exact secrets (at least 4 characters long) are replaced by ``***``; so are
-    ``Bearer …`` tokens and ``sk-…``/``pk-…``/``rk-…`` style keys.
+    Exact secrets are replaced as everywhere else in tether (:class:`~tether.credentials.
+    Masker`: ``[redacted]``, secrets of at least :data:`~tether.credentials.
+    MIN_SECRET_LENGTH` characters); ``Bearer …`` tokens and ``sk-…``/``pk-…``/``rk-…``
+    style keys become ``Bearer ***`` and ``sk-***``, since a provider may echo a key that
+    is not the one in use.
     """
-    for secret in sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True):
-        text = text.replace(secret, "***")
+    text = Masker(tuple(secrets)).text(text)
     for pattern in _KEY_PATTERNS:
         text = pattern.sub(_mask, text)
     return text

@@ -19,7 +19,10 @@ server that speaks ``POST {base_url}/chat/completions``.
   malformed bodies become clear ``bad_response`` errors and provider-specific usage
   fields (cache reads/writes) are visible.
 * **Credentials** never appear in identities, error messages or logs; error texts are
-  passed through :func:`~tether.models.base.redact`.
+  passed through :func:`~tether.models.base.redact`. The key is registered with
+  :func:`tether.credentials.register_secret`, so commands do not get it and the session
+  log masks it. A base URL with user info (``https://user:pass@host/v1``) is refused: the
+  SDK would send it as HTTP Basic auth, whose base64 echo no masking can recognise.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from urllib.parse import urlsplit
 
 import openai
 
+from tether.credentials import register_secret
 from tether.errors import ConfigurationError, ModelError
 from tether.models.base import (
     MAX_SAFE_INTEGER,
@@ -97,7 +101,6 @@ class _Endpoint:
     display: str  # scheme://host[:port]/path, no user info, query or fragment
     identity_path: str  # host[:port]/path without trailing slash
     is_local: bool
-    password: str  # user-info password of the URL ("" if none), redacted from messages
 
 
 def _parse_base_url(base_url: str, source: str) -> _Endpoint:
@@ -111,6 +114,12 @@ def _parse_base_url(base_url: str, source: str) -> _Endpoint:
             f"{source} must be an http:// or https:// URL with a host "
             f"(for example {DEFAULT_BASE_URL})"
         )
+    if "@" in parts.netloc:
+        # Never echo the URL here: the user info is a credential.
+        raise ConfigurationError(
+            f"{source} must not contain user info (user:password@host): give the key "
+            f"with {ENV_API_KEY} instead"
+        )
     host = parts.hostname.lower()
     shown_host = f"[{host}]" if ":" in host else host
     netloc = shown_host if port is None else f"{shown_host}:{port}"
@@ -121,7 +130,6 @@ def _parse_base_url(base_url: str, source: str) -> _Endpoint:
         display=f"{parts.scheme}://{netloc}{path}",
         identity_path=f"{netloc}{path}",
         is_local=_is_local_host(host),
-        password=parts.password or "",
     )
 
 
@@ -177,7 +185,9 @@ class OpenAICompatibleModel:
             raise ConfigurationError("the provider name must not be empty")
         self._model = model.strip()
         self._endpoint = endpoint
-        self._secrets = (key, endpoint.password)
+        self._secrets = (key,)
+        if key != _LOCAL_PLACEHOLDER_KEY:
+            register_secret(key)
         self._timeout = float(timeout)
         self._provider = (
             provider.strip()

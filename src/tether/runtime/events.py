@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, TypeVar
+
+_E = TypeVar("_E", bound="Event")
 
 
 @dataclass(frozen=True)
@@ -140,3 +143,20 @@ class FollowUpStarted(Event):
     number: int = 0
     prompt: str = ""
     kind: str = "follow_up"
+
+
+def masked(event: _E, mask: Callable[[str], str]) -> _E:
+    """``event`` with ``mask`` applied to every text in it (strings and tuples of strings);
+    the same object when nothing changed."""
+    changes: dict[str, Any] = {}
+    for item in fields(event):
+        value = getattr(event, item.name)
+        if isinstance(value, str):
+            new: Any = mask(value)
+        elif isinstance(value, tuple):
+            new = tuple(mask(part) if isinstance(part, str) else part for part in value)
+        else:
+            continue
+        if new != value:
+            changes[item.name] = new
+    return replace(event, **changes) if changes else event

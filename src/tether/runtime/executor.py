@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -26,6 +26,7 @@ from tether import faults
 from tether.completion.gate import CompletionCheck
 from tether.completion.stops import StopError, budget_exhausted
 from tether.completion.verify import NO_COMMAND, VerifyTool
+from tether.credentials import Masker
 from tether.effects.binding import EvidenceCheck, bind_session, binding_path, ensure_binding
 from tether.effects.contract import EffectTool, LookupStatus, has_lookup, safe_lookup
 from tether.effects.db import EffectsDB
@@ -56,6 +57,7 @@ from tether.runtime.guards import (
     is_failure,
     run_range,
 )
+from tether.runtime.masking import mask_commits, masked_sink
 from tether.session.canonical import source_digest
 from tether.session.planner import (
     ABORTED_ERROR,
@@ -213,6 +215,10 @@ class Agent:
     default for side-effecting tools no rule names, as in the REPL. ``require_verified``
     (default: ``[verify] required``) starts up to :data:`MAX_FOLLOW_UPS` follow-up runs
     asking the model to verify when a run that changed files completes unverified.
+
+    Credentials never reach the log or ``on_event``: every exact occurrence of a secret
+    registered with :func:`tether.credentials.register_secret` (the model adapter registers
+    its API key) or given in ``secrets`` is masked (:mod:`tether.runtime.masking`).
     """
 
     def __init__(
@@ -235,6 +241,7 @@ class Agent:
         ask_by_default: bool | None = None,
         require_verified: bool | None = None,
         budget: BudgetConfig | None = None,
+        secrets: Iterable[str] = (),
     ) -> None:
         root = Path(workspace)
         if not root.is_dir():
@@ -256,7 +263,11 @@ class Agent:
             assume_yes=assume_yes,
             ask_by_default=ask_by_default,
         )
-        chosen = list(tools) if tools is not None else builtin_tools()
+        chosen = (
+            list(tools)
+            if tools is not None
+            else builtin_tools(pass_env=self.project.tools.pass_env)
+        )
         if self.project.verify.command is not None and all(t.name != "verify" for t in chosen):
             chosen.append(VerifyTool(lambda: self._guards.verifier))
         self.registry = ToolRegistry(chosen)
@@ -284,7 +295,16 @@ class Agent:
             output_options=self.output_options,
             environment=self.environment,
         )
-        self._on_event = on_event
+        # Credentials (the registered ones and ``secrets``) are masked in every fact and
+        # event; one in the configuration snapshot could not be, since the log records
+        # the snapshot's digest with it (the prompt itself is only recorded as a digest).
+        self.masker = Masker.for_process(secrets)
+        if self.masker.contains(self.configuration.snapshot):
+            raise ConfigurationError(
+                "a credential occurs in the agent's configuration (model id, endpoint or tool "
+                "declarations), which every model attempt records; remove it"
+            )
+        self._on_event = masked_sink(on_event, self.masker)
         self._cancel = threading.Event()
         self._run_input: str | None = None
         self._pending_stop: StopError | None = None
@@ -459,6 +479,7 @@ class Agent:
                 durability=self.durability,
             )
             created = False
+        store = mask_commits(store, self.masker)
         self._last_session = store.session_id
         self._emit(
             events.SessionOpened(

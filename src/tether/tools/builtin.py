@@ -19,8 +19,9 @@ journal can record the planned change before applying it and recognise an applie
 
 ``bash`` is **not** a sandbox: the command runs with tether's privileges and may touch
 anything they allow. It runs in the workspace, in its own process group, and that whole
-group is killed on timeout, on abort, and when the command itself has exited (no
-background processes are left behind unless they start their own session).
+group is killed on timeout, on abort, when the command itself has exited (no background
+processes are left behind unless they leave the group), and when tether dies (see
+:mod:`tether.procs`). It gets tether's environment without tether's credentials.
 """
 
 from __future__ import annotations
@@ -28,19 +29,19 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-import selectors
 import signal
 import stat
-import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, Final
 
 from tether import faults
+from tether.credentials import child_environment
 from tether.errors import StaleFileChange, ToolError
+from tether.procs import Ending, Supervision, run_in_group
 from tether.session.canonical import sha256_digest
 from tether.session.state import Replay
 from tether.tools.base import Tool, ToolContext, ToolResult
@@ -635,33 +636,6 @@ class _Capture:
         return text, cut
 
 
-_PROC_STAT = os.path.exists("/proc/self/stat")
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any live (non-zombie) process is still in process group ``pgid``."""
-    if not _PROC_STAT:
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                data = handle.read()
-        except OSError:
-            continue
-        fields = data[data.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
-
-
 def _exit_text(code: int) -> str:
     if code >= 0:
         return str(code)
@@ -675,18 +649,20 @@ class BashTool(Tool):
     """``bash`` {command, timeout?}: run a shell command in the workspace.
 
     ``/bin/bash -c command`` with the workspace as working directory, stdin from
-    ``/dev/null``, stdout and stderr combined, in a new session (its own process group).
-    The result shows the output — capped: the first :data:`BASH_OUTPUT_HEAD` and last
-    :data:`BASH_OUTPUT_TAIL` bytes, with a note of what was cut between them — followed by
-    ``exit code: N``. A non-zero exit code is still a *success* result: the command ran
-    and the model sees its status. Timeout (``timeout`` argument, default
-    :data:`BASH_DEFAULT_TIMEOUT` s, capped by ``context.timeout``) and abort
-    (``context.cancel``, polled every 50 ms) are *error* results; both kill the whole
-    process group (SIGTERM, then SIGKILL after ``kill_grace`` seconds). When the command
-    exits normally, leftover processes of its group are killed the same way.
+    ``/dev/null``, stdout and stderr combined, in a new session (its own process group),
+    through :func:`tether.procs.run_in_group`. The result shows the output — capped: the
+    first :data:`BASH_OUTPUT_HEAD` and last :data:`BASH_OUTPUT_TAIL` bytes, with a note of
+    what was cut between them — followed by ``exit code: N``. A non-zero exit code is still
+    a *success* result: the command ran and the model sees its status. Timeout
+    (``timeout`` argument, default :data:`BASH_DEFAULT_TIMEOUT` s, capped by
+    ``context.timeout``) and abort (``context.cancel``, polled every 50 ms) are *error*
+    results; both kill the whole process group (SIGTERM, then SIGKILL after ``kill_grace``
+    seconds). When the command exits normally, leftover processes of its group are killed
+    the same way, and if tether dies the group is killed by tether's reaper.
 
-    ``env`` is the command's environment (default: tether's own). Pass a scrubbed copy to
-    keep credentials away from the command.
+    ``env`` is the command's whole environment. By default it is tether's own without
+    tether's credentials (:func:`tether.credentials.child_environment`), except the
+    variables named in ``pass_env``.
     """
 
     name = "bash"
@@ -727,6 +703,7 @@ class BashTool(Tool):
         self,
         *,
         env: Mapping[str, str] | None = None,
+        pass_env: Sequence[str] = (),
         kill_grace: float = 2.0,
         default_timeout: float = BASH_DEFAULT_TIMEOUT,
         output_head: int = BASH_OUTPUT_HEAD,
@@ -734,6 +711,7 @@ class BashTool(Tool):
     ) -> None:
         super().__init__()
         self.env = dict(env) if env is not None else None
+        self.pass_env = tuple(pass_env)
         self.kill_grace = kill_grace
         self.default_timeout = default_timeout
         self.output_head = output_head
@@ -744,30 +722,32 @@ class BashTool(Tool):
         timeout = float(arguments.get("timeout", self.default_timeout))
         if context.timeout is not None:
             timeout = min(timeout, context.timeout)
+        aborted_before = ToolResult.error("Error: aborted before the command started", aborted=True)
         if context.cancel.is_set():
-            return ToolResult.error("Error: aborted before the command started", aborted=True)
+            return aborted_before
         started = time.monotonic()
+        capture = _Capture(self.output_head, self.output_tail)
+        # The environment is taken at each call, like a child inheriting tether's own.
+        env = self.env if self.env is not None else child_environment(self.pass_env)
         try:
-            proc = subprocess.Popen(
+            finished = run_in_group(
                 ["/bin/bash", "-c", command],
                 cwd=context.workspace,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-                env=self.env,
+                env=env,
+                timeout=timeout,
+                on_output=capture.add,
+                cancel=context.cancel,
+                # After bash exits its leftovers are ended at once; then the pipe is read
+                # for up to a second (a process that escaped the group may hold it open).
+                supervision=Supervision(
+                    kill_grace=self.kill_grace, linger=0.0, final_drain=1.0, poll=self.poll_interval
+                ),
             )
         except OSError as exc:
             return ToolResult.error(f"Error: could not start bash: {exc.strerror or exc}")
-        capture = _Capture(self.output_head, self.output_tail)
-        try:
-            stop = self._supervise(proc, capture, started + timeout, context)
-        finally:
-            self._kill_group(proc)
-            assert proc.stdout is not None
-            proc.stdout.close()
-        code = proc.returncode
+        if finished.returncode is None:  # cancel was set just before the start
+            return aborted_before
+        code = finished.returncode
         output, cut = capture.render()
         body = output if output else "(no output)\n"
         if not body.endswith("\n"):
@@ -777,101 +757,30 @@ class BashTool(Tool):
             "exit_code": code,
             "output_bytes": capture.total,
             "cut_bytes": cut,
-            "timed_out": stop == "timeout",
-            "aborted": stop == "aborted",
+            "timed_out": finished.ending is Ending.TIMEOUT,
+            "aborted": finished.ending is Ending.CANCELLED,
             "duration": round(time.monotonic() - started, 3),
         }
-        if stop == "timeout":
+        if finished.ending is Ending.TIMEOUT:
             content += (
                 f"\nError: the command timed out after {timeout:g} s; "
                 "it was killed with its whole process group"
             )
             return ToolResult(content, is_error=True, metadata=metadata)
-        if stop == "aborted":
+        if finished.ending is Ending.CANCELLED:
             content += "\nError: aborted; the command was killed with its whole process group"
             return ToolResult(content, is_error=True, metadata=metadata)
         return ToolResult(content, metadata=metadata)
-
-    def _supervise(
-        self,
-        proc: subprocess.Popen[bytes],
-        capture: _Capture,
-        deadline: float,
-        context: ToolContext,
-    ) -> str | None:
-        """Collect output until bash exits (``None``), times out or is aborted."""
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        os.set_blocking(fd, False)
-        with selectors.DefaultSelector() as selector:
-            selector.register(fd, selectors.EVENT_READ)
-            is_open = True
-            stop: str | None = None
-            while True:
-                wait = max(0.0, min(self.poll_interval, deadline - time.monotonic()))
-                if is_open:
-                    if selector.select(wait):
-                        is_open = _drain(fd, capture)
-                        if not is_open:
-                            selector.unregister(fd)
-                else:
-                    context.cancel.wait(wait)
-                if proc.poll() is not None:
-                    break
-                if context.cancel.is_set():
-                    stop = "aborted"
-                    break
-                if time.monotonic() >= deadline:
-                    stop = "timeout"
-                    break
-            self._kill_group(proc)
-            # Read what is still in the pipe; a process that escaped the group (setsid)
-            # may keep it open, so give up after a moment.
-            until = time.monotonic() + 1.0
-            while is_open and time.monotonic() < until:
-                if selector.select(self.poll_interval):
-                    is_open = _drain(fd, capture)
-        return stop
-
-    def _kill_group(self, proc: subprocess.Popen[bytes]) -> None:
-        """Kill every process of the command's group: SIGTERM, grace, SIGKILL. Reaps bash."""
-        pgid = proc.pid
-
-        def alive() -> bool:
-            proc.poll()
-            return _group_alive(pgid)
-
-        for sig, patience in ((signal.SIGTERM, self.kill_grace), (signal.SIGKILL, 5.0)):
-            if not alive():
-                break
-            try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                break
-            until = time.monotonic() + patience
-            while alive() and time.monotonic() < until:
-                time.sleep(0.01)
-        try:
-            proc.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:  # pragma: no cover - bash ignores SIGKILL?
-            pass
-
-
-def _drain(fd: int, capture: _Capture) -> bool:
-    """Read everything available; ``False`` at end of file."""
-    while True:
-        try:
-            data = os.read(fd, _CHUNK)
-        except BlockingIOError:
-            return True
-        if not data:
-            return False
-        capture.add(data)
 
 
 # =========================================================================== registry
 
 
-def builtin_tools(*, bash_env: Mapping[str, str] | None = None) -> list[Tool]:
-    """Fresh instances of the built-in tools, in model-facing order: read, bash, write, edit."""
-    return [ReadTool(), BashTool(env=bash_env), WriteTool(), EditTool()]
+def builtin_tools(
+    *, bash_env: Mapping[str, str] | None = None, pass_env: Sequence[str] = ()
+) -> list[Tool]:
+    """Fresh instances of the built-in tools, in model-facing order: read, bash, write, edit.
+
+    ``bash_env`` and ``pass_env`` are :class:`BashTool`'s ``env`` and ``pass_env``.
+    """
+    return [ReadTool(), BashTool(env=bash_env, pass_env=pass_env), WriteTool(), EditTool()]

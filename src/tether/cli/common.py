@@ -15,6 +15,7 @@ Typer's own usage errors (unknown flag, missing argument) keep their exit code 2
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -132,9 +133,21 @@ def _json_default(value: Any) -> Any:
 
 def dumps_json(value: Any) -> bytes:
     """The indented JSON text of ``value`` (UTF-8, LF, trailing newline)."""
-    return orjson.dumps(
-        value, default=_json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
-    )
+    try:
+        return orjson.dumps(
+            value, default=_json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+        )
+    except orjson.JSONEncodeError as exc:
+        error = exc
+    # orjson writes at most 254 levels. A session line may hold values that deep (the
+    # reducer's MAX_LINE_DEPTH), and a document around them, such as inspect's
+    # {"ok", "state": {"operation": …}}, adds a few more. The json module writes those;
+    # for anything else orjson refused it fails too, and orjson's error stands.
+    try:
+        text = json.dumps(value, default=_json_default, indent=2, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        raise error from None
+    return text.encode("utf-8") + b"\n"
 
 
 def emit_json(value: Any) -> None:

@@ -6,7 +6,8 @@ can cause into one line on stderr and a distinct exit code:
 * :class:`~tether.errors.TetherError` subclasses → ``error: <message>``, ``exc.exit_code``
   (a :class:`~tether.errors.SessionCorruption` reads ``error: session is corrupt: …`` and
   exits 1; a :class:`~tether.errors.ConfigurationError` exits 2);
-* unreadable inputs (:func:`read_input` wraps :class:`OSError`) → exit 2;
+* unreadable, oversized or non-regular input files (:func:`read_input`, through
+  :mod:`tether.inputs`) → exit 2;
 * anything else is a bug in tether → one line naming the exception, exit
   :data:`EXIT_INTERNAL` (set ``TETHER_DEBUG=1`` to get the traceback instead).
 
@@ -27,7 +28,8 @@ from typing import Annotated, Any, NoReturn
 import orjson
 import typer
 
-from tether.errors import SessionCorruption, TetherError
+from tether.errors import InputTooDeep, SessionCorruption, TetherError
+from tether.inputs import MAX_JSON_DEPTH, deeper_than, read_file
 from tether.session.store import sessions_dir_for
 
 EXIT_OK = 0
@@ -97,20 +99,28 @@ def handle_errors() -> Iterator[None]:
         fail(f"internal error: {what} (set {DEBUG_ENV}=1 for a traceback)", EXIT_INTERNAL)
 
 
-def read_input(path: Path, what: str = "file") -> bytes:
-    """Read a whole input file as raw bytes; any OS error becomes an :class:`InputError`."""
-    try:
-        return path.read_bytes()
-    except IsADirectoryError:
-        raise InputError(f"cannot read {what} {path}: is a directory") from None
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise InputError(f"cannot read {what} {path}: {reason}") from None
+def read_input(path: Path, what: str = "file", *, limit: int) -> bytes:
+    """Read a whole input file as raw bytes, at most ``limit`` of them.
+
+    Goes through :func:`tether.inputs.read_file`: only a regular file is read (a FIFO or
+    a device is refused without blocking), and one over ``limit`` is refused before it is
+    read. Every problem is an :class:`~tether.errors.InputFileError` (exit 2) naming
+    ``what`` and ``path``.
+    """
+    return read_file(path, f"{what} {path}", limit=limit)
 
 
-def load_json_object(path: Path, what: str) -> dict[str, Any]:
-    """Read ``path`` and parse it as a JSON object (exit 2 on any failure)."""
-    data = read_input(path, what)
+def load_json_object(
+    path: Path, what: str, *, limit: int, max_depth: int = MAX_JSON_DEPTH
+) -> dict[str, Any]:
+    """Read ``path`` and parse it as a JSON object (exit 2 on any failure).
+
+    Nesting deeper than ``max_depth`` is refused before parsing
+    (:class:`~tether.errors.InputTooDeep`).
+    """
+    data = read_input(path, what, limit=limit)
+    if deeper_than(data, max_depth):
+        raise InputTooDeep(f"{what} {path}", max_depth)
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:

@@ -153,6 +153,16 @@ KINDS = [
         "current configuration",
         lambda ws, bad: ["plan", _planner_case()[0], "--current", bad],
     ),
+    Kind(
+        "model-script",
+        None,
+        SCRIPT_LIMIT,
+        False,
+        True,
+        EXIT_USAGE,
+        "model script",
+        lambda ws, bad: _run(ws, bad),
+    ),
 ]
 
 

@@ -3,7 +3,8 @@
 The reader is checked against every kind of thing a path can name (regular file, FIFO,
 device, directory, links to each, nothing), against its size limit from both sides, and
 against a FIFO swapped in between the ``stat`` of the name and the ``open`` (the verdict
-comes from the descriptor).
+comes from the descriptor). Then each user of it (so far the model script). The real-CLI
+acceptance tests are in ``test_cli_inputs.py``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from tether.inputs import (
     read_optional_file,
     value_deeper_than,
 )
+from tether.models.scripted import ScriptedModel
 from tether.runtime.executor import MAX_AGENTS_BYTES
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs mkfifo")
@@ -351,3 +353,85 @@ def test_value_deeper_than_does_not_recurse() -> None:
     mixed = {"a": [1, {"b": ()}]}  # a tuple is an array too: 4 levels
     assert not value_deeper_than(mixed, 4)
     assert value_deeper_than(mixed, 3)
+
+
+# --------------------------------------------------------------------------- model script
+
+
+def _nested_arguments(depth: int) -> bytes:
+    """A script whose whole text nests exactly ``depth`` levels (depth >= 6)."""
+    inner = b"[" * (depth - 6) + b"]" * (depth - 6)
+    return (
+        b'{"responses": [{"tool_calls": [{"name": "read", "arguments": {"a": ' + inner + b"}}]}]}"
+    )
+
+
+def test_script_at_the_depth_limit_loads(tmp_path: Path) -> None:
+    text = _nested_arguments(MAX_JSON_DEPTH)
+    assert nesting_depth(text) == MAX_JSON_DEPTH
+    path = tmp_path / "s.json"
+    path.write_bytes(text)
+    response = ScriptedModel.from_file(path).response_at(0)
+    assert not isinstance(response, Exception)
+    assert (
+        json.loads(response.tool_calls[0].arguments)
+        == json.loads(text)["responses"][0]["tool_calls"][0]["arguments"]
+    )
+
+
+def test_script_one_level_deeper_names_the_file_and_the_limit(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_bytes(_nested_arguments(MAX_JSON_DEPTH + 1))
+    with pytest.raises(InputTooDeep) as info:
+        ScriptedModel.from_file(path)
+    assert (
+        str(info.value)
+        == f"model script {path} is nested deeper than 512 levels of arrays and objects"
+    )
+    with pytest.raises(InputTooDeep):
+        ScriptedModel.from_json(path.read_text(), source="s.json")
+
+
+def test_parsed_script_deeper_than_the_limit() -> None:
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    script = {"responses": [{"tool_calls": [{"name": "read", "arguments": {"a": deep}}]}]}
+    with pytest.raises(InputTooDeep, match="model script <script>"):
+        ScriptedModel.from_json(script)
+
+
+def test_unpaired_surrogate_deep_in_arguments_is_found_without_recursion() -> None:
+    depth = MAX_JSON_DEPTH - 8
+    text = (
+        '{"responses": [{"tool_calls": [{"name": "read", "arguments": {"a": '
+        + "[" * depth
+        + '"\\ud800"'
+        + "]" * depth
+        + "}}]}]}"
+    )
+    with pytest.raises(ConfigurationError) as info:
+        ScriptedModel.from_json(text, source="s.json")
+    assert "/responses/0/tool_calls/0/arguments/a" + "/0" * depth in str(info.value)
+    assert "unpaired surrogate" in str(info.value)
+
+
+def test_first_bad_string_in_document_order_is_reported() -> None:
+    text = (
+        '{"responses": [{"tool_calls": [{"name": "read", "arguments": '
+        '{"a": ["ok", "\\ud800"], "b": "\\udc00"}}]}]}'
+    )
+    with pytest.raises(ConfigurationError, match=r"arguments/a/1: contains an unpaired"):
+        ScriptedModel.from_json(text, source="s.json")
+
+
+@needs_fifo
+def test_script_fifo_and_size(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo.json")
+    with pytest.raises(NotARegularFile, match=r"cannot read model script .*fifo\.json"):
+        ScriptedModel.from_file(tmp_path / "fifo.json")
+    big = tmp_path / "big.json"
+    with big.open("wb") as file:
+        file.truncate(MAX_SCRIPT_BYTES + 1)
+    with pytest.raises(InputTooLarge, match="8 MiB limit"):
+        ScriptedModel.from_file(big)

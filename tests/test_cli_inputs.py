@@ -163,6 +163,16 @@ KINDS = [
         "model script",
         lambda ws, bad: _run(ws, bad),
     ),
+    Kind(
+        "tether-toml",
+        "tether.toml",
+        CONFIG_LIMIT,
+        False,
+        False,
+        EXIT_USAGE,
+        "tether.toml",
+        lambda ws, bad: _run(ws, _script(ws)),
+    ),
 ]
 
 
@@ -292,3 +302,13 @@ def test_session_line_deeper_than_orjson_writes_is_malformed_json(
             }
         else:
             assert "MALFORMED_JSON at line 1" in error_line(result)
+
+
+def test_deeply_nested_toml_is_a_clear_error(tmp_path: Path) -> None:
+    kind = next(k for k in KINDS if k.name == "tether-toml")
+
+    def deep_toml(target: Path) -> Path:
+        target.write_text("[verify]\ntimeout = " + "[" * DEEP + "]" * DEEP + "\n")
+        return target
+
+    _check(kind, tmp_path, deep_toml, EXIT_USAGE, "nested too deeply")

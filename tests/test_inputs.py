@@ -3,8 +3,8 @@
 The reader is checked against every kind of thing a path can name (regular file, FIFO,
 device, directory, links to each, nothing), against its size limit from both sides, and
 against a FIFO swapped in between the ``stat`` of the name and the ``open`` (the verdict
-comes from the descriptor). Then each user of it (so far the model script). The real-CLI
-acceptance tests are in ``test_cli_inputs.py``.
+comes from the descriptor). Then each user of it (so far the model script and
+``tether.toml``). The real-CLI acceptance tests are in ``test_cli_inputs.py``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from tether.errors import (
     InputTooDeep,
     InputTooLarge,
     NotARegularFile,
+    ProjectConfigError,
 )
 from tether.inputs import (
     MAX_CONFIG_BYTES,
@@ -42,6 +43,7 @@ from tether.inputs import (
     value_deeper_than,
 )
 from tether.models.scripted import ScriptedModel
+from tether.project import load_project_config
 from tether.runtime.executor import MAX_AGENTS_BYTES
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs mkfifo")
@@ -435,3 +437,25 @@ def test_script_fifo_and_size(tmp_path: Path) -> None:
         file.truncate(MAX_SCRIPT_BYTES + 1)
     with pytest.raises(InputTooLarge, match="8 MiB limit"):
         ScriptedModel.from_file(big)
+
+
+# --------------------------------------------------------------------------- tether.toml
+
+
+def test_tether_toml_over_the_limit(tmp_path: Path) -> None:
+    with (tmp_path / "tether.toml").open("wb") as file:
+        file.truncate(MAX_CONFIG_BYTES + 1)
+    with pytest.raises(ProjectConfigError) as info:
+        load_project_config(tmp_path)
+    assert str(info.value) == (
+        "cannot read tether.toml: it is larger than the 1 MiB limit (1048577 bytes)"
+    )
+    assert isinstance(info.value.__cause__, InputTooLarge)
+
+
+def test_tether_toml_link_to_a_device(tmp_path: Path) -> None:
+    (tmp_path / "tether.toml").symlink_to("/dev/zero")
+    with pytest.raises(
+        ProjectConfigError, match=r"^cannot read tether\.toml: it is not a regular file$"
+    ):
+        load_project_config(tmp_path)

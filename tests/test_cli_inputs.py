@@ -164,6 +164,16 @@ KINDS = [
         lambda ws, bad: _run(ws, bad),
     ),
     Kind(
+        "agents-md",
+        "AGENTS.md",
+        AGENTS_LIMIT,
+        True,
+        False,
+        EXIT_USAGE,
+        "AGENTS.md",
+        lambda ws, bad: _run(ws, _script(ws)),
+    ),
+    Kind(
         "tether-toml",
         "tether.toml",
         CONFIG_LIMIT,
@@ -265,6 +275,17 @@ def test_over_the_size_limit_is_refused_before_reading(kind: Kind, tmp_path: Pat
 
     line = _check(kind, tmp_path, sparse, EXIT_USAGE, "larger than")
     assert f"{kind.limit + 1} bytes" in line
+
+
+def test_agents_md_over_the_limit_is_cut_not_refused(tmp_path: Path) -> None:
+    kind = next(k for k in KINDS if k.truncated)
+    workspace, target = _place(kind, tmp_path)
+    with target.open("wb") as file:
+        file.write(b"# Rules\n")
+        file.truncate(10 << 30)  # 10 GiB, sparse: only the first 64 KiB are ever read
+    result = run_bounded(*kind.argv(workspace, target), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "done"
 
 
 def _deep_json(target: Path) -> Path:

@@ -3,8 +3,8 @@
 The reader is checked against every kind of thing a path can name (regular file, FIFO,
 device, directory, links to each, nothing), against its size limit from both sides, and
 against a FIFO swapped in between the ``stat`` of the name and the ``open`` (the verdict
-comes from the descriptor). Then each user of it (so far the model script and
-``tether.toml``). The real-CLI acceptance tests are in ``test_cli_inputs.py``.
+comes from the descriptor). Then each user of it: the model script, ``tether.toml`` and
+``AGENTS.md``. The real-CLI acceptance tests are in ``test_cli_inputs.py``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from tether.inputs import (
 )
 from tether.models.scripted import ScriptedModel
 from tether.project import load_project_config
-from tether.runtime.executor import MAX_AGENTS_BYTES
+from tether.runtime.executor import MAX_AGENTS_BYTES, Agent
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs mkfifo")
 
@@ -459,3 +459,78 @@ def test_tether_toml_link_to_a_device(tmp_path: Path) -> None:
         ProjectConfigError, match=r"^cannot read tether\.toml: it is not a regular file$"
     ):
         load_project_config(tmp_path)
+
+
+# --------------------------------------------------------------------------- AGENTS.md
+
+
+def _agent(workspace: Path) -> Agent:
+    return Agent(ScriptedModel.from_json({"responses": [{"content": "ok"}]}), workspace=workspace)
+
+
+def test_agents_md_is_cut_at_64_kib(tmp_path: Path) -> None:
+    text = ("rule " * 20_000).encode()
+    assert len(text) > MAX_AGENTS_BYTES
+    (tmp_path / "AGENTS.md").write_bytes(text)
+    prompt = _agent(tmp_path).system_prompt
+    kept = text[:MAX_AGENTS_BYTES].decode()
+    assert prompt.endswith("# AGENTS.md\n\n" + kept)
+
+
+def test_agents_md_link_inside_the_workspace_is_followed(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "agents.md").write_text("Use tabs.\n")
+    (tmp_path / "AGENTS.md").symlink_to("docs/agents.md")
+    assert "Use tabs." in _agent(tmp_path).system_prompt
+
+
+def test_agents_md_link_leaving_the_workspace_is_refused(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (tmp_path / "credentials").write_text("sk-secret\n")
+    (workspace / "AGENTS.md").symlink_to(tmp_path / "credentials")
+    with pytest.raises(InputFileError, match="outside") as info:
+        _agent(workspace)
+    assert "sk-secret" not in str(info.value)
+
+
+@needs_fifo
+def test_agents_md_fifo_and_directory_are_refused(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "AGENTS.md")
+    with pytest.raises(NotARegularFile, match=r"AGENTS\.md: it is not a regular file"):
+        _agent(tmp_path)
+    os.unlink(tmp_path / "AGENTS.md")
+    (tmp_path / "AGENTS.md").mkdir()
+    with pytest.raises(NotARegularFile, match="directory"):
+        _agent(tmp_path)
+
+
+def test_agents_md_absent_or_blank_adds_nothing(tmp_path: Path) -> None:
+    without = _agent(tmp_path).system_prompt
+    assert "AGENTS.md" not in without
+    (tmp_path / "AGENTS.md").write_text(" \n\t\n")
+    assert _agent(tmp_path).system_prompt == without
+    assert (
+        Agent(
+            ScriptedModel.from_json({"responses": [{"content": "ok"}]}),
+            workspace=tmp_path,
+            read_agents_md=False,
+        ).system_prompt
+        == without
+    )
+
+
+def test_agents_md_unreadable_is_an_error_not_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "AGENTS.md").write_text("rules\n")
+    real_open = os.open
+
+    def deny(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith("AGENTS.md"):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", deny)
+    with pytest.raises(InputFileError, match="Permission denied"):
+        _agent(tmp_path)

@@ -333,3 +333,19 @@ def test_deeply_nested_toml_is_a_clear_error(tmp_path: Path) -> None:
         return target
 
     _check(kind, tmp_path, deep_toml, EXIT_USAGE, "nested too deeply")
+
+
+@pytest.mark.parametrize("depth", [60_000, 129])  # argv: at most 128 KiB per argument
+def test_crashlab_args_deeper_than_tool_arguments_may_be(depth: int, tmp_path: Path) -> None:
+    nested = "[" * depth + "]" * depth
+    result = run_bounded(
+        "crashlab",
+        "--tool",
+        "tether.effects:PublishReportTool",
+        "--args",
+        '{"a": ' + nested + "}",
+        cwd=tmp_path,
+    )
+    line = error_line(result)
+    assert result.returncode == EXIT_USAGE, line
+    assert "--args" in line and "nested deeper than 128" in line

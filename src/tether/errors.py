@@ -405,3 +405,66 @@ class CheckCommandError(TetherError):
     """The check command of ``[verify]`` is missing or cannot be started."""
 
     exit_code = 31
+
+
+# --------------------------------------------------------------------------- input files
+#
+# Exit code 2 (a usage / configuration error), like every other input a user gives: the
+# session file of `tether inspect`/`tether plan`, CURRENT.json, a model script, AGENTS.md,
+# tether.toml. Raised by tether.inputs, which every reader of such a file goes through.
+
+
+class InputFileError(ConfigurationError):
+    """A file tether reads as input cannot be used: missing, unreadable or not a regular file.
+
+    ``label`` names the input as the message shows it (``model script demo.json``,
+    ``tether.toml``); ``reason`` says what is wrong. The message is
+    ``cannot read <label>: <reason>``.
+    """
+
+    exit_code = 2
+
+    def __init__(self, label: str, reason: str) -> None:
+        self.label = label
+        self.reason = reason
+        super().__init__(f"cannot read {label}: {reason}")
+
+
+class NotARegularFile(InputFileError):
+    """The input is a directory, a FIFO, a device or a socket (after following links).
+
+    Checked on the open descriptor, so a FIFO never blocks and a device is never read.
+    """
+
+
+class InputTooLarge(InputFileError):
+    """The input is larger than the limit for its kind.
+
+    ``size`` is the file's size when it was known before reading (then nothing was read),
+    ``None`` when the file turned out larger than it said (it grew, or it is in ``/proc``).
+    """
+
+    def __init__(self, label: str, size: int | None, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        actual = f" ({size} bytes)" if size is not None else ""
+        super().__init__(label, f"it is larger than the {_size(limit)} limit{actual}")
+
+
+class InputTooDeep(ConfigurationError):
+    """A JSON input is nested deeper than the limit for its kind."""
+
+    exit_code = 2
+
+    def __init__(self, label: str, limit: int) -> None:
+        self.label = label
+        self.limit = limit
+        super().__init__(f"{label} is nested deeper than {limit} levels of arrays and objects")
+
+
+def _size(size: int) -> str:
+    """``64 KiB``, ``8 MiB``, ``1 GiB``: a size limit as the documentation states it."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} bytes"

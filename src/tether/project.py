@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import stat
 import tomllib
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -40,7 +39,8 @@ from tether.effects.policy import (
     show_value,
     toml_key,
 )
-from tether.errors import ConfigurationError, ProjectConfigError
+from tether.errors import ConfigurationError, InputFileError, ProjectConfigError
+from tether.inputs import MAX_CONFIG_BYTES, read_optional_file
 from tether.tools.workspace import TETHER_DIR
 
 __all__ = [
@@ -229,27 +229,18 @@ def load_project_config(workspace: str | os.PathLike[str]) -> ProjectConfig:
 
 
 def _read(path: Path) -> str | None:
-    """The file's text, or ``None`` when there is no file (and no link) at ``path``."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    """The file's text, or ``None`` when there is no file (and no link) at ``path``.
+
+    Through :func:`tether.inputs.read_optional_file`: never blocks on a FIFO, never reads a
+    device, and refuses a file over :data:`~tether.inputs.MAX_CONFIG_BYTES` unread.
+    """
     try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        if os.path.islink(path):
-            raise _unreadable("it is a symbolic link to a missing file") from None
+        raw = read_optional_file(path, CONFIG_FILE, limit=MAX_CONFIG_BYTES)
+    except InputFileError as exc:
+        # Still a ProjectConfigError: callers and tests catch the configuration's own error.
+        raise ProjectConfigError(str(exc)) from exc
+    if raw is None:
         return None
-    except OSError as exc:
-        raise _unreadable(exc.strerror or type(exc).__name__) from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise _unreadable("it is a directory, not a file")
-        if not stat.S_ISREG(mode):
-            raise _unreadable("it is not a regular file")
-        raw = _read_all(fd)
-    except OSError as exc:
-        raise _unreadable(exc.strerror or type(exc).__name__) from None
-    finally:
-        os.close(fd)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -257,17 +248,6 @@ def _read(path: Path) -> str | None:
             f"{CONFIG_FILE} is not valid TOML: it is not UTF-8 text "
             f"(byte 0x{raw[exc.start]:02x} at offset {exc.start})"
         ) from None
-
-
-def _read_all(fd: int) -> bytes:
-    chunks: list[bytes] = []
-    while chunk := os.read(fd, 1 << 16):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _unreadable(why: str) -> ProjectConfigError:
-    return ProjectConfigError(f"cannot read {CONFIG_FILE}: {why}")
 
 
 # --------------------------------------------------------------------------- parsing

@@ -6,7 +6,8 @@ can cause into one line on stderr and a distinct exit code:
 * :class:`~tether.errors.TetherError` subclasses → ``error: <message>``, ``exc.exit_code``
   (a :class:`~tether.errors.SessionCorruption` reads ``error: session is corrupt: …`` and
   exits 1; a :class:`~tether.errors.ConfigurationError` exits 2);
-* unreadable inputs (:func:`read_input` wraps :class:`OSError`) → exit 2;
+* unreadable, oversized or non-regular input files (:func:`read_input`, through
+  :mod:`tether.inputs`) → exit 2;
 * anything else is a bug in tether → one line naming the exception, exit
   :data:`EXIT_INTERNAL` (set ``TETHER_DEBUG=1`` to get the traceback instead).
 
@@ -15,6 +16,7 @@ Typer's own usage errors (unknown flag, missing argument) keep their exit code 2
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,7 +29,8 @@ import orjson
 import typer
 
 from tether.credentials import Masker
-from tether.errors import SessionCorruption, TetherError
+from tether.errors import InputTooDeep, SessionCorruption, TetherError
+from tether.inputs import MAX_JSON_DEPTH, deeper_than, read_file
 from tether.project import find_workspace_root
 from tether.session.store import sessions_dir_for
 
@@ -101,20 +104,28 @@ def handle_errors() -> Iterator[None]:
         fail(f"internal error: {what} (set {DEBUG_ENV}=1 for a traceback)", EXIT_INTERNAL)
 
 
-def read_input(path: Path, what: str = "file") -> bytes:
-    """Read a whole input file as raw bytes; any OS error becomes an :class:`InputError`."""
-    try:
-        return path.read_bytes()
-    except IsADirectoryError:
-        raise InputError(f"cannot read {what} {path}: is a directory") from None
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise InputError(f"cannot read {what} {path}: {reason}") from None
+def read_input(path: Path, what: str = "file", *, limit: int) -> bytes:
+    """Read a whole input file as raw bytes, at most ``limit`` of them.
+
+    Goes through :func:`tether.inputs.read_file`: only a regular file is read (a FIFO or
+    a device is refused without blocking), and one over ``limit`` is refused before it is
+    read. Every problem is an :class:`~tether.errors.InputFileError` (exit 2) naming
+    ``what`` and ``path``.
+    """
+    return read_file(path, f"{what} {path}", limit=limit)
 
 
-def load_json_object(path: Path, what: str) -> dict[str, Any]:
-    """Read ``path`` and parse it as a JSON object (exit 2 on any failure)."""
-    data = read_input(path, what)
+def load_json_object(
+    path: Path, what: str, *, limit: int, max_depth: int = MAX_JSON_DEPTH
+) -> dict[str, Any]:
+    """Read ``path`` and parse it as a JSON object (exit 2 on any failure).
+
+    Nesting deeper than ``max_depth`` is refused before parsing
+    (:class:`~tether.errors.InputTooDeep`).
+    """
+    data = read_input(path, what, limit=limit)
+    if deeper_than(data, max_depth):
+        raise InputTooDeep(f"{what} {path}", max_depth)
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
@@ -137,9 +148,21 @@ def _json_default(value: Any) -> Any:
 
 def dumps_json(value: Any) -> bytes:
     """The indented JSON text of ``value`` (UTF-8, LF, trailing newline)."""
-    return orjson.dumps(
-        value, default=_json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
-    )
+    try:
+        return orjson.dumps(
+            value, default=_json_default, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+        )
+    except orjson.JSONEncodeError as exc:
+        error = exc
+    # orjson writes at most 254 levels. A session line may hold values that deep (the
+    # reducer's MAX_LINE_DEPTH), and a document around them, such as inspect's
+    # {"ok", "state": {"operation": …}}, adds a few more. The json module writes those;
+    # for anything else orjson refused it fails too, and orjson's error stands.
+    try:
+        text = json.dumps(value, default=_json_default, indent=2, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        raise error from None
+    return text.encode("utf-8") + b"\n"
 
 
 def emit_json(value: Any) -> None:

@@ -32,6 +32,9 @@ from tether.crashlab.scenarios import (
     publish_report_unavailable,
     user_tool_scenario,
 )
+from tether.errors import InputTooDeep
+from tether.inputs import deeper_than
+from tether.session.planner import MAX_ARGUMENT_DEPTH
 
 EXIT_PASS = 0
 EXIT_FAIL = 1
@@ -225,6 +228,10 @@ def _scenarios(
 
 
 def _tool_arguments(text: str) -> tuple[dict[str, Any], str]:
+    # The limit of tool-call arguments from a model, checked before json.loads, which
+    # would recurse into deeper nesting until RecursionError.
+    if deeper_than(text.encode("utf-8", "surrogatepass"), MAX_ARGUMENT_DEPTH):
+        raise InputTooDeep("--args", MAX_ARGUMENT_DEPTH)
     try:
         value = json.loads(text)
     except ValueError as exc:

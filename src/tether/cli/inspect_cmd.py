@@ -20,6 +20,7 @@ from tether.cli.common import (
     read_input,
     resolve_sessions_dir,
 )
+from tether.inputs import MAX_SESSION_FILE_BYTES
 from tether.session import SessionCorruption, SessionState, reduce_session
 from tether.session.state import (
     CompactionOperation,
@@ -70,7 +71,7 @@ def inspect(
     with handle_errors():
         if not file.exists() and file.parent == Path("."):
             file = find_session(resolve_sessions_dir(sessions_dir), str(file))
-        data = read_input(file, "session file")
+        data = read_input(file, "session file", limit=MAX_SESSION_FILE_BYTES)
         if not json_output:
             render_state(reduce_session(data), file_size=len(data), console=Console())
             return

@@ -17,6 +17,7 @@ from tether.cli.common import (
     read_input,
 )
 from tether.errors import ConfigurationError
+from tether.inputs import MAX_CURRENT_BYTES, MAX_SESSION_FILE_BYTES
 from tether.session import CurrentConfiguration, SessionState, plan_recovery, reduce_session
 from tether.session.state import CompactionOperation, RunOperation
 
@@ -51,10 +52,11 @@ def plan(
     """Show the single next recovery action for a session (pure: nothing is written).
 
     Exit status: 0 a plan was computed, 1 the log is corrupt, 2 usage error
-    (including an unreadable or malformed CURRENT.json).
+    (including a FILE or CURRENT.json that is unreadable, not a regular file, too large,
+    nested too deeply or malformed).
     """
     with handle_errors():
-        data = read_input(file, "session file")
+        data = read_input(file, "session file", limit=MAX_SESSION_FILE_BYTES)
         configuration = load_current(current)
         state = reduce_session(data)
         result = plan_recovery(state, configuration).to_json()
@@ -66,7 +68,7 @@ def plan(
 
 def load_current(path: Path) -> CurrentConfiguration:
     """Parse CURRENT.json into a :class:`CurrentConfiguration` (exit 2 on any problem)."""
-    raw = load_json_object(path, "current configuration")
+    raw = load_json_object(path, "current configuration", limit=MAX_CURRENT_BYTES)
     try:
         return CurrentConfiguration.from_json(raw)
     except ConfigurationError as exc:

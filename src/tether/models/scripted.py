@@ -32,7 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-from tether.errors import MODEL_ERROR_CODES, ConfigurationError, ModelError
+from tether.errors import MODEL_ERROR_CODES, ConfigurationError, InputTooDeep, ModelError
+from tether.inputs import (
+    MAX_JSON_DEPTH,
+    MAX_SCRIPT_BYTES,
+    deeper_than,
+    read_file,
+    value_deeper_than,
+)
 from tether.models.base import (
     MAX_SAFE_INTEGER,
     ModelRequest,
@@ -118,15 +125,26 @@ def _arguments(value: object, pointer: str) -> str:
 
 
 def _check_strings(value: object, pointer: str) -> None:
-    if isinstance(value, str):
-        _text(value, pointer, empty_ok=True)
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            _text(key, pointer, empty_ok=True)
-            _check_strings(item, _pointer(pointer, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _check_strings(item, _pointer(pointer, index))
+    """Check every string (member names too) of ``value``, in document order.
+
+    With an explicit stack, not recursion: arguments may nest up to ``MAX_JSON_DEPTH``
+    levels, which would leave little of Python's recursion limit to the caller. A member
+    name is checked (at its object's pointer) before its value.
+    """
+    stack: list[tuple[object, str, bool]] = [(value, pointer, False)]  # (item, where, name?)
+    while stack:
+        item, where, is_name = stack.pop()
+        if is_name or isinstance(item, str):
+            _text(item, where, empty_ok=True)
+        elif isinstance(item, Mapping):
+            pending: list[tuple[object, str, bool]] = []
+            for key, member in item.items():
+                pending.append((key, where, True))
+                pending.append((member, _pointer(where, key), False))
+            stack.extend(reversed(pending))
+        elif isinstance(item, list):
+            members = [(member, _pointer(where, i), False) for i, member in enumerate(item)]
+            stack.extend(reversed(members))
 
 
 def _tool_call(value: object, pointer: str, position: int, index: int) -> ToolCallOut:
@@ -273,13 +291,13 @@ class ScriptedModel:
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedModel:
-        """Load and validate a script file; problems raise a one-line ConfigurationError."""
+        """Load and validate a script file; problems raise a one-line ConfigurationError.
+
+        The file must be a regular file of at most :data:`~tether.inputs.MAX_SCRIPT_BYTES`
+        (links are followed); see :func:`tether.inputs.read_file`.
+        """
         source = str(path)
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
-            raise ConfigurationError(f"cannot read model script {source}: {reason}") from None
+        data = read_file(path, f"model script {source}", limit=MAX_SCRIPT_BYTES)
         return cls.from_json(data, source=source)
 
     @classmethod
@@ -294,6 +312,10 @@ class ScriptedModel:
         """
         if isinstance(data, (bytes, str)):
             raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+            # Checked on the bytes, before the parser: the json module would recurse
+            # into deep nesting until RecursionError.
+            if deeper_than(raw, MAX_JSON_DEPTH):
+                raise InputTooDeep(f"model script {source}", MAX_JSON_DEPTH)
             try:
                 parsed = json.loads(
                     raw.decode("utf-8"),
@@ -312,6 +334,8 @@ class ScriptedModel:
                     f"model script {source} is not valid JSON: {exc}"
                 ) from None
         else:
+            if value_deeper_than(data, MAX_JSON_DEPTH):
+                raise InputTooDeep(f"model script {source}", MAX_JSON_DEPTH)
             parsed = data
             raw = b""
         try:

@@ -42,6 +42,7 @@ from tether.effects.recovery import RecoveryAction, RecoveryDecision, reconcile_
 from tether.effects.review import ReviewStore
 from tether.errors import ConfigurationError, ModelError
 from tether.ids import new_uuid7
+from tether.inputs import read_optional_file
 from tether.models.base import ModelAdapter, ModelRequest, ModelResponse
 from tether.project import BudgetConfig, ProjectConfig, load_project_config
 from tether.runtime import boundaries, events
@@ -188,14 +189,23 @@ def _usage_delta(after: Usage, before: Usage) -> Usage:
 
 
 def _load_agents_md(workspace: Path) -> str | None:
+    """The first :data:`MAX_AGENTS_BYTES` of the workspace's ``AGENTS.md`` as text.
+
+    ``None`` when there is none or it is blank; the rest of a longer file is ignored. It
+    must be a regular file. A symbolic link is followed only to a file inside the
+    workspace: the text goes to the model provider, and a link must not carry a file
+    from elsewhere (a key, a credentials file) into the prompt. A FIFO, a device, a
+    directory, a link leading outside or an unreadable file raises
+    :class:`~tether.errors.InputFileError` (exit 2) — it never blocks and is never
+    silently skipped.
+    """
     path = workspace / AGENTS_FILE
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+    data = read_optional_file(
+        path, str(path), limit=MAX_AGENTS_BYTES, truncate=True, within=workspace
+    )
+    if data is None:
         return None
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(MAX_AGENTS_BYTES + 1)
-    text = data[:MAX_AGENTS_BYTES].decode("utf-8", errors="replace")
+    text = data.decode("utf-8", errors="replace")
     return text if text.strip() else None
 
 

@@ -3,7 +3,8 @@
 The committed region is everything up to and including the last LF; what follows
 is a torn tail that is never decoded. Each committed line must be exactly one
 strict JSON value: no duplicate member names, no unpaired surrogates, no NaN or
-Infinity, no control characters inside strings.
+Infinity, no control characters inside strings — and no deeper than
+:data:`MAX_LINE_DEPTH` levels of arrays and objects.
 """
 
 from __future__ import annotations
@@ -17,12 +18,52 @@ from typing import Any
 import orjson
 
 from tether.errors import SessionCorruption
+from tether.inputs import deeper_than
 
 MISSING_HEADER = "MISSING_HEADER"
 INVALID_UTF8 = "INVALID_UTF8"
 MALFORMED_JSON = "MALFORMED_JSON"
 BLANK_LINE = "BLANK_LINE"
 CRLF_NOT_ALLOWED = "CRLF_NOT_ALLOWED"
+
+MAX_LINE_DEPTH = 254
+"""Deepest nesting of arrays and objects in one line; deeper is ``MALFORMED_JSON``.
+
+The spec sets no limit (RFC 8259 section 9 lets a parser set one), and JSON parsers
+differ: Python's ``json`` gives up somewhere near 1,000 levels, depending on how deep the
+caller's stack already is; orjson reads 1,024 levels but writes only 254. Without a limit
+of its own the reducer's verdict on a deep line would depend on the parser and the call
+stack; with it, the same bytes always get the same verdict, and every line it accepts can
+be written out again. 254 is orjson's writing limit, so the fast path below gets the check
+for free, and it is far more than tether ever writes (tool-call arguments are limited to
+``MAX_ARGUMENT_DEPTH`` = 128 levels, plus 3 for transaction, fact and record).
+"""
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def _orjson_writes_max_depth() -> bool:
+    """Whether orjson writes exactly :data:`MAX_LINE_DEPTH` levels and refuses one more."""
+    try:
+        orjson.dumps(_nested(MAX_LINE_DEPTH))
+    except orjson.JSONEncodeError:
+        return False
+    try:
+        orjson.dumps(_nested(MAX_LINE_DEPTH + 1))
+    except orjson.JSONEncodeError:
+        return True
+    return False
+
+
+# When true, a line that orjson parses and writes back unchanged is at most
+# MAX_LINE_DEPTH deep, and a deeper one makes orjson.dumps raise: the fast path of
+# parse_line needs no check of its own. (Checked once: another orjson could differ.)
+_ORJSON_BOUNDS_DEPTH = _orjson_writes_max_depth()
 
 _ENCODED_SURROGATE = re.compile(rb"\xed[\xa0-\xbf][\x80-\xbf]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -133,6 +174,8 @@ def parse_line(raw: bytes, line: int) -> Any:
     """Frame-check and parse one committed line; ``MALFORMED_JSON`` on any violation."""
     if not raw or raw[-1] == 0x0D:
         check_line(raw, line)
+    if not _ORJSON_BOUNDS_DEPTH:
+        _check_depth(raw, line)
     # orjson is strict RFC 8259 (and rejects unpaired surrogate escapes) but keeps the
     # last of duplicate member names; when re-serialising the value reproduces the line
     # byte for byte, no member was dropped. Anything else takes the strict slow path.
@@ -141,12 +184,25 @@ def parse_line(raw: bytes, line: int) -> Any:
     except orjson.JSONDecodeError:
         pass
     else:
-        if orjson.dumps(value) == raw:
-            return value
+        try:
+            if orjson.dumps(value) == raw:
+                return value
+        except orjson.JSONEncodeError:
+            pass  # deeper than orjson writes: the depth check below reports it
+    # Before the json module sees it: it would recurse into a deep line until
+    # RecursionError, at a depth that depends on the caller's stack.
+    _check_depth(raw, line)
     try:
         return _parse_strict(raw)
     except MalformedJson as exc:
         raise SessionCorruption(MALFORMED_JSON, line, detail=str(exc)) from None
+
+
+def _check_depth(raw: bytes, line: int) -> None:
+    if deeper_than(raw, MAX_LINE_DEPTH):
+        raise SessionCorruption(
+            MALFORMED_JSON, line, detail=f"nested deeper than {MAX_LINE_DEPTH} levels"
+        )
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

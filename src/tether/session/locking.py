@@ -19,9 +19,14 @@ import os
 import threading
 import time
 
+from tether import faults
 from tether.errors import SessionBusy
 
 LOCK_SUFFIX = ".lock"
+
+LOCKED = faults.register(
+    "store.locked", "a writer holds the log's flock and has not yet recorded its pid"
+)
 
 _registry_lock = threading.Lock()
 _held: set[tuple[int, int]] = set()
@@ -64,6 +69,8 @@ class WriterLock:
                 raise SessionBusy(display_path, read_holder_pid(dir_fd, name)) from None
             _held.add(key)
         lock = cls(fd, dir_fd, name, key)
+        if faults.ARMED:
+            faults.hit(LOCKED)
         lock._record_pid()
         return lock
 

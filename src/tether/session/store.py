@@ -74,6 +74,17 @@ AFTER_WRITE = faults.register(
 AFTER_SYNC = faults.register(
     "store.after_sync", "commit synced the line (durable mode), not yet acknowledged"
 )
+CREATE_OPENED = faults.register(
+    "store.create_opened", "create made the empty temporary log, not yet locked"
+)
+CREATE_WRITTEN = faults.register(
+    "store.create_written",
+    "create wrote the header to the temporary log (and synced it in durable mode), not linked",
+)
+CREATE_LINKED = faults.register(
+    "store.create_linked",
+    "create linked the temporary log to its final name, the temporary name not yet removed",
+)
 
 _FILE_NAME = re.compile(
     r"^(?P<created>[0-9]+)_(?P<id>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
@@ -578,12 +589,16 @@ class SessionStore:
                 dir_fd=dir_fd,
             )
             os.fchmod(fd, 0o600)
+            if faults.ARMED:
+                faults.hit(CREATE_OPENED)
             # Locked before the final name exists; the pid record is keyed by the final name.
             lock = WriterLock.acquire(fd, dir_fd, name, str(sdir / name))
             try:
                 _write_all(os.write, fd, data)
                 if mode is Durability.DURABLE:
                     _fdatasync(fd)
+                if faults.ARMED:
+                    faults.hit(CREATE_WRITTEN)
                 _publish(dir_fd, temp, name)
                 linked = True
                 if mode is Durability.DURABLE:
@@ -963,6 +978,8 @@ def _publish(dir_fd: int, temp: str, name: str) -> None:
             os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             return
         raise FileExistsError(errno.EEXIST, "session file exists", name) from None
+    if faults.ARMED:
+        faults.hit(CREATE_LINKED)
     os.unlink(temp, dir_fd=dir_fd)
 
 

@@ -547,6 +547,29 @@ def test_durable_open_syncs_what_it_read(workspace: Path, monkeypatch: pytest.Mo
     assert calls == ["file", "dir"]
 
 
+def test_durable_open_and_create_sync_the_directories_that_hold_the_log(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parents of .tether and of the sessions dir, even if an earlier process made them
+    (it may have been killed between its mkdir and its fsync); process mode syncs nothing."""
+    made = make(workspace, "process")
+    made.close()
+    synced: list[Path] = []
+    monkeypatch.setattr(store_module, "sync_directory", synced.append)
+    sdir = sessions_dir_for(workspace)
+    SessionStore.open(made.path, workspace=workspace, durability="process").close()
+    make(workspace, "process").close()
+    assert synced == []
+    SessionStore.open(made.path, workspace=workspace, durability="durable").close()
+    assert synced == [workspace, sdir.parent]
+    synced.clear()
+    make(workspace, "durable").close()
+    assert synced == [workspace, sdir.parent]
+    synced.clear()
+    SessionStore.open(made.path, sessions_dir=sdir, durability="durable").close()
+    assert synced == [sdir.parent]  # an explicit sessions dir: its ancestors are the caller's
+
+
 def test_open_of_a_clean_log_repairs_nothing(workspace: Path) -> None:
     s = make(workspace)
     s.commit([user()])

@@ -32,6 +32,7 @@ from typing import Any, NoReturn, Protocol, Self
 import orjson
 
 from tether import faults
+from tether.dirs import make_directories, sync_directory
 from tether.errors import (
     AmbiguousSessionId,
     ConfigurationError,
@@ -553,7 +554,7 @@ class SessionStore:
         """
         mode = Durability(durability)
         sdir = Path(sessions_dir) if sessions_dir is not None else sessions_dir_for(workspace)
-        _make_dirs(sdir, tether_dir=sessions_dir is None)
+        _make_dirs(sdir, default_layout=sessions_dir is None, durable=mode is Durability.DURABLE)
         session_id = ids()
         created = clock()
         header = {
@@ -671,9 +672,11 @@ class SessionStore:
                     os.ftruncate(fd, length)
                 if mode is Durability.DURABLE:
                     # Everything this store reports (and the repair) is durable before use,
-                    # even if the previous writer ran in process mode.
+                    # even if the previous writer ran in process mode: the log, its entry,
+                    # and the entries of the directories that hold it.
                     _fdatasync(fd)
                     _fsync_dir(dir_fd)
+                    _sync_owned_parents(directory, default_layout=sessions_dir is None)
             except OSError as exc:
                 op = "repair" if torn else "fdatasync"
                 raise SessionWriteError(str(path), op, exc.errno, True) from exc
@@ -929,15 +932,40 @@ def _sessions_dir(
     return sessions_dir_for(workspace if workspace is not None else os.getcwd())
 
 
-def _make_dirs(sessions_dir: Path, *, tether_dir: bool) -> None:
-    """Create the sessions directory (0700), and ``.tether`` (0700) for the default layout."""
-    if tether_dir:
-        if not sessions_dir.parent.parent.is_dir():
-            raise ConfigurationError(f"workspace {sessions_dir.parent.parent} is not a directory")
-        sessions_dir.parent.mkdir(mode=0o700, exist_ok=True)
-        sessions_dir.mkdir(mode=0o700, exist_ok=True)
-    else:
-        sessions_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+def _owned_dirs(sessions_dir: Path, *, default_layout: bool) -> list[Path]:
+    """The directories tether makes for its logs, top down: ``.tether`` and the sessions dir.
+
+    With an explicit sessions directory only that one (its ancestors are the caller's).
+    """
+    return [sessions_dir.parent, sessions_dir] if default_layout else [sessions_dir]
+
+
+def _make_dirs(sessions_dir: Path, *, default_layout: bool, durable: bool) -> None:
+    """Steps C1–C2: make the missing directories (0700) and, durable, sync their entries.
+
+    Default layout: ``.tether`` and ``.tether/sessions`` inside an existing workspace. An
+    explicit sessions directory is made with every missing ancestor. In durable mode every
+    directory made is followed by ``fsync`` of its parent (:func:`make_directories`), and
+    the parents of the directories tether owns are synced even when those existed already:
+    an earlier process may have been killed between its ``mkdir`` and its ``fsync``.
+    """
+    base = None
+    if default_layout:
+        base = sessions_dir.parent.parent
+        if not base.is_dir():
+            raise ConfigurationError(f"workspace {base} is not a directory")
+    created = make_directories(sessions_dir, mode=0o700, base=base, durable=durable)
+    if durable:
+        _sync_owned_parents(sessions_dir, default_layout=default_layout, done=created)
+
+
+def _sync_owned_parents(
+    sessions_dir: Path, *, default_layout: bool, done: Sequence[Path] = ()
+) -> None:
+    """``fsync`` the parent of each directory tether owns (not those in ``done``: synced)."""
+    for directory in _owned_dirs(sessions_dir, default_layout=default_layout):
+        if directory not in done:
+            sync_directory(directory.parent)
 
 
 def _check_single_link(fd: int, dir_fd: int, name: str, display: str) -> None:

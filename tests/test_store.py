@@ -9,6 +9,7 @@ import errno
 import fcntl
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -860,6 +861,121 @@ def test_a_writer_in_another_process_is_named(workspace: Path) -> None:
     assert child.returncode == 0
     with SessionStore.open(s.session_id, workspace=workspace) as again:
         assert again.state.last_seq == 1
+
+
+FLOCK_HOLDER = textwrap.dedent(
+    """
+    import fcntl, os, sys
+    fd = os.open(sys.argv[1], os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # the writer lock, taken by a process that is no writer
+    print("locked", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (as a killed writer's pid record names)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = int(done.stdout)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    return pid
+
+
+def stopped_writer(path: Path) -> subprocess.Popen[str]:
+    """A real writer frozen after taking the lock, before recording its pid."""
+    env = {**os.environ, "TETHER_CRASH_AT": "store.locked", "TETHER_CRASH_MODE": "stop"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path), str(path.parent)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    _, status = os.waitpid(child.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), status
+    return child
+
+
+def test_a_crash_left_pid_record_is_never_named(workspace: Path) -> None:
+    s = make(workspace)
+    s.close()
+    dead = dead_pid()
+    sidecar = s.path.parent / (s.path.name + ".lock")
+    sidecar.write_text(f"{dead}\n")  # what a SIGKILLed writer leaves behind
+    child = stopped_writer(s.path)
+    try:
+        # The new writer holds the lock; the sidecar still names the dead writer.
+        with pytest.raises(SessionBusy) as info:
+            SessionStore.open(s.session_id, workspace=workspace)
+        assert info.value.pid is None, f"named pid {info.value.pid}, which holds nothing"
+        assert str(dead) not in str(info.value)
+        assert str(info.value).endswith("already open for writing by another process")
+        os.kill(child.pid, signal.SIGCONT)
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "writer"
+        # Now the holder has recorded itself: it is named, because it provably holds it.
+        with pytest.raises(SessionBusy) as info:
+            SessionStore.open(s.session_id, workspace=workspace)
+        assert info.value.pid == child.pid
+        assert f"by pid {child.pid}" in str(info.value)
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGCONT)
+        child.communicate("", timeout=30)
+    assert child.returncode == 0
+
+
+def test_a_pid_record_naming_an_unrelated_live_process_is_not_believed(
+    workspace: Path,
+) -> None:
+    s = make(workspace)
+    s.close()
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", FLOCK_HOLDER, str(s.path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        sidecar = s.path.parent / (s.path.name + ".lock")
+        sidecar.write_text(f"{bystander.pid}\n")  # a reused pid: alive, but no writer
+        with pytest.raises(SessionBusy) as info:
+            SessionStore.open(s.session_id, workspace=workspace)
+        assert info.value.pid is None and str(bystander.pid) not in str(info.value)
+        # The same through the CLI: one line, exit 4, nobody named who might be killed.
+        (workspace / "script.json").write_text(
+            json.dumps({"model": "scripted/test", "responses": [{"content": "done"}]})
+        )
+        result = subprocess.run(
+            [
+                *(sys.executable, "-m", "tether", "resume", s.session_id),
+                *("--model", "scripted:script.json"),
+            ],
+            cwd=workspace,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 4, result.stderr
+        assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+        assert "already open for writing by another process" in result.stderr
+        assert str(bystander.pid) not in result.stderr
+    finally:
+        holder.communicate("", timeout=30)
+        bystander.communicate(b"", timeout=30)
 
 
 def test_two_processes_racing_for_one_session_get_exactly_one_writer(workspace: Path) -> None:

@@ -72,7 +72,11 @@ class SessionNotFound(TetherError, LookupError):
 
 
 class SessionBusy(TetherError):
-    """Another writer (another process, or this one) holds the session's lock."""
+    """Another writer (another process, or this one) holds the session's lock.
+
+    ``pid`` is the holder's pid when it is proven to hold the lock (this process, or a
+    process the kernel reports holding the pid record's lock), else ``None``.
+    """
 
     exit_code = 4
 
@@ -80,7 +84,9 @@ class SessionBusy(TetherError):
         self.path = path
         self.pid = pid
         if pid is None:
-            holder = "another writer (pid unknown)"
+            # Not provably the current holder: naming a pid someone might kill would be a
+            # guess (see tether.session.locking).
+            holder = "another process"
         elif pid == _os.getpid():
             holder = f"this process (pid {pid})"
         else:

@@ -1,21 +1,37 @@
 """Single-writer locking for session logs.
 
-A writer holds ``flock(LOCK_EX)`` on its own open file description of the log. ``flock``
-locks belong to the open file description, so a second ``open()`` of the same file — in
-another process *or in this one* — conflicts. As a second line of defence (and for file
+**The lock.** A writer holds ``flock(LOCK_EX)`` on its own open file description of the log.
+``flock`` locks belong to the open file description, so a second ``open()`` of the same file
+— in another process *or in this one* — conflicts. As a second line of defence (and for file
 systems where ``flock`` is emulated per process), this process also remembers which
-``(st_dev, st_ino)`` it holds for writing.
+``(st_dev, st_ino)`` it holds for writing. The lock dies with its process.
 
-The holder's pid is advisory information only, kept in a sidecar ``<log>.lock`` next to the
-log so that a refused writer can say who holds the session. The lock itself is the
-``flock``; a stale sidecar left by a killed writer is harmless (it is overwritten by the next
-writer and only read when the ``flock`` is actually held by someone).
+**Who holds it.** A refused writer may name the holder's pid, but only a pid the kernel
+vouches for. After taking the ``flock`` the writer opens the sidecar ``<log>.lock``, takes a
+POSIX record lock on it (``fcntl(F_SETLK, F_WRLCK)``), writes its pid into it and keeps it
+open until it releases the session. A refused opener asks the kernel who holds that record
+lock (``F_GETLK`` reports the holder's pid) and names the pid only when the sidecar's text
+says the same pid. The kernel drops record locks when their process ends, so the sidecar a
+killed writer left behind is never believed: not even in the instant after the next writer
+took the ``flock`` and before it rewrote the sidecar, when the file still names the dead (or
+by now reused) pid. Whenever the holder cannot be proven that way the message says "another
+process".
+
+The record lock is on the sidecar, not on the log, because POSIX record locks are dropped
+when their process closes *any* descriptor of the file: a writer that also reads its own log
+(a read-only snapshot, a listing) would lose it. The sidecar is opened only by its writer
+and by refused openers, which are other processes (a conflict inside this process is caught
+by the registry before anything is read). Record locks are not inherited by ``fork()``, so a
+child never appears to hold its parent's session.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import stat
+import struct
+import sys
 import threading
 import time
 
@@ -30,6 +46,13 @@ LOCKED = faults.register(
 
 _registry_lock = threading.Lock()
 _held: set[tuple[int, int]] = set()
+
+# struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid (native alignment). The
+# buffer handed to fcntl is padded so the kernel's copy of the struct always fits.
+_FLOCK = struct.Struct("hhqqi")
+_FLOCK_BUFFER = 64
+_PROBE_ATTEMPTS = 3
+_PROBE_PAUSE = 0.01  # a new writer records its pid right after locking; give it a moment
 
 
 def _forget_all_in_child() -> None:
@@ -46,7 +69,7 @@ os.register_at_fork(after_in_child=_forget_all_in_child)
 class WriterLock:
     """The exclusive writer lock on one session log (see module docstring)."""
 
-    __slots__ = ("_dir_fd", "_fd", "_key", "_name", "_released")
+    __slots__ = ("_dir_fd", "_fd", "_key", "_name", "_released", "_sidecar_fd")
 
     def __init__(self, fd: int, dir_fd: int, name: str, key: tuple[int, int]) -> None:
         self._fd = fd
@@ -54,10 +77,14 @@ class WriterLock:
         self._name = name
         self._key = key
         self._released = False
+        self._sidecar_fd = -1
 
     @classmethod
     def acquire(cls, fd: int, dir_fd: int, name: str, display_path: str) -> WriterLock:
-        """Lock ``fd`` (the log ``name`` inside ``dir_fd``) or raise :class:`SessionBusy`."""
+        """Lock ``fd`` (the log ``name`` inside ``dir_fd``) or raise :class:`SessionBusy`.
+
+        Other failures of ``flock`` (e.g. ``ENOLCK``) propagate as :class:`OSError`.
+        """
         st = os.fstat(fd)
         key = (st.st_dev, st.st_ino)
         with _registry_lock:
@@ -66,7 +93,7 @@ class WriterLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise SessionBusy(display_path, read_holder_pid(dir_fd, name)) from None
+                raise SessionBusy(display_path, holder_pid(dir_fd, name)) from None
             _held.add(key)
         lock = cls(fd, dir_fd, name, key)
         if faults.ARMED:
@@ -75,28 +102,34 @@ class WriterLock:
         return lock
 
     def _record_pid(self) -> None:
-        sidecar = self._name + LOCK_SUFFIX
+        """Record-lock the sidecar and write this pid into it (advisory: failures ignored)."""
         try:
             fd = os.open(
-                sidecar,
-                os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                self._name + LOCK_SUFFIX,
+                os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                 0o600,
                 dir_fd=self._dir_fd,
             )
         except OSError:
-            return  # advisory only (e.g. a hostile symlink in its place)
+            return  # e.g. a hostile symlink or a FIFO in its place, or a full disk
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError("not a regular file")
+            # Locked before it is rewritten: a reader that sees the lock held and this pid
+            # in the text has proof; one that reads the old text sees no lock (or ours).
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
         except OSError:
-            pass
-        finally:
             os.close(fd)
+            return
+        self._sidecar_fd = fd
 
     def release(self) -> None:
         """Drop the pid record, then the lock. The caller closes the descriptor afterwards.
 
         The sidecar is removed *before* unlocking, so it can never delete the record of the
-        next writer.
+        next writer; its record lock goes before the ``flock`` for the same reason.
         """
         if self._released:
             return
@@ -105,6 +138,7 @@ class WriterLock:
             os.unlink(self._name + LOCK_SUFFIX, dir_fd=self._dir_fd)
         except OSError:
             pass
+        self._close_sidecar()
         try:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         except OSError:
@@ -112,23 +146,43 @@ class WriterLock:
         with _registry_lock:
             _held.discard(self._key)
 
+    def abandon(self) -> None:
+        """Close this process's copy of the sidecar without unlocking anything.
 
-def read_holder_pid(dir_fd: int, name: str) -> int | None:
-    """The pid recorded by the current writer of ``name``, if it can be read.
+        For a lock inherited across ``fork()``: the parent still holds the session (the
+        child holds no record lock, so closing its copy drops nothing of the parent's).
+        """
+        self._released = True
+        self._close_sidecar()
 
-    The writer records its pid just after taking the lock; a refused opener that races with
-    it retries briefly before giving up with ``None``.
+    def _close_sidecar(self) -> None:
+        if self._sidecar_fd >= 0:
+            try:
+                os.close(self._sidecar_fd)
+            except OSError:
+                pass
+            self._sidecar_fd = -1
+
+
+def holder_pid(dir_fd: int, name: str) -> int | None:
+    """The pid of the process that provably holds the writer lock of ``name``, else ``None``.
+
+    Proof is the kernel's answer to ``F_GETLK`` on the sidecar, confirmed by the pid the
+    sidecar's text records. A writer that has just taken the ``flock`` records its pid
+    immediately; an unproven answer is retried briefly before giving up with ``None``.
     """
-    for attempt in range(3):
-        pid = _read_pid_once(dir_fd, name + LOCK_SUFFIX)
+    for attempt in range(_PROBE_ATTEMPTS):
+        pid = _proven_holder(dir_fd, name + LOCK_SUFFIX)
         if pid is not None:
             return pid
-        if attempt < 2:
-            time.sleep(0.01)
+        if attempt < _PROBE_ATTEMPTS - 1:
+            time.sleep(_PROBE_PAUSE)
     return None
 
 
-def _read_pid_once(dir_fd: int, sidecar: str) -> int | None:
+def _proven_holder(dir_fd: int, sidecar: str) -> int | None:
+    if not sys.platform.startswith("linux"):
+        return None  # the struct flock layout above is Linux's; elsewhere prove nothing
     try:
         fd = os.open(
             sidecar, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
@@ -136,10 +190,16 @@ def _read_pid_once(dir_fd: int, sidecar: str) -> int | None:
     except OSError:
         return None
     try:
-        raw = os.read(fd, 64)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0).ljust(_FLOCK_BUFFER, b"\0")
+        answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
+        lock_type, _, _, _, kernel_pid = _FLOCK.unpack_from(answer)
+        if lock_type == fcntl.F_UNLCK or kernel_pid <= 0:
+            return None  # nobody holds the record lock (or not visible in our pid namespace)
+        text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
     except OSError:
         return None
     finally:
         os.close(fd)
-    text = raw.decode("ascii", "replace").strip()
-    return int(text) if text.isdigit() else None
+    return kernel_pid if text.isdigit() and int(text) == kernel_pid else None

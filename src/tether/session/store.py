@@ -889,8 +889,11 @@ class SessionStore:
                 return
             self._closed = True
             self._unusable = "the store is closed"
-            if self._lock is not None and not self._inherited:
-                self._lock.release()
+            if self._lock is not None:
+                if self._inherited:
+                    self._lock.abandon()  # the parent's lock: close our copy, unlock nothing
+                else:
+                    self._lock.release()
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1

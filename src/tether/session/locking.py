@@ -180,26 +180,68 @@ def holder_pid(dir_fd: int, name: str) -> int | None:
     return None
 
 
-def _proven_holder(dir_fd: int, sidecar: str) -> int | None:
+def record_locked(dir_fd: int, sidecar: str) -> bool:
+    """Whether a live process holds the record lock of the pid record ``sidecar``.
+
+    Where that cannot be asked (not Linux, unreadable) the answer is ``True``: a caller that
+    would remove the record on ``False`` must not guess.
+    """
+    fd = _open_sidecar(dir_fd, sidecar)
+    if fd < 0:
+        return True
+    try:
+        return _record_holder(fd) != 0
+    finally:
+        os.close(fd)
+
+
+def _open_sidecar(dir_fd: int, sidecar: str) -> int:
+    """A read-only descriptor of the regular file ``sidecar``, or -1."""
     if not sys.platform.startswith("linux"):
-        return None  # the struct flock layout above is Linux's; elsewhere prove nothing
+        return -1  # the struct flock layout above is Linux's; elsewhere prove nothing
     try:
         fd = os.open(
             sidecar, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
         )
     except OSError:
+        return -1
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return -1
+
+
+def _record_holder(fd: int) -> int | None:
+    """The kernel's answer: the pid holding a record lock on ``fd``'s file, 0 if none.
+
+    ``None`` when the kernel cannot say (the call failed, or the holder's pid is not
+    visible in this pid namespace).
+    """
+    query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0).ljust(_FLOCK_BUFFER, b"\0")
+    try:
+        answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
+    except OSError:
+        return None
+    lock_type, _, _, _, pid = _FLOCK.unpack_from(answer)
+    if lock_type == fcntl.F_UNLCK:
+        return 0
+    return pid if pid > 0 else None
+
+
+def _proven_holder(dir_fd: int, sidecar: str) -> int | None:
+    fd = _open_sidecar(dir_fd, sidecar)
+    if fd < 0:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0).ljust(_FLOCK_BUFFER, b"\0")
-        answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
-        lock_type, _, _, _, kernel_pid = _FLOCK.unpack_from(answer)
-        if lock_type == fcntl.F_UNLCK or kernel_pid <= 0:
-            return None  # nobody holds the record lock (or not visible in our pid namespace)
+        pid = _record_holder(fd)
+        if not pid:
+            return None  # nobody holds the record lock, or the kernel cannot say who
         text = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
     except OSError:
         return None
     finally:
         os.close(fd)
-    return kernel_pid if text.isdigit() and int(text) == kernel_pid else None
+    return pid if text.isdigit() and int(text) == pid else None

@@ -29,6 +29,7 @@ from tether.errors import (
     FactRejected,
     SessionBusy,
     SessionCorruption,
+    SessionCreateError,
     SessionNotFound,
     SessionWriteError,
     StoreUnavailable,
@@ -1034,6 +1035,54 @@ def test_create_needs_an_existing_workspace(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError):
         make(tmp_path / "missing")
     assert not (tmp_path / "missing").exists()
+
+
+def oserror(code: int) -> Callable[..., Any]:
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(code, os.strerror(code))
+
+    return fail
+
+
+@pytest.mark.parametrize(
+    ("seam", "code", "step"),
+    [
+        ("_fdatasync", errno.EIO, "fdatasync of the header"),
+        ("_link", errno.ENOSPC, "link to the final name"),
+        ("_fsync_dir", errno.EIO, "fsync of the sessions directory"),
+        ("sync_directory", errno.EIO, "fsync"),
+    ],
+)
+def test_a_failing_create_is_a_write_error_and_leaves_nothing(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, seam: str, code: int, step: str
+) -> None:
+    """The same as tests/test_store_syscalls.py, through the module's seams (no strace)."""
+    sdir = sessions_dir_for(workspace)
+    with make(workspace, "durable") as first:
+        pass
+    failure = oserror(code)
+    if seam == "sync_directory":
+        original = store_module.sync_directory
+
+        def failure(path: Path) -> None:
+            original(path)
+            raise store_module.DirectoryError("fsync", path, OSError(code, os.strerror(code)))
+
+    monkeypatch.setattr(store_module, seam, failure)
+    with pytest.raises(SessionCreateError) as info:
+        make(workspace, "durable")
+    error = info.value
+    assert error.exit_code == 9 and error.errno == code and isinstance(error, SessionWriteError)
+    assert str(error).startswith(f"cannot create a session in {sdir}: {step}")
+    assert str(error).endswith(f"{os.strerror(code)}; no session was created")
+    assert sorted(os.listdir(sdir)) == [first.path.name]  # nothing half-made
+
+
+def test_create_where_a_file_blocks_the_sessions_dir_is_a_write_error(workspace: Path) -> None:
+    (workspace / ".tether").write_text("not a directory")
+    with pytest.raises(SessionCreateError) as info:
+        make(workspace)
+    assert f"mkdir {workspace / '.tether'} failed: File exists" in str(info.value)
 
 
 def test_closing_is_idempotent_and_blocks_commits(workspace: Path) -> None:

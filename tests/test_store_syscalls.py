@@ -18,14 +18,17 @@ Skipped with a one-line reason when strace cannot run, except under ``CI=true``.
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from stracekit import Call, Traced, require_strace, tether_argv, trace
-from tether.session.store import sessions_dir_for
+from stracekit import Call, Traced, cli_env, nth_call, require_strace, tether_argv, trace
+from tether.session.store import SessionStore, sessions_dir_for
 
 
 @pytest.fixture(autouse=True)
@@ -160,3 +163,256 @@ def test_the_effects_database_syncs_the_tether_dir_it_makes(tmp_path: Path) -> N
     )
     synced = synced_before(run.calls, first.start)
     assert tether_dir in synced and workspace in synced, f"trace: {log}"
+
+
+# --------------------------------------------------------------------------- failures
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One system call of ``create`` to fail, and what the user must get."""
+
+    label: str
+    syscall: str
+    error: str
+    match: Callable[[Call, Path], bool]
+    """Whether a recorded call (of ``syscall``) is the one to fail, given the workspace."""
+    words: str
+    """Text the one error line must contain (the step that failed)."""
+
+
+def _path_is(call: Call, expected: Path) -> bool:
+    return call.path_arg() == str(expected)
+
+
+def _temp(call: Call) -> bool:
+    path = call.path_arg() or ""
+    return path.endswith(".jsonl.creating")
+
+
+FAILURES = [
+    Failure(
+        "mkdir .tether",
+        "mkdir",
+        "ENOSPC",
+        lambda c, ws: _path_is(c, ws / ".tether"),
+        "mkdir",
+    ),
+    Failure(
+        "mkdir sessions",
+        "mkdir",
+        "ENOSPC",
+        lambda c, ws: _path_is(c, ws / ".tether" / "sessions"),
+        "mkdir",
+    ),
+    Failure(
+        "fsync of the workspace",
+        "fsync",
+        "EIO",
+        lambda c, ws: c.fd_path() == str(ws),
+        "fsync",
+    ),
+    Failure(
+        "fsync of .tether",
+        "fsync",
+        "EIO",
+        lambda c, ws: c.fd_path() == str(ws / ".tether"),
+        "fsync",
+    ),
+    Failure(
+        "open of the temporary log",
+        "openat",
+        "ENOSPC",
+        lambda c, ws: _temp(c) and "O_CREAT" in c.args[2],
+        "open",
+    ),
+    Failure(
+        "write of the header",
+        "write",
+        "ENOSPC",
+        lambda c, ws: (c.fd_path() or "").endswith(".creating"),
+        "write",
+    ),
+    Failure(
+        "fdatasync of the header",
+        "fdatasync",
+        "EIO",
+        lambda c, ws: (c.fd_path() or "").endswith(".creating"),
+        "fdatasync",
+    ),
+    Failure("link to the final name", "linkat", "ENOSPC", lambda c, ws: _temp(c), "link"),
+    Failure("unlink of the temporary name", "unlinkat", "EIO", lambda c, ws: _temp(c), "unlink"),
+    Failure(
+        "fsync of the sessions dir",
+        "fsync",
+        "EIO",
+        lambda c, ws: c.fd_path() == str(sessions_dir_for(ws)),
+        "fsync",
+    ),
+]
+
+
+def fresh_workspace(root: Path) -> tuple[Path, str]:
+    workspace = root / "ws"
+    workspace.mkdir(parents=True)
+    return workspace, script(workspace, [{"content": "done"}])
+
+
+def leftovers(workspace: Path) -> list[str]:
+    """Files in the sessions directory: logs, temporaries, pid records."""
+    sessions = sessions_dir_for(workspace)
+    return sorted(os.listdir(sessions)) if sessions.is_dir() else []
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory: pytest.TempPathFactory) -> Traced:
+    """One uninjected run of the main thread: the K-th call of each kind, per target."""
+    root = tmp_path_factory.mktemp("dry")
+    workspace, model = fresh_workspace(root)
+    run = trace(
+        tether_argv("run", "hi", "--model", model),
+        cwd=workspace,
+        log=root / "trace.txt",
+        follow_forks=False,
+    )
+    assert run.returncode == 0, run.stderr
+    return run
+
+
+@pytest.mark.parametrize("failure", FAILURES, ids=[f.label for f in FAILURES])
+def test_a_failing_system_call_of_create_is_one_store_error(
+    failure: Failure, dry_run: Traced, tmp_path: Path
+) -> None:
+    # The dry run's workspace: where its sessions directory was made.
+    made = [c for c in dry_run.calls if c.name == "mkdir" and c.ok]
+    assert made, "the dry run made no directory"
+    ws_dry = Path(made[0].path_arg() or "").parent
+    k = nth_call(dry_run.calls, failure.syscall, lambda c: failure.match(c, ws_dry))
+    assert k is not None, f"create never calls {failure.syscall} for {failure.label}"
+
+    workspace, model = fresh_workspace(tmp_path)
+    log = tmp_path / "trace.txt"
+    run = trace(
+        tether_argv("run", "hi", "--model", model),
+        cwd=workspace,
+        log=log,
+        follow_forks=False,
+        syscalls=failure.syscall,
+        inject=f"{failure.syscall}:error={failure.error}:when={k}",
+    )
+    [injected] = [c for c in run.calls if c.injected]
+    assert failure.match(injected, workspace), f"injected the wrong call: {injected} ({log})"
+    assert run.returncode == 9, (run.returncode, run.stderr)
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: "), run.stderr
+    assert "Traceback" not in run.stderr and "internal error" not in run.stderr
+    reason = "No space left on device" if failure.error == "ENOSPC" else "Input/output error"
+    assert reason in run.stderr and failure.words in run.stderr, run.stderr
+    assert run.stdout == ""
+    assert leftovers(workspace) == [], "a failed create left part of a session behind"
+    # The failure left nothing that gets in the way: the next run just works.
+    again = trace(
+        tether_argv("run", "hi", "--model", model),
+        cwd=workspace,
+        log=tmp_path / "again.txt",
+        follow_forks=False,
+        syscalls="none",
+        env=cli_env(),
+    )
+    assert again.returncode == 0, again.stderr
+    [log_file] = [n for n in leftovers(workspace) if n.endswith(".jsonl")]
+    with SessionStore.open(log_file, workspace=workspace) as store:
+        assert store.state.operation.kind == "idle"
+
+
+OPEN_FAILURES = [
+    Failure(
+        "open of the log",
+        "openat",
+        "EACCES",
+        lambda c, log: c.path_arg() == str(log) and "O_RDWR" in c.args[2],
+        "open failed: Permission denied",
+    ),
+    Failure(
+        "flock of the log",
+        "flock",
+        "ENOLCK",
+        lambda c, log: c.fd_path() == str(log),
+        "lock failed: No locks available",
+    ),
+    Failure(
+        "read of the log",
+        "pread64",
+        "EIO",
+        lambda c, log: c.fd_path() == str(log),
+        "read failed: Input/output error",
+    ),
+]
+
+
+def resumable(root: Path) -> tuple[Path, str, Path]:
+    workspace, model = fresh_workspace(root)
+    with SessionStore.create(
+        workspace, provider="scripted", model="scripted/test", environment_identity="t"
+    ) as store:
+        return workspace, model, store.path
+
+
+@pytest.mark.parametrize("failure", OPEN_FAILURES, ids=[f.label for f in OPEN_FAILURES])
+def test_a_failing_system_call_of_open_is_one_store_error(failure: Failure, tmp_path: Path) -> None:
+    workspace, model, log = resumable(tmp_path / "dry")
+    argv = tether_argv("resume", log.name, "--model", model)
+    dry = trace(
+        argv, cwd=workspace, log=tmp_path / "dry.txt", follow_forks=False, syscalls=failure.syscall
+    )
+    assert dry.returncode == 0, dry.stderr
+    k = nth_call(dry.calls, failure.syscall, lambda c: failure.match(c, log))
+    assert k is not None, f"open never calls {failure.syscall} for {failure.label}"
+
+    workspace, model, log = resumable(tmp_path / "injected")
+    before = log.read_bytes()
+    run = trace(
+        tether_argv("resume", log.name, "--model", model),
+        cwd=workspace,
+        log=tmp_path / "trace.txt",
+        follow_forks=False,
+        syscalls=failure.syscall,
+        inject=f"{failure.syscall}:error={failure.error}:when={k}",
+    )
+    [injected] = [c for c in run.calls if c.injected]
+    assert failure.match(injected, log), injected
+    assert run.returncode == 9, (run.returncode, run.stderr)
+    assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: "), run.stderr
+    assert failure.words in run.stderr and "internal error" not in run.stderr, run.stderr
+    assert log.read_bytes() == before
+    assert leftovers(workspace) == [log.name]  # no pid record left either
+    with SessionStore.open(log.name, workspace=workspace) as store:
+        assert store.state.operation.kind == "idle"
+
+
+def test_a_pid_record_that_cannot_be_made_does_not_fail_the_run(tmp_path: Path) -> None:
+    """The pid record is advisory: a full disk there costs only the holder's name."""
+    workspace, model = fresh_workspace(tmp_path / "dry")
+    dry = trace(
+        tether_argv("run", "hi", "--model", model),
+        cwd=workspace,
+        log=tmp_path / "dry.txt",
+        follow_forks=False,
+        syscalls="openat",
+    )
+    assert dry.returncode == 0, dry.stderr
+    k = nth_call(dry.calls, "openat", lambda c: (c.path_arg() or "").endswith(".jsonl.lock"))
+    assert k is not None
+    workspace, model = fresh_workspace(tmp_path / "injected")
+    run = trace(
+        tether_argv("run", "hi", "--model", model),
+        cwd=workspace,
+        log=tmp_path / "trace.txt",
+        follow_forks=False,
+        syscalls="openat",
+        inject=f"openat:error=ENOSPC:when={k}",
+    )
+    [injected] = [c for c in run.calls if c.injected]
+    assert (injected.path_arg() or "").endswith(".jsonl.lock")
+    assert run.returncode == 0, run.stderr
+    assert [n for n in leftovers(workspace) if not n.endswith(".jsonl")] == []
+    assert len(leftovers(workspace)) == 1

@@ -192,6 +192,25 @@ class SessionWriteError(TetherError, OSError):
         return str(self.args[0])
 
 
+class SessionCreateError(SessionWriteError):
+    """Creating a session failed at one of its system calls; no session was created.
+
+    ``path`` is the sessions directory, ``op`` the step that failed (``mkdir DIR``,
+    ``write of the header``, ``link to the final name``, …) and ``errno`` the cause, e.g.
+    ``ENOSPC`` on a full disk. What the create had made is removed again (directories it
+    made stay: they are empty).
+    """
+
+    exit_code = 9
+
+    def __init__(self, path: str, op: str, errno_: int | None) -> None:
+        super().__init__(path, op, errno_, False)
+        reason = _os.strerror(errno_) if errno_ else "I/O error"
+        self.args = (
+            f"cannot create a session in {path}: {op} failed: {reason}; no session was created",
+        )
+
+
 class StoreUnavailable(TetherError):
     """The store cannot accept commits: it is closed, read-only, or failed earlier."""
 

@@ -33,16 +33,18 @@ from typing import Any, NoReturn, Protocol, Self
 import orjson
 
 from tether import faults
-from tether.dirs import make_directories, sync_directory
+from tether.dirs import DirectoryError, make_directories, sync_directory
 from tether.errors import (
     AmbiguousSessionId,
     ConfigurationError,
     CorruptSession,
     FactRejected,
     SessionCorruption,
+    SessionCreateError,
     SessionNotFound,
     SessionWriteError,
     StoreUnavailable,
+    TetherError,
     UnsafeSessionPath,
 )
 from tether.ids import new_uuid7
@@ -591,33 +593,48 @@ class SessionStore:
         path = sdir / name
         durable = mode is Durability.DURABLE
         # C3: the sessions directory, and what interrupted creates left in it.
-        dir_fd = _open_dir(sdir, query=name)
+        try:
+            dir_fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
+        except OSError as exc:
+            raise SessionCreateError(
+                str(sdir), "open of the sessions directory", exc.errno
+            ) from exc
         fd = -1
         lock: WriterLock | None = None
         linked = False
+        step = "open of the new log"
         try:
             _sweep_leftovers(dir_fd)
             # C4–C5: the temporary log, made and locked (the writer lock of the new session,
             # before its final name exists), then the pid record.
             fd, lock = _make_temporary(dir_fd, temp, name, str(path))
             # C6: the header.
+            step = "write of the header"
             _write_all(os.write, fd, data)
             # C7
+            step = "fdatasync of the header"
             if durable:
                 _fdatasync(fd)
             if faults.ARMED:
                 faults.hit(CREATE_WRITTEN)
             # C8: the final name, which must not exist yet.
+            step = "link to the final name"
             temp_remains = _link(dir_fd, temp, name)
             linked = True
             if faults.ARMED:
                 faults.hit(CREATE_LINKED)
             # C9
+            step = "unlink of the temporary name"
             if temp_remains:
                 _unlink_temporary(dir_fd, temp)
             # C10: the new name (and the temporary's removal) durable.
+            step = "fsync of the sessions directory"
             if durable:
                 _fsync_dir(dir_fd)
+        except OSError as exc:
+            # A full disk, an I/O error, …: the store's write error, and nothing half-made.
+            _undo_create(dir_fd, fd, lock, temp, name if linked else None)
+            raise SessionCreateError(str(sdir), step, exc.errno) from exc
         except BaseException:
             _undo_create(dir_fd, fd, lock, temp, name if linked else None)
             raise
@@ -656,16 +673,28 @@ class SessionStore:
         """
         mode = Durability(durability)
         sdir = _sessions_dir(workspace, sessions_dir)
-        directory, name = _resolve(sdir, path_or_id)
+        try:
+            directory, name = _resolve(sdir, path_or_id)
+        except OSError as exc:  # e.g. the sessions directory cannot be listed
+            raise SessionWriteError(str(sdir), "lookup", exc.errno, False) from exc
         path = directory / name
-        dir_fd = _open_dir(directory, query=str(path_or_id))
+        try:
+            dir_fd = _open_dir(directory, query=str(path_or_id))
+        except OSError as exc:
+            raise SessionWriteError(
+                str(path), "open of the sessions directory", exc.errno, False
+            ) from exc
         fd = -1
         lock: WriterLock | None = None
+        step = "open"
         try:
             _sweep_leftovers(dir_fd)
             fd = _open_in_dir(dir_fd, name, os.O_RDWR | os.O_APPEND, str(path))
+            step = "lock"
             lock = WriterLock.acquire(fd, dir_fd, name, str(path))
+            step = "open"
             _check_single_link(fd, dir_fd, name, str(path))
+            step = "read"
             data = _read_all(fd)
             length = data.rfind(b"\n") + 1
             try:
@@ -683,15 +712,20 @@ class SessionStore:
                     _fdatasync(fd)
                     _fsync_dir(dir_fd)
                     _sync_owned_parents(directory, default_layout=sessions_dir is None)
+            except DirectoryError as exc:
+                raise SessionWriteError(str(path), f"{exc.op} {exc.path}", exc.errno, True) from exc
             except OSError as exc:
                 op = "repair" if torn else "fdatasync"
                 raise SessionWriteError(str(path), op, exc.errno, True) from exc
-        except BaseException:
+        except BaseException as exc:
             if lock is not None:
                 lock.release()
             if fd >= 0:
                 os.close(fd)
             os.close(dir_fd)
+            if isinstance(exc, OSError) and not isinstance(exc, TetherError):
+                # Permission, I/O error, no locks available, …: a store error, not a crash.
+                raise SessionWriteError(str(path), step, exc.errno, False) from exc
             raise
         return cls(
             path=path,
@@ -969,9 +1003,12 @@ def _make_dirs(sessions_dir: Path, *, default_layout: bool, durable: bool) -> No
         base = sessions_dir.parent.parent
         if not base.is_dir():
             raise ConfigurationError(f"workspace {base} is not a directory")
-    created = make_directories(sessions_dir, mode=0o700, base=base, durable=durable)
-    if durable:
-        _sync_owned_parents(sessions_dir, default_layout=default_layout, done=created)
+    try:
+        created = make_directories(sessions_dir, mode=0o700, base=base, durable=durable)
+        if durable:
+            _sync_owned_parents(sessions_dir, default_layout=default_layout, done=created)
+    except DirectoryError as exc:
+        raise SessionCreateError(str(sessions_dir), f"{exc.op} {exc.path}", exc.errno) from exc
 
 
 def _sync_owned_parents(

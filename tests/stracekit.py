@@ -159,29 +159,16 @@ class Call:
         return self.ret is not None and self.ret >= 0
 
     def path_arg(self) -> str | None:
-        """The file a path-taking call names, made absolute against its directory fd."""
+        """The file a path-taking call names (for ``linkat``/``renameat*``: the old name),
+        made absolute against its directory descriptor."""
         if self.name in ("mkdir", "unlink", "link", "rename"):
             return self.string(0)
-        if self.name in ("mkdirat", "openat", "unlinkat", "linkat", "renameat", "renameat2"):
-            name = self.string(1)
-            if name is None:
-                return None
-            if name.startswith("/"):
-                return name
-            base = self.fd_path(0)
-            return f"{base}/{name}" if base is not None else name
-        return self.fd_path(0)
-
-    def new_path_arg(self) -> str | None:
-        """The new name of ``linkat``/``renameat*`` (absolute against its directory fd)."""
-        if self.name in ("link", "rename"):
-            return self.string(1)
-        name = self.string(3)
-        if name is None:
-            return None
-        if name.startswith("/"):
+        if self.name not in ("mkdirat", "openat", "unlinkat", "linkat", "renameat", "renameat2"):
+            return self.fd_path(0)
+        name = self.string(1)
+        if name is None or name.startswith("/"):
             return name
-        base = self.fd_path(2)
+        base = self.fd_path(0)
         return f"{base}/{name}" if base is not None else name
 
 
@@ -311,3 +298,32 @@ def nth_call(calls: Sequence[Call], name: str, predicate: Callable[[Call], bool]
         if predicate(call):
             return count
     return None
+
+
+def fail_call(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    log: Path,
+    syscall: str,
+    error: str,
+    nth: int,
+    expected: Callable[[Call], bool],
+) -> Traced:
+    """Run ``argv`` (main thread traced) with its ``nth`` call of ``syscall`` failed.
+
+    ``nth`` comes from an uninjected dry run of the same command (:func:`nth_call`); the
+    injected call must satisfy ``expected``, so a run that hit some other call fails the
+    test instead of passing it by accident.
+    """
+    run = trace(
+        argv,
+        cwd=cwd,
+        log=log,
+        follow_forks=False,
+        syscalls=syscall,
+        inject=f"{syscall}:error={error}:when={nth}",
+    )
+    injected = [c for c in run.calls if c.injected]
+    assert len(injected) == 1 and expected(injected[0]), f"injected {injected} (see {log})"
+    return run

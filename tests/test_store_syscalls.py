@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from stracekit import Call, Traced, cli_env, nth_call, require_strace, tether_argv, trace
+from stracekit import Call, Traced, cli_env, fail_call, nth_call, require_strace, tether_argv, trace
 from tether.session.store import SessionStore, sessions_dir_for
 
 
@@ -291,17 +291,15 @@ def test_a_failing_system_call_of_create_is_one_store_error(
     assert k is not None, f"create never calls {failure.syscall} for {failure.label}"
 
     workspace, model = fresh_workspace(tmp_path)
-    log = tmp_path / "trace.txt"
-    run = trace(
+    run = fail_call(
         tether_argv("run", "hi", "--model", model),
         cwd=workspace,
-        log=log,
-        follow_forks=False,
-        syscalls=failure.syscall,
-        inject=f"{failure.syscall}:error={failure.error}:when={k}",
+        log=tmp_path / "trace.txt",
+        syscall=failure.syscall,
+        error=failure.error,
+        nth=k,
+        expected=lambda c: failure.match(c, workspace),
     )
-    [injected] = [c for c in run.calls if c.injected]
-    assert failure.match(injected, workspace), f"injected the wrong call: {injected} ({log})"
     assert run.returncode == 9, (run.returncode, run.stderr)
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: "), run.stderr
     assert "Traceback" not in run.stderr and "internal error" not in run.stderr
@@ -370,16 +368,15 @@ def test_a_failing_system_call_of_open_is_one_store_error(failure: Failure, tmp_
 
     workspace, model, log = resumable(tmp_path / "injected")
     before = log.read_bytes()
-    run = trace(
+    run = fail_call(
         tether_argv("resume", log.name, "--model", model),
         cwd=workspace,
         log=tmp_path / "trace.txt",
-        follow_forks=False,
-        syscalls=failure.syscall,
-        inject=f"{failure.syscall}:error={failure.error}:when={k}",
+        syscall=failure.syscall,
+        error=failure.error,
+        nth=k,
+        expected=lambda c: failure.match(c, log),
     )
-    [injected] = [c for c in run.calls if c.injected]
-    assert failure.match(injected, log), injected
     assert run.returncode == 9, (run.returncode, run.stderr)
     assert run.stderr.count("\n") == 1 and run.stderr.startswith("error: "), run.stderr
     assert failure.words in run.stderr and "internal error" not in run.stderr, run.stderr
@@ -403,16 +400,15 @@ def test_a_pid_record_that_cannot_be_made_does_not_fail_the_run(tmp_path: Path) 
     k = nth_call(dry.calls, "openat", lambda c: (c.path_arg() or "").endswith(".jsonl.lock"))
     assert k is not None
     workspace, model = fresh_workspace(tmp_path / "injected")
-    run = trace(
+    run = fail_call(
         tether_argv("run", "hi", "--model", model),
         cwd=workspace,
         log=tmp_path / "trace.txt",
-        follow_forks=False,
-        syscalls="openat",
-        inject=f"openat:error=ENOSPC:when={k}",
+        syscall="openat",
+        error="ENOSPC",
+        nth=k,
+        expected=lambda c: (c.path_arg() or "").endswith(".jsonl.lock"),
     )
-    [injected] = [c for c in run.calls if c.injected]
-    assert (injected.path_arg() or "").endswith(".jsonl.lock")
     assert run.returncode == 0, run.stderr
     assert [n for n in leftovers(workspace) if not n.endswith(".jsonl")] == []
     assert len(leftovers(workspace)) == 1

@@ -1059,9 +1059,7 @@ def _lock_dir(dir_fd: int, operation: int) -> bool:
     """
     try:
         fcntl.flock(dir_fd, operation)
-    except BlockingIOError:
-        return False
-    except OSError:
+    except OSError:  # held (LOCK_NB), or not possible here
         return False
     return True
 

@@ -123,7 +123,9 @@ def test_create_writes_exactly_the_header_with_safe_modes(workspace: Path) -> No
         assert s.repaired == 0 and not s.read_only
         names = sorted(os.listdir(sdir))
         assert names == [s.path.name, s.path.name + ".lock"]  # no temporary left behind
-        assert (sdir / (s.path.name + ".lock")).read_text().strip() == str(os.getpid())
+        st = os.stat(s.path)
+        record = (sdir / (s.path.name + ".lock")).read_text()
+        assert record == f"{os.getpid()} {st.st_dev} {st.st_ino}\n"  # pid, and which log
     finally:
         s.close()
     assert sorted(os.listdir(sessions_dir_for(workspace))) == [s.path.name]
@@ -977,6 +979,28 @@ def test_a_pid_record_naming_an_unrelated_live_process_is_not_believed(
     finally:
         holder.communicate("", timeout=30)
         bystander.communicate(b"", timeout=30)
+
+
+def test_the_writer_of_an_earlier_file_of_the_same_name_is_not_named(workspace: Path) -> None:
+    """The record names a live writer, but of a log since replaced behind tether's back."""
+    s = make(workspace)
+    s.close()
+    first = spawn_holder(s.path)
+    second: subprocess.Popen[str] | None = None
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "writer"
+        moved = s.path.with_name("moved-away")
+        os.rename(s.path, moved)
+        s.path.write_bytes(moved.read_bytes())  # a new file under the old name
+        second = spawn_holder(s.path)  # really holds it; cannot rewrite first's record
+        assert second.stdout is not None and second.stdout.readline().strip() == "writer"
+        with pytest.raises(SessionBusy) as info:
+            SessionStore.open(s.session_id, workspace=workspace)
+        assert info.value.pid is None, f"named {info.value.pid} (first is {first.pid})"
+    finally:
+        for child in (first, second):
+            if child is not None:
+                child.communicate("", timeout=30)
 
 
 def test_two_processes_racing_for_one_session_get_exactly_one_writer(workspace: Path) -> None:

@@ -8,14 +8,14 @@ systems where ``flock`` is emulated per process), this process also remembers wh
 
 **Who holds it.** A refused writer may name the holder's pid, but only a pid the kernel
 vouches for. After taking the ``flock`` the writer opens the sidecar ``<log>.lock``, takes a
-POSIX record lock on it (``fcntl(F_SETLK, F_WRLCK)``), writes its pid into it and keeps it
-open until it releases the session. A refused opener asks the kernel who holds that record
-lock (``F_GETLK`` reports the holder's pid) and names the pid only when the sidecar's text
-says the same pid. The kernel drops record locks when their process ends, so the sidecar a
-killed writer left behind is never believed: not even in the instant after the next writer
-took the ``flock`` and before it rewrote the sidecar, when the file still names the dead (or
-by now reused) pid. Whenever the holder cannot be proven that way the message says "another
-process".
+POSIX record lock on it (``fcntl(F_SETLK, F_WRLCK)``), writes its pid (and the device and
+inode numbers of the log) into it and keeps it open until it releases the session. A
+refused opener asks the kernel who holds that record lock (``F_GETLK`` reports the holder's
+pid) and names the pid only when the sidecar's text says the same pid for the same log.
+The kernel drops record locks when their process ends, so the sidecar a killed writer left
+behind is never believed: not even in the instant after the next writer took the ``flock``
+and before it rewrote the sidecar, when the file still names the dead (or by now reused)
+pid. Whenever the holder cannot be proven that way the message says "another process".
 
 The record lock is on the sidecar, not on the log, because POSIX record locks are dropped
 when their process closes *any* descriptor of the file: a writer that also reads its own log
@@ -93,7 +93,7 @@ class WriterLock:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise SessionBusy(display_path, holder_pid(dir_fd, name)) from None
+                raise SessionBusy(display_path, holder_pid(dir_fd, name, key)) from None
             _held.add(key)
         lock = cls(fd, dir_fd, name, key)
         if faults.ARMED:
@@ -119,7 +119,7 @@ class WriterLock:
             # in the text has proof; one that reads the old text sees no lock (or ours).
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
+            os.write(fd, _record_text(os.getpid(), self._key).encode())
         except OSError:
             os.close(fd)
             return
@@ -164,15 +164,22 @@ class WriterLock:
             self._sidecar_fd = -1
 
 
-def holder_pid(dir_fd: int, name: str) -> int | None:
+def _record_text(pid: int, key: tuple[int, int]) -> str:
+    """The pid record: the writer's pid, then the device and inode of the log it holds."""
+    return f"{pid} {key[0]} {key[1]}\n"
+
+
+def holder_pid(dir_fd: int, name: str, key: tuple[int, int]) -> int | None:
     """The pid of the process that provably holds the writer lock of ``name``, else ``None``.
 
-    Proof is the kernel's answer to ``F_GETLK`` on the sidecar, confirmed by the pid the
-    sidecar's text records. A writer that has just taken the ``flock`` records its pid
-    immediately; an unproven answer is retried briefly before giving up with ``None``.
+    ``key`` is ``(st_dev, st_ino)`` of the log the caller failed to lock. Proof is the
+    kernel's answer to ``F_GETLK`` on the sidecar, confirmed by the sidecar's text naming
+    the same pid *and this log* (not an earlier file of the same name). A writer that has
+    just taken the ``flock`` records itself immediately; an unproven answer is retried
+    briefly before giving up with ``None``.
     """
     for attempt in range(_PROBE_ATTEMPTS):
-        pid = _proven_holder(dir_fd, name + LOCK_SUFFIX)
+        pid = _proven_holder(dir_fd, name + LOCK_SUFFIX, key)
         if pid is not None:
             return pid
         if attempt < _PROBE_ATTEMPTS - 1:
@@ -231,7 +238,7 @@ def _record_holder(fd: int) -> int | None:
     return pid if pid > 0 else None
 
 
-def _proven_holder(dir_fd: int, sidecar: str) -> int | None:
+def _proven_holder(dir_fd: int, sidecar: str, key: tuple[int, int]) -> int | None:
     fd = _open_sidecar(dir_fd, sidecar)
     if fd < 0:
         return None
@@ -244,4 +251,4 @@ def _proven_holder(dir_fd: int, sidecar: str) -> int | None:
         return None
     finally:
         os.close(fd)
-    return pid if text.isdigit() and int(text) == pid else None
+    return pid if text == _record_text(pid, key).strip() else None

@@ -118,26 +118,31 @@ class WriterLock:
             # Locked before it is rewritten: a reader that sees the lock held and this pid
             # in the text has proof; one that reads the old text sees no lock (or ours).
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.ftruncate(fd, 0)
-            os.write(fd, _record_text(os.getpid(), self._key).encode())
         except OSError:
             os.close(fd)
             return
+        # Record-locked: the file is ours from here on, and release removes it, even if
+        # the text below cannot be written (e.g. a full disk): a text that does not match
+        # this writer is never believed.
         self._sidecar_fd = fd
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, _record_text(os.getpid(), self._key).encode())
+        except OSError:
+            pass
 
     def release(self) -> None:
         """Drop the pid record, then the lock. The caller closes the descriptor afterwards.
 
         The sidecar is removed *before* unlocking, so it can never delete the record of the
-        next writer; its record lock goes before the ``flock`` for the same reason.
+        next writer; its record lock goes before the ``flock`` for the same reason. A
+        record this writer did not write stays (it is never believed for this log).
         """
         if self._released:
             return
         self._released = True
-        try:
-            os.unlink(self._name + LOCK_SUFFIX, dir_fd=self._dir_fd)
-        except OSError:
-            pass
+        if self._sidecar_fd >= 0:
+            self._remove_own_record()
         self._close_sidecar()
         try:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -145,6 +150,21 @@ class WriterLock:
             pass  # closing the descriptor releases it anyway
         with _registry_lock:
             _held.discard(self._key)
+
+    def _remove_own_record(self) -> None:
+        """Unlink the pid record, but only the very file this writer record-locked.
+
+        A record this writer could not take (another process still holds its record lock:
+        the writer of a log since replaced under the same name) is not ours to remove.
+        """
+        sidecar = self._name + LOCK_SUFFIX
+        try:
+            ours = os.fstat(self._sidecar_fd)
+            named = os.stat(sidecar, dir_fd=self._dir_fd, follow_symlinks=False)
+            if (ours.st_dev, ours.st_ino) == (named.st_dev, named.st_ino):
+                os.unlink(sidecar, dir_fd=self._dir_fd)
+        except OSError:
+            pass
 
     def abandon(self) -> None:
         """Close this process's copy of the sidecar without unlocking anything.

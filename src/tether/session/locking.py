@@ -125,9 +125,12 @@ class WriterLock:
         # the text below cannot be written (e.g. a full disk): a text that does not match
         # this writer is never believed.
         self._sidecar_fd = fd
+        text = _record_text(os.getpid(), self._key).encode()
         try:
-            os.ftruncate(fd, 0)
-            os.write(fd, _record_text(os.getpid(), self._key).encode())
+            # Over the old text, then cut to length: truncating to zero first would make
+            # ext4 flush the file when it is closed (auto_da_alloc), ~0.5 ms per writer.
+            os.pwrite(fd, text, 0)
+            os.ftruncate(fd, len(text))
         except OSError:
             pass
 

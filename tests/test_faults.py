@@ -109,3 +109,26 @@ def test_other_boundary_armed_means_no_crash() -> None:
     result = run_child({"TETHER_CRASH_AT": "some.other.boundary"})
     assert result.returncode == 0
     assert "survived" in result.stdout
+
+
+def test_stop_mode_freezes_the_process_at_the_boundary_until_continued() -> None:
+    env = {**os.environ, "TETHER_CRASH_AT": "test.child@2", "TETHER_CRASH_MODE": "stop"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _, status = os.waitpid(child.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status) and os.WSTOPSIG(status) == signal.SIGSTOP
+        os.kill(child.pid, signal.SIGCONT)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0
+    assert err == "INJECTED_STOP boundary=test.child\n"
+    assert out.split("\n")[:2] == ["before 0", "before 1"] and "survived" in out

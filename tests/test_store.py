@@ -9,6 +9,7 @@ import errno
 import fcntl
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from tether.errors import (
     FactRejected,
     SessionBusy,
     SessionCorruption,
+    SessionCreateError,
     SessionNotFound,
     SessionWriteError,
     StoreUnavailable,
@@ -121,7 +123,9 @@ def test_create_writes_exactly_the_header_with_safe_modes(workspace: Path) -> No
         assert s.repaired == 0 and not s.read_only
         names = sorted(os.listdir(sdir))
         assert names == [s.path.name, s.path.name + ".lock"]  # no temporary left behind
-        assert (sdir / (s.path.name + ".lock")).read_text().strip() == str(os.getpid())
+        st = os.stat(s.path)
+        record = (sdir / (s.path.name + ".lock")).read_text()
+        assert record == f"{os.getpid()} {st.st_dev} {st.st_ino}\n"  # pid, and which log
     finally:
         s.close()
     assert sorted(os.listdir(sessions_dir_for(workspace))) == [s.path.name]
@@ -547,6 +551,29 @@ def test_durable_open_syncs_what_it_read(workspace: Path, monkeypatch: pytest.Mo
     assert calls == ["file", "dir"]
 
 
+def test_durable_open_and_create_sync_the_directories_that_hold_the_log(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parents of .tether and of the sessions dir, even if an earlier process made them
+    (it may have been killed between its mkdir and its fsync); process mode syncs nothing."""
+    made = make(workspace, "process")
+    made.close()
+    synced: list[Path] = []
+    monkeypatch.setattr(store_module, "sync_directory", synced.append)
+    sdir = sessions_dir_for(workspace)
+    SessionStore.open(made.path, workspace=workspace, durability="process").close()
+    make(workspace, "process").close()
+    assert synced == []
+    SessionStore.open(made.path, workspace=workspace, durability="durable").close()
+    assert synced == [workspace, sdir.parent]
+    synced.clear()
+    make(workspace, "durable").close()
+    assert synced == [workspace, sdir.parent]
+    synced.clear()
+    SessionStore.open(made.path, sessions_dir=sdir, durability="durable").close()
+    assert synced == [sdir.parent]  # an explicit sessions dir: its ancestors are the caller's
+
+
 def test_open_of_a_clean_log_repairs_nothing(workspace: Path) -> None:
     s = make(workspace)
     s.commit([user()])
@@ -839,6 +866,143 @@ def test_a_writer_in_another_process_is_named(workspace: Path) -> None:
         assert again.state.last_seq == 1
 
 
+FLOCK_HOLDER = textwrap.dedent(
+    """
+    import fcntl, os, sys
+    fd = os.open(sys.argv[1], os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # the writer lock, taken by a process that is no writer
+    print("locked", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (as a killed writer's pid record names)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = int(done.stdout)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    return pid
+
+
+def stopped_writer(path: Path) -> subprocess.Popen[str]:
+    """A real writer frozen after taking the lock, before recording its pid."""
+    env = {**os.environ, "TETHER_CRASH_AT": "store.locked", "TETHER_CRASH_MODE": "stop"}
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path), str(path.parent)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    _, status = os.waitpid(child.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), status
+    return child
+
+
+def test_a_crash_left_pid_record_is_never_named(workspace: Path) -> None:
+    s = make(workspace)
+    s.close()
+    dead = dead_pid()
+    sidecar = s.path.parent / (s.path.name + ".lock")
+    sidecar.write_text(f"{dead}\n")  # what a SIGKILLed writer leaves behind
+    child = stopped_writer(s.path)
+    try:
+        # The new writer holds the lock; the sidecar still names the dead writer.
+        with pytest.raises(SessionBusy) as info:
+            SessionStore.open(s.session_id, workspace=workspace)
+        assert info.value.pid is None, f"named pid {info.value.pid}, which holds nothing"
+        assert str(dead) not in str(info.value)
+        assert str(info.value).endswith("already open for writing by another process")
+        os.kill(child.pid, signal.SIGCONT)
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "writer"
+        # Now the holder has recorded itself: it is named, because it provably holds it.
+        with pytest.raises(SessionBusy) as info:
+            SessionStore.open(s.session_id, workspace=workspace)
+        assert info.value.pid == child.pid
+        assert f"by pid {child.pid}" in str(info.value)
+    finally:
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGCONT)
+        child.communicate("", timeout=30)
+    assert child.returncode == 0
+
+
+def test_a_pid_record_naming_an_unrelated_live_process_is_not_believed(
+    workspace: Path,
+) -> None:
+    s = make(workspace)
+    s.close()
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", FLOCK_HOLDER, str(s.path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        sidecar = s.path.parent / (s.path.name + ".lock")
+        sidecar.write_text(f"{bystander.pid}\n")  # a reused pid: alive, but no writer
+        with pytest.raises(SessionBusy) as info:
+            SessionStore.open(s.session_id, workspace=workspace)
+        assert info.value.pid is None and str(bystander.pid) not in str(info.value)
+        # The same through the CLI: one line, exit 4, nobody named who might be killed.
+        (workspace / "script.json").write_text(
+            json.dumps({"model": "scripted/test", "responses": [{"content": "done"}]})
+        )
+        result = subprocess.run(
+            [
+                *(sys.executable, "-m", "tether", "resume", s.session_id),
+                *("--model", "scripted:script.json"),
+            ],
+            cwd=workspace,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 4, result.stderr
+        assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+        assert "already open for writing by another process" in result.stderr
+        assert str(bystander.pid) not in result.stderr
+    finally:
+        holder.communicate("", timeout=30)
+        bystander.communicate(b"", timeout=30)
+
+
+def test_the_writer_of_an_earlier_file_of_the_same_name_is_not_named(workspace: Path) -> None:
+    """The record names a live writer, but of a log since replaced behind tether's back."""
+    s = make(workspace)
+    s.close()
+    first = spawn_holder(s.path)
+    second: subprocess.Popen[str] | None = None
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "writer"
+        moved = s.path.with_name("moved-away")
+        os.rename(s.path, moved)
+        s.path.write_bytes(moved.read_bytes())  # a new file under the old name
+        second = spawn_holder(s.path)  # really holds it; cannot rewrite first's record
+        assert second.stdout is not None and second.stdout.readline().strip() == "writer"
+        with pytest.raises(SessionBusy) as info:
+            SessionStore.open(s.session_id, workspace=workspace)
+        assert info.value.pid is None, f"named {info.value.pid} (first is {first.pid})"
+    finally:
+        for child in (first, second):
+            if child is not None:
+                child.communicate("", timeout=30)
+
+
 def test_two_processes_racing_for_one_session_get_exactly_one_writer(workspace: Path) -> None:
     s = make(workspace)
     s.close()
@@ -895,6 +1059,54 @@ def test_create_needs_an_existing_workspace(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError):
         make(tmp_path / "missing")
     assert not (tmp_path / "missing").exists()
+
+
+def oserror(code: int) -> Callable[..., Any]:
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(code, os.strerror(code))
+
+    return fail
+
+
+@pytest.mark.parametrize(
+    ("seam", "code", "step"),
+    [
+        ("_fdatasync", errno.EIO, "fdatasync of the header"),
+        ("_link", errno.ENOSPC, "link to the final name"),
+        ("_fsync_dir", errno.EIO, "fsync of the sessions directory"),
+        ("sync_directory", errno.EIO, "fsync"),
+    ],
+)
+def test_a_failing_create_is_a_write_error_and_leaves_nothing(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, seam: str, code: int, step: str
+) -> None:
+    """The same as tests/test_store_syscalls.py, through the module's seams (no strace)."""
+    sdir = sessions_dir_for(workspace)
+    with make(workspace, "durable") as first:
+        pass
+    failure = oserror(code)
+    if seam == "sync_directory":
+        original = store_module.sync_directory
+
+        def failure(path: Path) -> None:
+            original(path)
+            raise store_module.DirectoryError("fsync", path, OSError(code, os.strerror(code)))
+
+    monkeypatch.setattr(store_module, seam, failure)
+    with pytest.raises(SessionCreateError) as info:
+        make(workspace, "durable")
+    error = info.value
+    assert error.exit_code == 9 and error.errno == code and isinstance(error, SessionWriteError)
+    assert str(error).startswith(f"cannot create a session in {sdir}: {step}")
+    assert str(error).endswith(f"{os.strerror(code)}; no session was created")
+    assert sorted(os.listdir(sdir)) == [first.path.name]  # nothing half-made
+
+
+def test_create_where_a_file_blocks_the_sessions_dir_is_a_write_error(workspace: Path) -> None:
+    (workspace / ".tether").write_text("not a directory")
+    with pytest.raises(SessionCreateError) as info:
+        make(workspace)
+    assert f"mkdir {workspace / '.tether'} failed: File exists" in str(info.value)
 
 
 def test_closing_is_idempotent_and_blocks_commits(workspace: Path) -> None:

@@ -30,7 +30,7 @@ import pytest
 
 from tether.faults import CRASH_EXIT_CODE
 from tether.session import reduce_session
-from tether.session.store import SessionStore
+from tether.session.store import SessionStore, list_sessions, sessions_dir_for
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -197,3 +197,147 @@ def test_named_crash_boundaries(
         else:  # written (and maybe synced) but never acknowledged: still a valid prefix
             assert new_last > last_acked and repaired == 0
         last_seq = new_last
+
+
+# --------------------------------------------------------------------------- killed creates
+
+CREATE_CHILD = textwrap.dedent(
+    """
+    import sys
+    from tether.session.store import SessionStore
+
+    store = SessionStore.create(
+        sys.argv[1], provider="openrouter", model="test/model", environment_identity="crash",
+        durability=sys.argv[2],
+    )
+    print(f"created {store.session_id}", flush=True)
+    sys.stdin.read()  # stay open (holding the session) until the parent closes our stdin
+    store.close()
+    """
+)
+
+CREATE_POINTS = [
+    # boundary, what the kill leaves in the sessions directory
+    ("store.create_opened", "an empty temporary log, unlocked"),
+    ("store.locked", "an empty temporary log, locked until the kill"),
+    ("store.create_written", "a temporary log with the header, and a pid record"),
+    ("store.create_linked", "the final log and its temporary name, one file with two names"),
+]
+
+
+def spawn_create(workspace: Path, durability: str, env: dict[str, str]) -> Any:
+    return subprocess.Popen(
+        [sys.executable, "-c", CREATE_CHILD, str(workspace), durability],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_env(env),
+    )
+
+
+def user(text: str) -> dict[str, Any]:
+    return {
+        "kind": "entry",
+        "entry": {"type": "message", "message": {"role": "user", "content": text}},
+    }
+
+
+def debris(sessions: Path) -> list[str]:
+    """Temporaries of creates, and pid records whose log does not exist."""
+    names = set(os.listdir(sessions))
+    return sorted(
+        n
+        for n in names
+        if n.endswith(".creating") or (n.endswith(".lock") and n[: -len(".lock")] not in names)
+    )
+
+
+@pytest.mark.parametrize("then", ["create", "open", "list"])
+@pytest.mark.parametrize(("boundary", "left"), CREATE_POINTS, ids=[b for b, _ in CREATE_POINTS])
+def test_a_create_killed_at_any_point_leaves_nothing_after_the_next_use(
+    tmp_path: Path, boundary: str, left: str, then: str
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    with SessionStore.create(
+        workspace, provider="openrouter", model="test/model", environment_identity="crash"
+    ) as existing:
+        existing.commit([user("keep me")])
+    sessions = existing.path.parent
+    child = spawn_create(workspace, "durable", {"TETHER_CRASH_AT": boundary})
+    out, err = child.communicate(b"", timeout=60)
+    assert child.returncode == -signal.SIGKILL, err.decode()
+    assert b"created" not in out  # create never returned
+    assert debris(sessions), f"the kill should leave {left}"
+
+    if then == "create":
+        with SessionStore.create(
+            workspace, provider="openrouter", model="test/model", environment_identity="crash"
+        ):
+            pass
+    elif then == "open":
+        with SessionStore.open(existing.session_id, workspace=workspace):
+            pass
+    else:
+        list_sessions(sessions)
+    assert debris(sessions) == [], f"{then} left {left} behind"
+
+    # No session was lost: the old one is whole; a log that got its final name is a
+    # complete (header-only) session that opens for writing.
+    with SessionStore.open(existing.session_id, workspace=workspace) as again:
+        assert [m["content"] for m in again.state.transcript] == ["keep me"]
+    logs = [s for s in list_sessions(sessions) if s.id != existing.session_id]
+    expected = 1 if then == "create" else 0
+    if boundary == "store.create_linked":
+        expected += 1
+    assert len(logs) == expected and all(s.error is None for s in logs)
+    for summary in logs:
+        with SessionStore.open(summary.path, sessions_dir=sessions) as store:
+            assert store.state.operation.kind == "idle"
+
+
+def wait_stopped(child: Any) -> None:
+    _, status = os.waitpid(child.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), status
+
+
+@pytest.mark.parametrize(
+    "boundary",
+    ["store.create_opened", "store.locked", "store.create_written", "store.create_linked"],
+)
+def test_a_create_in_progress_keeps_its_temporary_while_others_clean_up(
+    tmp_path: Path, boundary: str
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    sessions = sessions_dir_for(workspace)
+    child = spawn_create(
+        workspace, "durable", {"TETHER_CRASH_AT": boundary, "TETHER_CRASH_MODE": "stop"}
+    )
+    try:
+        wait_stopped(child)  # frozen inside create, at the boundary
+        [temp] = [n for n in os.listdir(sessions) if n.endswith(".creating")]
+        # Everything that cleans up runs meanwhile, in this process.
+        list_sessions(sessions)
+        with SessionStore.create(
+            workspace, provider="openrouter", model="test/model", environment_identity="crash"
+        ) as other:
+            pass
+        with SessionStore.open(other.session_id, workspace=workspace):
+            pass
+        if boundary != "store.create_linked":
+            assert temp in os.listdir(sessions), "removed the temporary of a live create"
+        os.kill(child.pid, signal.SIGCONT)
+        assert child.stdout is not None
+        line = child.stdout.readline().decode()
+        assert line.startswith("created "), child.stderr.read() if child.stderr else line
+        created = line.split()[1]
+        child.communicate(b"", timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0
+    assert debris(sessions) == []
+    with SessionStore.open(created, workspace=workspace) as store:
+        assert store.state.header.id == created

@@ -72,7 +72,11 @@ class SessionNotFound(TetherError, LookupError):
 
 
 class SessionBusy(TetherError):
-    """Another writer (another process, or this one) holds the session's lock."""
+    """Another writer (another process, or this one) holds the session's lock.
+
+    ``pid`` is the holder's pid when it is proven to hold the lock (this process, or a
+    process the kernel reports holding the pid record's lock), else ``None``.
+    """
 
     exit_code = 4
 
@@ -80,7 +84,9 @@ class SessionBusy(TetherError):
         self.path = path
         self.pid = pid
         if pid is None:
-            holder = "another writer (pid unknown)"
+            # Not provably the current holder: naming a pid someone might kill would be a
+            # guess (see tether.session.locking).
+            holder = "another process"
         elif pid == _os.getpid():
             holder = f"this process (pid {pid})"
         else:
@@ -184,6 +190,25 @@ class SessionWriteError(TetherError, OSError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class SessionCreateError(SessionWriteError):
+    """Creating a session failed at one of its system calls; no session was created.
+
+    ``path`` is the sessions directory, ``op`` the step that failed (``mkdir DIR``,
+    ``write of the header``, ``link to the final name``, …) and ``errno`` the cause, e.g.
+    ``ENOSPC`` on a full disk. What the create had made is removed again (directories it
+    made stay: they are empty).
+    """
+
+    exit_code = 9
+
+    def __init__(self, path: str, op: str, errno_: int | None) -> None:
+        super().__init__(path, op, errno_, False)
+        reason = _os.strerror(errno_) if errno_ else "I/O error"
+        self.args = (
+            f"cannot create a session in {path}: {op} failed: {reason}; no session was created",
+        )
 
 
 class StoreUnavailable(TetherError):

@@ -9,7 +9,12 @@ one boundary through the environment of a child process:
     ``SIGKILL`` to the own process: no cleanup, no buffered output, exactly like a power
     cut as far as the process is concerned (the page cache survives);
 ``TETHER_CRASH_MODE=exit``
-    print ``INJECTED_CRASH boundary=NAME`` to stderr, flush, and ``os._exit(75)``.
+    print ``INJECTED_CRASH boundary=NAME`` to stderr, flush, and ``os._exit(75)``;
+``TETHER_CRASH_MODE=stop``
+    print ``INJECTED_STOP boundary=NAME`` to stderr, flush, and stop the own process with
+    ``SIGSTOP``; after ``SIGCONT`` it carries on as if nothing happened. For tests that need
+    a real process frozen *between* two steps (a race made deterministic), e.g. a writer
+    that holds a lock but has not yet recorded its pid.
 
 The environment is read once, at import. When nothing is armed :func:`hit` costs one dict
 lookup (to catch misspelt boundary names) and a comparison.
@@ -90,8 +95,8 @@ def configure(crash_at: str | None, mode: str | None = None) -> None:
     global _TARGET, _TARGET_HIT, _MODE, _hits, ARMED
     target, n = _parse(crash_at)
     chosen = (mode or "kill").strip() or "kill"
-    if chosen not in ("kill", "exit"):
-        raise ValueError(f"TETHER_CRASH_MODE must be 'kill' or 'exit', not {chosen!r}")
+    if chosen not in ("kill", "exit", "stop"):
+        raise ValueError(f"TETHER_CRASH_MODE must be 'kill', 'exit' or 'stop', not {chosen!r}")
     _TARGET, _TARGET_HIT, _MODE, _hits = target, n, chosen, 0
     ARMED = target is not None
 
@@ -121,6 +126,11 @@ def hit(name: str, before_crash: Callable[[], object] | None = None) -> None:
 
 
 def _crash(name: str) -> None:
+    if _MODE == "stop":
+        sys.stderr.write(f"INJECTED_STOP boundary={name}\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return  # continued (SIGCONT): the boundary is passed
     if _MODE == "exit":
         sys.stderr.write(f"INJECTED_CRASH boundary={name}\n")
         sys.stderr.flush()

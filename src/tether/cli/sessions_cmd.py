@@ -1,4 +1,8 @@
-"""``tether sessions``: list the session logs of a workspace (read-only, never repairs)."""
+"""``tether sessions``: list the session logs of a workspace.
+
+Never changes or repairs a log; removes only what interrupted creates provably left behind
+(``docs/store.md``, "Leftovers of interrupted creates").
+"""
 
 from __future__ import annotations
 

@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from tether.dirs import DirectoryError, make_directories, sync_directory
 from tether.errors import EffectsDatabaseError
 
 __all__ = [
@@ -261,14 +262,18 @@ def _describe(exc: sqlite3.Error, busy_timeout: float) -> str:
 
 
 def _prepare_file(path: Path) -> None:
-    """Create the parent directory (0700) and the file (0600); refuse links and oddities."""
+    """Create the parent directory (0700) and the file (0600); refuse links and oddities.
+
+    Every directory made is followed by ``fsync`` of its parent, and a new file by ``fsync``
+    of its directory, before SQLite writes anything: a commit SQLite reports as durable must
+    not sit in a file or directory whose own name a power cut could still take away.
+    """
     parent = path.parent
     try:
-        if not parent.is_dir():
-            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
+        make_directories(parent, mode=0o700, durable=True)
+    except DirectoryError as exc:
         raise EffectsDatabaseError(
-            str(path), f"cannot create directory {parent}: {exc.strerror or exc}"
+            str(path), f"cannot {exc.op} directory {exc.path}: {exc.strerror or exc}"
         ) from None
     base = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
     created = False
@@ -294,15 +299,11 @@ def _prepare_file(path: Path) -> None:
         os.close(fd)
     if created:
         try:
-            dir_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return
-        try:
-            os.fsync(dir_fd)
-        except OSError:
-            pass
-        finally:
-            os.close(dir_fd)
+            sync_directory(parent)
+        except DirectoryError as exc:
+            raise EffectsDatabaseError(
+                str(path), f"cannot sync directory {parent}: {exc.strerror or exc}"
+            ) from None
 
 
 class EffectsDB:

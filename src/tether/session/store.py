@@ -16,6 +16,7 @@ PostgreSQL: one row per transaction, ``seq`` as key, the same reducer validating
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import stat
@@ -32,19 +33,22 @@ from typing import Any, NoReturn, Protocol, Self
 import orjson
 
 from tether import faults
+from tether.dirs import DirectoryError, make_directories, sync_directory
 from tether.errors import (
     AmbiguousSessionId,
     ConfigurationError,
     CorruptSession,
     FactRejected,
     SessionCorruption,
+    SessionCreateError,
     SessionNotFound,
     SessionWriteError,
     StoreUnavailable,
+    TetherError,
     UnsafeSessionPath,
 )
 from tether.ids import new_uuid7
-from tether.session.locking import WriterLock
+from tether.session.locking import LOCK_SUFFIX, WriterLock, record_locked
 from tether.session.reducer import PendingTransaction, Reducer
 from tether.session.state import SessionState
 
@@ -74,12 +78,25 @@ AFTER_WRITE = faults.register(
 AFTER_SYNC = faults.register(
     "store.after_sync", "commit synced the line (durable mode), not yet acknowledged"
 )
+CREATE_OPENED = faults.register(
+    "store.create_opened", "create made the empty temporary log, not yet locked"
+)
+CREATE_WRITTEN = faults.register(
+    "store.create_written",
+    "create wrote the header to the temporary log (and synced it in durable mode), not linked",
+)
+CREATE_LINKED = faults.register(
+    "store.create_linked",
+    "create linked the temporary log to its final name, the temporary name not yet removed",
+)
 
 _FILE_NAME = re.compile(
     r"^(?P<created>[0-9]+)_(?P<id>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
     r"\.jsonl$"
 )
 _PREFIX = re.compile(r"^[0-9a-fA-F-]+$")
+_TEMP_SUFFIX = ".creating"
+_TEMP_NAME = re.compile(r"^\..+\.jsonl\.creating$")
 _HEADER_PROBE = 64 * 1024
 
 _O_CLOEXEC = os.O_CLOEXEC
@@ -358,8 +375,10 @@ def _last_timestamp(committed: bytes) -> int | None:
 def list_sessions(sessions_dir: str | os.PathLike[str]) -> list[SessionSummary]:
     """Summaries of every ``*.jsonl`` log in ``sessions_dir``, oldest first.
 
-    Read-only: takes no lock and never repairs. Logs that cannot be read are listed with
-    ``error`` set (and as much as the file name tells) instead of being skipped.
+    Read-only for logs: takes no lock on them and never repairs. Logs that cannot be read
+    are listed with ``error`` set (and as much as the file name tells) instead of being
+    skipped. Temporaries and pid records are never listed; those provably left by
+    interrupted creates are removed (see ``docs/store.md``, "Leftovers").
     """
     sdir = Path(sessions_dir)
     out: list[SessionSummary] = []
@@ -368,6 +387,7 @@ def list_sessions(sessions_dir: str | os.PathLike[str]) -> list[SessionSummary]:
     except (FileNotFoundError, NotADirectoryError):
         return []
     try:
+        _sweep_leftovers(dir_fd)
         for name in _log_names(sdir):
             summary = _summarize(sdir, dir_fd, name)
             if summary is not None:
@@ -538,11 +558,14 @@ class SessionStore:
         The log is written under a hidden temporary name (``O_EXCL|O_NOFOLLOW``, mode 0600),
         locked, filled with the header and (durable mode) synced, then hard-linked to its
         final name, which must not exist; so no reader ever sees a log without a complete
-        header. In durable mode the directory is synced afterwards.
+        header. In durable mode every directory made, the directories that hold the log and
+        the log's own entry are synced before this returns. The steps C1–C11 are those of
+        ``docs/store.md`` ("Creating a session").
         """
         mode = Durability(durability)
         sdir = Path(sessions_dir) if sessions_dir is not None else sessions_dir_for(workspace)
-        _make_dirs(sdir, tether_dir=sessions_dir is None)
+        # C1–C2: the directories, and their entries synced.
+        _make_dirs(sdir, default_layout=sessions_dir is None, durable=mode is Durability.DURABLE)
         session_id = ids()
         created = clock()
         header = {
@@ -566,43 +589,58 @@ class SessionStore:
             raise FactRejected(exc.code, exc.line, exc.seq, exc.detail) from None
 
         name = session_file_name(created, session_id)
-        temp = f".{name}.creating"
-        dir_fd = _open_dir(sdir, query=name)
-        fd = -1
-        linked = False
+        temp = _temporary_name(name)
+        path = sdir / name
+        durable = mode is Durability.DURABLE
+        # C3: the sessions directory, and what interrupted creates left in it.
         try:
-            fd = os.open(
-                temp,
-                os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
-                0o600,
-                dir_fd=dir_fd,
-            )
-            os.fchmod(fd, 0o600)
-            # Locked before the final name exists; the pid record is keyed by the final name.
-            lock = WriterLock.acquire(fd, dir_fd, name, str(sdir / name))
-            try:
-                _write_all(os.write, fd, data)
-                if mode is Durability.DURABLE:
-                    _fdatasync(fd)
-                _publish(dir_fd, temp, name)
-                linked = True
-                if mode is Durability.DURABLE:
-                    _fsync_dir(dir_fd)
-            except BaseException:
-                lock.release()
-                raise
+            dir_fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
+        except OSError as exc:
+            raise SessionCreateError(
+                str(sdir), "open of the sessions directory", exc.errno
+            ) from exc
+        fd = -1
+        lock: WriterLock | None = None
+        linked = False
+        step = "open of the new log"
+        try:
+            _sweep_leftovers(dir_fd)
+            # C4–C5: the temporary log, made and locked (the writer lock of the new session,
+            # before its final name exists), then the pid record.
+            fd, lock = _make_temporary(dir_fd, temp, name, str(path))
+            # C6: the header.
+            step = "write of the header"
+            _write_all(os.write, fd, data)
+            # C7
+            step = "fdatasync of the header"
+            if durable:
+                _fdatasync(fd)
+            if faults.ARMED:
+                faults.hit(CREATE_WRITTEN)
+            # C8: the final name, which must not exist yet.
+            step = "link to the final name"
+            temp_remains = _link(dir_fd, temp, name)
+            linked = True
+            if faults.ARMED:
+                faults.hit(CREATE_LINKED)
+            # C9
+            step = "unlink of the temporary name"
+            if temp_remains:
+                _unlink_temporary(dir_fd, temp)
+            # C10: the new name (and the temporary's removal) durable.
+            step = "fsync of the sessions directory"
+            if durable:
+                _fsync_dir(dir_fd)
+        except OSError as exc:
+            # A full disk, an I/O error, …: the store's write error, and nothing half-made.
+            _undo_create(dir_fd, fd, lock, temp, name if linked else None)
+            raise SessionCreateError(str(sdir), step, exc.errno) from exc
         except BaseException:
-            if fd >= 0:
-                os.close(fd)
-            if not linked:
-                try:
-                    os.unlink(temp, dir_fd=dir_fd)
-                except OSError:
-                    pass
-            os.close(dir_fd)
+            _undo_create(dir_fd, fd, lock, temp, name if linked else None)
             raise
+        # C11: the session exists; this store holds its lock.
         return cls(
-            path=sdir / name,
+            path=path,
             reducer=reducer,
             durability=mode,
             read_only=False,
@@ -635,15 +673,28 @@ class SessionStore:
         """
         mode = Durability(durability)
         sdir = _sessions_dir(workspace, sessions_dir)
-        directory, name = _resolve(sdir, path_or_id)
+        try:
+            directory, name = _resolve(sdir, path_or_id)
+        except OSError as exc:  # e.g. the sessions directory cannot be listed
+            raise SessionWriteError(str(sdir), "lookup", exc.errno, False) from exc
         path = directory / name
-        dir_fd = _open_dir(directory, query=str(path_or_id))
+        try:
+            dir_fd = _open_dir(directory, query=str(path_or_id))
+        except OSError as exc:
+            raise SessionWriteError(
+                str(path), "open of the sessions directory", exc.errno, False
+            ) from exc
         fd = -1
         lock: WriterLock | None = None
+        step = "open"
         try:
+            _sweep_leftovers(dir_fd)
             fd = _open_in_dir(dir_fd, name, os.O_RDWR | os.O_APPEND, str(path))
+            step = "lock"
             lock = WriterLock.acquire(fd, dir_fd, name, str(path))
+            step = "open"
             _check_single_link(fd, dir_fd, name, str(path))
+            step = "read"
             data = _read_all(fd)
             length = data.rfind(b"\n") + 1
             try:
@@ -656,18 +707,25 @@ class SessionStore:
                     os.ftruncate(fd, length)
                 if mode is Durability.DURABLE:
                     # Everything this store reports (and the repair) is durable before use,
-                    # even if the previous writer ran in process mode.
+                    # even if the previous writer ran in process mode: the log, its entry,
+                    # and the entries of the directories that hold it.
                     _fdatasync(fd)
                     _fsync_dir(dir_fd)
+                    _sync_owned_parents(directory, default_layout=sessions_dir is None)
+            except DirectoryError as exc:
+                raise SessionWriteError(str(path), f"{exc.op} {exc.path}", exc.errno, True) from exc
             except OSError as exc:
                 op = "repair" if torn else "fdatasync"
                 raise SessionWriteError(str(path), op, exc.errno, True) from exc
-        except BaseException:
+        except BaseException as exc:
             if lock is not None:
                 lock.release()
             if fd >= 0:
                 os.close(fd)
             os.close(dir_fd)
+            if isinstance(exc, OSError) and not isinstance(exc, TetherError):
+                # Permission, I/O error, no locks available, …: a store error, not a crash.
+                raise SessionWriteError(str(path), step, exc.errno, False) from exc
             raise
         return cls(
             path=path,
@@ -764,7 +822,7 @@ class SessionStore:
         pages, so the only trustworthy state is what a fresh :meth:`open` reads back.
 
         Returns the facts as committed (new dicts; nested values are shared with the
-        input).
+        input). The steps T1–T8 are those of ``docs/store.md`` ("Commit").
         """
         with self._mutex:
             if self._unusable is not None:
@@ -775,6 +833,7 @@ class SessionStore:
                     "EMPTY_TRANSACTION", self._reducer.line_count + 1, None, "no facts"
                 )
             reducer = self._reducer
+            # T1–T3: seq (consecutive), one timestamp, ids for facts without one.
             now = self._clock()
             seq = reducer.next_seq
             new_id = self._ids
@@ -788,6 +847,7 @@ class SessionStore:
                         out["id"] = new_id()
                     committed.append(out)
                     seq += 1
+                # T4: one line.
                 line = orjson.dumps(
                     committed[0] if count == 1 else committed, option=orjson.OPT_STRICT_INTEGER
                 )
@@ -795,6 +855,7 @@ class SessionStore:
                 raise FactRejected(
                     "INVALID_FACT", reducer.line_count + 1, None, f"not serializable: {exc}"
                 ) from None
+            # T5: validated and applied in memory (with an undo log); nothing written yet.
             try:
                 pending = reducer.begin(line)
             except SessionCorruption as exc:
@@ -807,6 +868,7 @@ class SessionStore:
                     faults.hit(BEFORE_WRITE)
                     half = data[: size // 2]
                     faults.hit(TORN_WRITE, lambda: _write_all(self._write, fd, half))
+                # T6: write(log, line + LF), O_APPEND; short writes continued.
                 written = self._write(fd, data)
                 if written != size:
                     _write_all(self._write, fd, data, written)
@@ -817,6 +879,7 @@ class SessionStore:
                 raise
             if faults.ARMED:
                 faults.hit(AFTER_WRITE)
+            # T7: fdatasync(log) in durable mode.
             if self._durable:
                 try:
                     self._sync(fd)
@@ -827,6 +890,7 @@ class SessionStore:
                     raise
                 if faults.ARMED:
                     faults.hit(AFTER_SYNC)
+            # T8: adopted; returning acknowledges the transaction.
             pending.commit()
             self._length += size
             return committed
@@ -871,8 +935,11 @@ class SessionStore:
                 return
             self._closed = True
             self._unusable = "the store is closed"
-            if self._lock is not None and not self._inherited:
-                self._lock.release()
+            if self._lock is not None:
+                if self._inherited:
+                    self._lock.abandon()  # the parent's lock: close our copy, unlock nothing
+                else:
+                    self._lock.release()
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
@@ -914,15 +981,43 @@ def _sessions_dir(
     return sessions_dir_for(workspace if workspace is not None else os.getcwd())
 
 
-def _make_dirs(sessions_dir: Path, *, tether_dir: bool) -> None:
-    """Create the sessions directory (0700), and ``.tether`` (0700) for the default layout."""
-    if tether_dir:
-        if not sessions_dir.parent.parent.is_dir():
-            raise ConfigurationError(f"workspace {sessions_dir.parent.parent} is not a directory")
-        sessions_dir.parent.mkdir(mode=0o700, exist_ok=True)
-        sessions_dir.mkdir(mode=0o700, exist_ok=True)
-    else:
-        sessions_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+def _owned_dirs(sessions_dir: Path, *, default_layout: bool) -> list[Path]:
+    """The directories tether makes for its logs, top down: ``.tether`` and the sessions dir.
+
+    With an explicit sessions directory only that one (its ancestors are the caller's).
+    """
+    return [sessions_dir.parent, sessions_dir] if default_layout else [sessions_dir]
+
+
+def _make_dirs(sessions_dir: Path, *, default_layout: bool, durable: bool) -> None:
+    """Steps C1–C2: make the missing directories (0700) and, durable, sync their entries.
+
+    Default layout: ``.tether`` and ``.tether/sessions`` inside an existing workspace. An
+    explicit sessions directory is made with every missing ancestor. In durable mode every
+    directory made is followed by ``fsync`` of its parent (:func:`make_directories`), and
+    the parents of the directories tether owns are synced even when those existed already:
+    an earlier process may have been killed between its ``mkdir`` and its ``fsync``.
+    """
+    base = None
+    if default_layout:
+        base = sessions_dir.parent.parent
+        if not base.is_dir():
+            raise ConfigurationError(f"workspace {base} is not a directory")
+    try:
+        created = make_directories(sessions_dir, mode=0o700, base=base, durable=durable)
+        if durable:
+            _sync_owned_parents(sessions_dir, default_layout=default_layout, done=created)
+    except DirectoryError as exc:
+        raise SessionCreateError(str(sessions_dir), f"{exc.op} {exc.path}", exc.errno) from exc
+
+
+def _sync_owned_parents(
+    sessions_dir: Path, *, default_layout: bool, done: Sequence[Path] = ()
+) -> None:
+    """``fsync`` the parent of each directory tether owns (not those in ``done``: synced)."""
+    for directory in _owned_dirs(sessions_dir, default_layout=default_layout):
+        if directory not in done:
+            sync_directory(directory.parent)
 
 
 def _check_single_link(fd: int, dir_fd: int, name: str, display: str) -> None:
@@ -934,7 +1029,7 @@ def _check_single_link(fd: int, dir_fd: int, name: str, display: str) -> None:
     st = os.fstat(fd)
     if st.st_nlink == 1:
         return
-    temp = f".{name}.creating"
+    temp = _temporary_name(name)
     try:
         other = os.stat(temp, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
@@ -944,26 +1039,213 @@ def _check_single_link(fd: int, dir_fd: int, name: str, display: str) -> None:
         and other is not None
         and (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino)
     ):
-        os.unlink(temp, dir_fd=dir_fd)
+        _unlink_temporary(dir_fd, temp)
         return
     raise UnsafeSessionPath(display, "it has other hard links")
 
 
-def _publish(dir_fd: int, temp: str, name: str) -> None:
-    """Give the finished temporary log its final name, never replacing an existing file."""
+def _temporary_name(name: str) -> str:
+    """The hidden name a log is made under: ``.<name>.creating``."""
+    return f".{name}{_TEMP_SUFFIX}"
+
+
+def _lock_dir(dir_fd: int, operation: int) -> bool:
+    """``flock`` the sessions directory; ``False`` where that is not possible.
+
+    A create holds it shared while its temporary log exists unlocked (step C4); a sweep
+    holds it exclusively (never waiting), so it never sees a temporary whose create is
+    still running but has not locked it yet. Where directories cannot be locked (some
+    network file systems) both fail alike: creates go on, sweeps skip their locked part.
+    """
+    try:
+        fcntl.flock(dir_fd, operation)
+    except OSError:  # held (LOCK_NB), or not possible here
+        return False
+    return True
+
+
+def _unlock_dir(dir_fd: int) -> None:
+    try:
+        fcntl.flock(dir_fd, fcntl.LOCK_UN)
+    except OSError:
+        pass
+
+
+def _make_temporary(dir_fd: int, temp: str, name: str, display: str) -> tuple[int, WriterLock]:
+    """Steps C4–C5: make ``temp`` (``O_EXCL``, 0600), lock it and record our pid.
+
+    On failure nothing of it is left (a temporary we did not make is never touched).
+    """
+    _lock_dir(dir_fd, fcntl.LOCK_SH)
+    try:
+        fd = os.open(
+            temp,
+            os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
+            0o600,
+            dir_fd=dir_fd,
+        )
+        try:
+            os.fchmod(fd, 0o600)
+            if faults.ARMED:
+                faults.hit(CREATE_OPENED)
+            # The pid record is keyed by the final name (C5, inside acquire).
+            lock = WriterLock.acquire(fd, dir_fd, name, display)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(dir_fd, temp)
+            raise
+    finally:
+        _unlock_dir(dir_fd)
+    return fd, lock
+
+
+def _link(dir_fd: int, temp: str, name: str) -> bool:
+    """Step C8: give the temporary log its final name, never replacing an existing file.
+
+    ``link`` (the temporary name stays, for C9); on a file system without hard links the
+    temporary is renamed instead (the name carries a fresh UUIDv7) and ``False`` returned.
+    """
     try:
         os.link(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK):
             raise
-        # No hard links on this file system: rename (the name carries a fresh UUIDv7).
         try:
             os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            return
+            return False
         raise FileExistsError(errno.EEXIST, "session file exists", name) from None
-    os.unlink(temp, dir_fd=dir_fd)
+    return True
+
+
+def _unlink_temporary(dir_fd: int, temp: str) -> None:
+    """Step C9. Already gone is fine: a sweep removes a published temporary name at once."""
+    try:
+        os.unlink(temp, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+
+
+def _unlink_quietly(dir_fd: int, entry: str) -> bool:
+    try:
+        os.unlink(entry, dir_fd=dir_fd)
+    except OSError:
+        return False
+    return True
+
+
+def _undo_create(
+    dir_fd: int, fd: int, lock: WriterLock | None, temp: str, linked: str | None
+) -> None:
+    """A create failed: leave no part of the session behind, then close everything.
+
+    The names go while the lock is still held, so nobody can have opened the log for
+    writing meanwhile; a header-only log is only left if even its removal fails.
+    """
+    if fd >= 0:
+        if linked is not None:
+            _unlink_quietly(dir_fd, linked)
+        _unlink_quietly(dir_fd, temp)
+    if lock is not None:
+        lock.release()  # also removes the pid record
+    if fd >= 0:
+        os.close(fd)
+    os.close(dir_fd)
+
+
+def _sweep_leftovers(dir_fd: int) -> None:
+    """Remove what interrupted creates left in the sessions directory (best effort).
+
+    See ``docs/store.md`` ("Leftovers"). Never raises; never touches a log.
+
+    * A temporary with more than one link whose final name is the same file: a create
+      killed between C8 and C9. Its data lives on under the final name; the temporary name
+      goes at once (a running create tolerates that in C9).
+    * Any other temporary: removed only if nobody holds its ``flock`` — every create holds
+      it from C4 until the create ends — and only while this sweep holds the directory's
+      lock exclusively, so no create can be between making its temporary and locking it.
+    * A pid record (``<log>.lock``) with neither its log nor its temporary, and not
+      record-locked by a live writer: a create killed after C5.
+
+    Only regular files are ever removed; the exclusive lock is never waited for (a create
+    in its step C4 holds it shared: the sweep is left to the next create, open or listing).
+    """
+    try:
+        names = set(os.listdir(dir_fd))
+    except OSError:
+        return
+    temps = [n for n in names if _TEMP_NAME.match(n)]
+    records = [n for n in names if n.endswith(LOG_SUFFIX + LOCK_SUFFIX)]
+    if not temps and not records:
+        return
+    unpublished: list[str] = []
+    for temp in temps:
+        try:
+            st = os.stat(temp, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            continue  # not made by tether: left alone
+        final = temp[1 : -len(_TEMP_SUFFIX)]
+        if st.st_nlink > 1 and _same_file(dir_fd, final, st):
+            _unlink_quietly(dir_fd, temp)
+        else:
+            unpublished.append(temp)
+    orphans = [r for r in records if r[: -len(LOCK_SUFFIX)] not in names]  # no log (yet?)
+    if not unpublished and not orphans:
+        return
+    if not _lock_dir(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB):
+        return
+    try:
+        for temp in unpublished:
+            _remove_if_unlocked(dir_fd, temp)
+        if orphans:
+            names = set(os.listdir(dir_fd))  # again, under the lock, after the temporaries
+        for record in orphans:
+            log = record[: -len(LOCK_SUFFIX)]
+            if log in names or _temporary_name(log) in names:
+                continue
+            try:
+                st = os.stat(record, dir_fd=dir_fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and not record_locked(dir_fd, record):
+                _unlink_quietly(dir_fd, record)
+    except OSError:
+        pass
+    finally:
+        _unlock_dir(dir_fd)
+
+
+def _same_file(dir_fd: int, entry: str, st: os.stat_result) -> bool:
+    try:
+        other = os.stat(entry, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino)
+
+
+def _remove_if_unlocked(dir_fd: int, temp: str) -> bool:
+    """Remove the unpublished temporary ``temp`` if no create holds it (caller: dir lock)."""
+    try:
+        fd = os.open(temp, os.O_RDONLY | _O_NOFOLLOW | os.O_NONBLOCK | _O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # its create is running (or the lock is unavailable: keep it)
+        # Ours now, and provably stale; the name must still be this file.
+        if not _same_file(dir_fd, temp, st):
+            return False
+        return _unlink_quietly(dir_fd, temp)
+    finally:
+        os.close(fd)  # also drops our flock
 
 
 def _write_all(

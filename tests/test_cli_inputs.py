@@ -349,3 +349,30 @@ def test_crashlab_args_deeper_than_tool_arguments_may_be(depth: int, tmp_path: P
     line = error_line(result)
     assert result.returncode == EXIT_USAGE, line
     assert "--args" in line and "nested deeper than 128" in line
+
+
+def test_repl_input_without_line_breaks_is_one_error_line(tmp_path: Path) -> None:
+    # `tether repl < /dev/zero`: one endless line. It used to grow until MemoryError.
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    script = _script(workspace)
+    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p)
+    with open("/dev/zero", "rb") as zero:
+        result = subprocess.run(
+            [sys.executable, "-m", "tether", "repl", "--model", f"scripted:{script}"],
+            cwd=workspace,
+            env=env,
+            stdin=zero,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            timeout=TIME_LIMIT,
+            preexec_fn=_limit_memory,
+            check=False,
+        )
+    assert result.returncode == EXIT_USAGE, result.stderr
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "longer than 1048576 characters" in errors[0], result.stderr

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tether.cli.common import EXIT_USAGE, fail
 from tether.cli.progress import Progress, continue_lines, make_progress
 from tether.cli.run_cmd import (
     AgentSessionsDirOption,
@@ -46,6 +47,9 @@ if TYPE_CHECKING:
     from tether.runtime.executor import Agent, RunResult
 
 PROMPT = "› "
+MAX_LINE_CHARS = 1 << 20
+"""Longest prompt line read from a pipe (1 Mi characters); a longer line ends the REPL with
+one error line, so input without line breaks (``< /dev/zero``) never grows without bound."""
 
 HELP = """commands:
   /help            show this help
@@ -144,7 +148,14 @@ class Repl:
         """The next line, ``None`` at end of input; Ctrl+C gives an empty line."""
         try:
             if not self.interactive:
-                line = sys.stdin.readline()
+                line = sys.stdin.readline(MAX_LINE_CHARS + 1)
+                if len(line) > MAX_LINE_CHARS:
+                    self.leave()
+                    fail(
+                        f"a line of the input is longer than {MAX_LINE_CHARS} characters; "
+                        "put long prompts in a file and pass it as `tether run PROMPT`",
+                        EXIT_USAGE,
+                    )
                 return line.rstrip("\r\n") if line else None
             return input(PROMPT)
         except EOFError:

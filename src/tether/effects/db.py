@@ -275,7 +275,9 @@ def _prepare_file(path: Path) -> None:
         raise EffectsDatabaseError(
             str(path), f"cannot {exc.op} directory {exc.path}: {exc.strerror or exc}"
         ) from None
-    base = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+    # O_NONBLOCK: a FIFO or device put in the database's place must not block the open (it
+    # is refused by the fstat below); it has no effect on a regular file.
+    base = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     created = False
     try:
         try:

@@ -43,7 +43,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from tether.completion.artifact import ArtifactScanner
+from tether._completion.artifact import ArtifactScanner
 
 
 def build_tree(root: str, dirs: int, files: int) -> None:

@@ -7,10 +7,10 @@ Contenders, each running ``true`` in a temporary directory and collecting its ou
 * ``bare`` — the baseline: ``subprocess.run(["/bin/bash", "-c", "true"])`` in a new
   session with stdin from ``/dev/null`` and stdout+stderr captured, i.e. the least any
   supervisor of a bash command must do;
-* ``bash_tool`` — :class:`tether.tools.builtin.BashTool` ``run``: the runner (gate,
+* ``bash_tool`` — :class:`tether._tools.builtin.BashTool` ``run``: the runner (gate,
   registration with the reaper, supervision, group check) plus the result text and the
   credential-free environment;
-* ``check`` — :func:`tether.completion.check.run_check` of ``true`` (``/bin/sh``; fixed
+* ``check`` — :func:`tether._completion.check.run_check` of ``true`` (``/bin/sh``; fixed
   artifact version), for information.
 
 Printed (target in brackets)::
@@ -32,9 +32,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tether.completion.check import run_check
-from tether.tools.base import ToolContext
-from tether.tools.builtin import BashTool
+from tether._completion.check import run_check
+from tether._tools.base import ToolContext
+from tether._tools.builtin import BashTool
 
 TARGET_MS = 3.0
 

@@ -34,7 +34,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sessiongen
-from tether.session.reducer import Reducer, reduce_session
+from tether.core.reducer import Reducer, reduce_session
 
 LOAD_TARGET = 2.0
 APPLY_TARGET = 1.2

@@ -3,7 +3,7 @@
 Run: ``python bench/bench_runtime.py`` (about 5 s; ``--steps``, ``--rounds``, ``--dir``,
 ``--profile``). Everything happens in a temporary directory (default: ``$TMPDIR``).
 
-Workload: one run of the :class:`~tether.runtime.Agent` in ``durable`` mode with the
+Workload: one run of the :class:`~tether._runtime.Agent` in ``durable`` mode with the
 scripted model and a single no-op user tool. The script answers ``--steps`` times with one
 call of the no-op tool and then with a final ``stop`` answer, so every tool step is the
 writer sequence of spec 15.2 — four transactions, each ``fdatasync``-ed:
@@ -47,10 +47,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tether.models import ScriptedModel
-from tether.runtime import Agent, RunStatus
-from tether.session.store import Durability, SessionStore
-from tether.tools.base import ToolContext, tool
+from tether._models import ScriptedModel
+from tether._runtime import Agent, RunStatus
+from tether._stores.file import Durability, SessionStore
+from tether._tools.base import ToolContext, tool
 
 TARGET = 1.5
 

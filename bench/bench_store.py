@@ -37,7 +37,7 @@ from typing import Any
 
 import orjson
 
-from tether.session.store import Durability, SessionStore
+from tether._stores.file import Durability, SessionStore
 
 TEXT = ("The quick brown fox jumps over the lazy dog. " * 5)[:200]
 

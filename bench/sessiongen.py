@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from tether.session.canonical import configuration_digest
+from tether.core.canonical import configuration_digest
 
 __all__ = [
     "CONTENT_CHARS",
@@ -394,7 +394,7 @@ def _main() -> None:
     """``python bench/sessiongen.py [TURNS] [OUT]``: generate, verify and report."""
     import sys
 
-    from tether.session.reducer import reduce_session
+    from tether.core.reducer import reduce_session
 
     turns = int(sys.argv[1]) if len(sys.argv) > 1 else 50
     data = generate(turns)

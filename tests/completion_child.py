@@ -9,7 +9,7 @@ Builds ``Agent(load_model("scripted:SCRIPT"), workspace=WORKSPACE)`` with ``teth
 read from the workspace and an authorizer that appends one line per question to the file
 ASKED and answers yes (``--no-terminal``: no authorizer, nobody can be asked), runs or
 resumes, and prints the RunResult as one JSON line.
-Crashes are armed through ``TETHER_CRASH_AT`` / ``TETHER_CRASH_MODE`` (tether.faults).
+Crashes are armed through ``TETHER_CRASH_AT`` / ``TETHER_CRASH_MODE`` (tether._faults).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[0] not in ("run", "resume"):
         sys.stderr.write(__doc__ or "")
         return 2
-    from tether.models import load_model
-    from tether.runtime import Agent
-    from tether.runtime.guards import AuthorizationRequest
+    from tether._models import load_model
+    from tether._runtime import Agent
+    from tether._runtime.guards import AuthorizationRequest
 
     command, workspace, script, asked, *rest = argv
 

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tether.effects.contract import EffectTool
-from tether.session.state import Replay
-from tether.tools.base import Tool, ToolContext, ToolResult
+from tether._effects.contract import EffectTool
+from tether._tools.base import Tool, ToolContext, ToolResult
+from tether.core.state import Replay
 
 PARAMETERS: Mapping[str, Any] = {
     "type": "object",

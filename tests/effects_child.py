@@ -14,12 +14,12 @@ from typing import Any
 
 import orjson
 
-from tether.effects.contract import EffectTool, LookupResult
-from tether.effects.publish_report import PublishReportTool, ReportLedger
-from tether.models import load_model
-from tether.runtime import Agent
-from tether.tools.base import ToolResult
-from tether.tools.builtin import builtin_tools
+from tether._effects.contract import EffectTool, LookupResult
+from tether._models import load_model
+from tether._runtime import Agent
+from tether._tools.base import ToolResult
+from tether._tools.builtin import builtin_tools
+from tether.testing.ledger import PublishReportTool, ReportLedger
 
 
 class BlindPublish(PublishReportTool):

@@ -11,7 +11,7 @@ question so (each question is appended to ``WORKSPACE/../asked.txt``); without i
 can be asked. ``--repl``: side-effecting calls no rule names are asked about, as in the
 REPL (without it they are allowed by default, as by ``tether run``/``resume`` on a
 terminal). Prints the RunResult as one JSON line, with the reconciliation events.
-Crashes are armed through ``TETHER_CRASH_AT`` / ``TETHER_CRASH_MODE`` (tether.faults).
+Crashes are armed through ``TETHER_CRASH_AT`` / ``TETHER_CRASH_MODE`` (tether._faults).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[0] not in ("run", "resume"):
         sys.stderr.write(__doc__ or "")
         return 2
-    from tether.effects.publish_report import PublishReportTool
-    from tether.models import load_model
-    from tether.runtime import Agent
-    from tether.runtime.guards import AuthorizationRequest
-    from tether.tools.builtin import builtin_tools
+    from tether._models import load_model
+    from tether._runtime import Agent
+    from tether._runtime.guards import AuthorizationRequest
+    from tether._tools.builtin import builtin_tools
+    from tether.testing.ledger import PublishReportTool
 
     command, workspace, script, *rest = argv
     answer = rest[rest.index("--ask") + 1] if "--ask" in rest else None

@@ -1,7 +1,7 @@
 """A real HTTP server on loopback that speaks the chat-completions protocol.
 
 Tests queue canned answers and point the real ``openai`` SDK (through
-:class:`tether.models.openai_compat.OpenAICompatibleModel`) at :attr:`FakeProvider.base_url`.
+:class:`tether._models.openai_compat.OpenAICompatibleModel`) at :attr:`FakeProvider.base_url`.
 Every request is recorded (path, headers, parsed JSON body), so a test can assert that one
 ``complete`` call made exactly one HTTP request (no retries) and what was sent.
 

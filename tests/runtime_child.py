@@ -9,11 +9,11 @@ Usage::
 Builds ``Agent(load_model("scripted:SCRIPT"), workspace=WORKSPACE)``, runs a new prompt
 (default ``"do it"``), resumes ``SESSION`` (``--abort``: ``Agent.resume(abort=True)``) or
 compacts it (``Agent.compact``, keeping the last turn), and prints the
-:class:`~tether.runtime.RunResult` as one JSON line on stdout; exit 0.
+:class:`~tether._runtime.RunResult` as one JSON line on stdout; exit 0.
 Progress events go to stderr, one JSON line each, so a test can see how far a killed
 child got.
 
-Crash injection is armed through the environment (read by :mod:`tether.faults` at
+Crash injection is armed through the environment (read by :mod:`tether._faults` at
 import): ``TETHER_CRASH_AT=NAME[@N]`` and ``TETHER_CRASH_MODE=kill|exit``. A crash in
 ``kill`` mode ends the process by ``SIGKILL`` (return code ``-9``) before anything is
 printed on stdout.
@@ -29,8 +29,8 @@ def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[0] not in ("run", "resume", "compact"):
         sys.stderr.write(__doc__ or "")
         return 2
-    from tether.models import load_model
-    from tether.runtime import Agent
+    from tether._models import load_model
+    from tether._runtime import Agent
 
     command, workspace, script, *rest = argv
 

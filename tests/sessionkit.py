@@ -26,9 +26,9 @@ from typing import Any
 
 import orjson
 
-from tether.session import Reducer, SessionCorruption, SessionState, reduce_session
-from tether.session.canonical import configuration_digest, source_digest
-from tether.session.contents import SYNTHETIC_CONTENT
+from tether.core import Reducer, SessionCorruption, SessionState, reduce_session
+from tether.core.canonical import configuration_digest, source_digest
+from tether.core.contents import SYNTHETIC_CONTENT
 
 __all__ = [
     "ABORTED_ERROR",

@@ -23,8 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tether.completion import artifact
-from tether.completion.artifact import (
+from tether._completion import artifact
+from tether._completion.artifact import (
     DEFAULT_IGNORES,
     EMPTY_DIGEST,
     ArtifactScanner,

@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.errors import CanonicalizationError
-from tether.session.canonical import (
+from tether.core.canonical import (
     SourceDigestBuilder,
     _fast_path_applies,
     _reference,
@@ -27,6 +26,7 @@ from tether.session.canonical import (
     system_prompt_digest,
     tool_definition_digest,
 )
+from tether.errors import CanonicalizationError
 
 ZERO = "sha256:" + "0" * 64
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.completion.check import CheckOutcome, run_check
-from tether.completion.evidence import VerificationStatus
+from tether._completion.check import CheckOutcome, run_check
+from tether._completion.evidence import VerificationStatus
 from tether.errors import ArtifactError, CheckCommandError
 
 

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tether.cli import app
-from tether.cli.common import one_line, printable
-from tether.cli.inspect_cmd import format_timestamp, message_preview
-from tether.cli.plan_cmd import describe_plan
-from tether.session import SessionState
+from tether._cli import app
+from tether._cli.common import one_line, printable
+from tether._cli.inspect_cmd import format_timestamp, message_preview
+from tether._cli.plan_cmd import describe_plan
+from tether.core import SessionState
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = REPO_ROOT / "tests" / "conformance"

@@ -341,7 +341,7 @@ def test_crashlab_args_deeper_than_tool_arguments_may_be(depth: int, tmp_path: P
     result = run_bounded(
         "crashlab",
         "--tool",
-        "tether.effects:PublishReportTool",
+        "tether._effects:PublishReportTool",
         "--args",
         '{"a": ' + nested + "}",
         cwd=tmp_path,

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from tether.cli.progress import format_size, summarize_arguments
-from tether.cli.run_cmd import EXIT_ABORTED, EXIT_BLOCKED, exit_code_for
-from tether.runtime.executor import RunResult, RunStatus
-from tether.session.store import SessionStore
+from tether._cli.progress import format_size, summarize_arguments
+from tether._cli.run_cmd import EXIT_ABORTED, EXIT_BLOCKED, exit_code_for
+from tether._runtime.executor import RunResult, RunStatus
+from tether._stores.file import SessionStore
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRUBBED = (

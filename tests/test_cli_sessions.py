@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tether.session.store import SessionStore, sessions_dir_for
+from tether._stores.file import SessionStore, sessions_dir_for
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "conformance" / "fixtures"

@@ -27,17 +27,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tether.cli import app
-from tether.completion.evidence import VerificationStatus, VerificationStore
-from tether.effects.authorization import AuthorizationStore
-from tether.effects.db import EffectsDB
+from tether._cli import app
+from tether._completion.evidence import VerificationStatus, VerificationStore
+from tether._effects.authorization import AuthorizationStore
+from tether._models import ScriptedModel
+from tether._project import BudgetConfig
+from tether._runtime import Agent, RunResult, RunStatus
+from tether._runtime.guards import AuthorizationRequest
+from tether._wsdb.sqlite import EffectsDB
+from tether.core import reduce_session
+from tether.core.state import IdleOperation
 from tether.errors import ConfigurationError, ProjectConfigError
-from tether.models import ScriptedModel
-from tether.project import BudgetConfig
-from tether.runtime import Agent, RunResult, RunStatus
-from tether.runtime.guards import AuthorizationRequest
-from tether.session import reduce_session
-from tether.session.state import IdleOperation
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().parent / "completion_child.py"

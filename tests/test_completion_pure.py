@@ -1,12 +1,12 @@
 """Unit and property tests of the pure parts of honest completion.
 
-* :mod:`tether.completion.gate` — the completion verdict (verified / failed / stale /
+* :mod:`tether.core.gate` — the completion verdict (verified / failed / stale /
   missing) and ``name_files``;
-* :mod:`tether.completion.stops` — ``repeated_failure``, ``budget_exhausted``,
+* :mod:`tether.core.stops` — ``repeated_failure``, ``budget_exhausted``,
   ``describe_call``;
-* :mod:`tether.completion.evidence` — the ``verification_status`` rule table;
-* :mod:`tether.completion.artifact` — ``ArtifactVersion.changed_since``;
-* :mod:`tether.runtime.guards` — the pure helpers (``is_failure``, ``arguments_digest``,
+* :mod:`tether._completion.evidence` — the ``verification_status`` rule table;
+* :mod:`tether._completion.artifact` — ``ArtifactVersion.changed_since``;
+* :mod:`tether._runtime.guards` — the pure helpers (``is_failure``, ``arguments_digest``,
   ``call_summary``, ``denial_text``, ``follow_up_prompt``, ``_previous_tool_result``).
 
 Nothing here touches the disk, a database or a subprocess.
@@ -21,25 +21,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.completion.artifact import ArtifactVersion
-from tether.completion.evidence import Verification, VerificationStatus, verification_status
-from tether.completion.gate import (
-    MAX_NAMED_FILES,
-    CompletionCheck,
-    CompletionStatus,
-    assess_completion,
-    name_files,
-)
-from tether.completion.stops import (
-    BUDGET_EXHAUSTED,
-    REPEATED_FAILURE,
-    FailedCall,
-    StopError,
-    budget_exhausted,
-    describe_call,
-    repeated_failure,
-)
-from tether.runtime.guards import (
+from tether._completion.artifact import ArtifactVersion
+from tether._completion.evidence import Verification, VerificationStatus, verification_status
+from tether._runtime.guards import (
     MAX_SUMMARY,
     _previous_tool_result,
     arguments_digest,
@@ -48,8 +32,24 @@ from tether.runtime.guards import (
     follow_up_prompt,
     is_failure,
 )
-from tether.session.state import IDLE, Header, SessionState, Usage
-from tether.tools.base import ToolResult
+from tether._tools.base import ToolResult
+from tether.core.gate import (
+    MAX_NAMED_FILES,
+    CompletionCheck,
+    CompletionStatus,
+    assess_completion,
+    name_files,
+)
+from tether.core.state import IDLE, Header, SessionState, Usage
+from tether.core.stops import (
+    BUDGET_EXHAUSTED,
+    REPEATED_FAILURE,
+    FailedCall,
+    StopError,
+    budget_exhausted,
+    describe_call,
+    repeated_failure,
+)
 
 CMD = "pytest -q"
 DIGEST_A = "sha256:" + "a" * 64

@@ -10,23 +10,23 @@ from typing import cast
 
 import pytest
 
-from tether.completion.check import CheckOutcome
-from tether.completion.evidence import (
+from tether._completion.check import CheckOutcome
+from tether._completion.evidence import (
     Verification,
     VerificationStatus,
     VerificationStore,
     verification_status,
 )
-from tether.completion.failures import FailureStore
-from tether.effects.authorization import AuthorizationStore, call_key
-from tether.effects.db import (
+from tether._completion.failures import FailureStore
+from tether._effects.authorization import AuthorizationStore, call_key
+from tether._effects.journal import ActionJournal
+from tether._ids import is_uuid7
+from tether._wsdb.sqlite import (
     EFFECTS_MIGRATIONS,
     EFFECTS_SCHEMA_VERSION,
     EffectsDB,
     effects_db_path,
 )
-from tether.effects.journal import ActionJournal
-from tether.ids import is_uuid7
 
 V2_TABLES = {"verifications", "artifact_manifests", "authorizations", "tool_failures"}
 
@@ -92,7 +92,7 @@ def outcome(
 
 
 def test_schema_version_is_3_and_tables_exist(db: EffectsDB) -> None:
-    # Version 3 (the database's identity, tether.effects.binding) came after these tables.
+    # Version 3 (the database's identity, tether._effects.binding) came after these tables.
     assert EFFECTS_SCHEMA_VERSION == len(EFFECTS_MIGRATIONS) == 3
     assert db.user_version == 3
     assert V2_TABLES <= tables(db)

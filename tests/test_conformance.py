@@ -1,7 +1,7 @@
 """Reducer conformance against the bundled golden fixtures (spec section 16).
 
 Runs every case of ``tests/conformance/fixtures/manifest.json`` exactly as the spec
-bundle's README prescribes: the raw bytes go to :func:`tether.session.reduce_session`,
+bundle's README prescribes: the raw bytes go to :func:`tether.core.reduce_session`,
 the result is encoded as ``{"ok": true, "state": ...}`` / ``{"ok": false, "error": ...}``
 and compared with the expected file by JSON-value equality.
 
@@ -19,7 +19,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from tether.session import SessionCorruption, reduce_session
+from tether.core import SessionCorruption, reduce_session
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = REPO_ROOT / "tests" / "conformance"

@@ -19,9 +19,17 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tether.cli import app
-from tether.crashlab.child import ACKS_FILE, EFFECTS_FILE, WORKSPACE, LogFacts, prepare_run_dir
-from tether.crashlab.matrix import (
+from tether._cli import app
+from tether._faults import CRASH_EXIT_CODE
+from tether._runtime import boundaries as runtime_boundaries
+from tether.testing.crashlab.child import (
+    ACKS_FILE,
+    EFFECTS_FILE,
+    WORKSPACE,
+    LogFacts,
+    prepare_run_dir,
+)
+from tether.testing.crashlab.matrix import (
     Case,
     CaseResult,
     JobResult,
@@ -31,10 +39,8 @@ from tether.crashlab.matrix import (
     run_lab,
     session_log_path,
 )
-from tether.crashlab.report import all_boundaries, summary_line
-from tether.crashlab.scenarios import BUILTIN_SCENARIOS
-from tether.faults import CRASH_EXIT_CODE
-from tether.runtime import boundaries as runtime_boundaries
+from tether.testing.crashlab.report import all_boundaries, summary_line
+from tether.testing.crashlab.scenarios import BUILTIN_SCENARIOS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BAD_TOOL = "tests.crashlab_badtool:BAD"
@@ -236,7 +242,7 @@ def test_reference_effect_tool_passes_with_its_lookup(monkeypatch: pytest.Monkey
     result = invoke(
         "crashlab",
         "--tool",
-        "tether.effects.publish_report:PublishReportTool",
+        "tether.testing.ledger:PublishReportTool",
         "--args",
         '{"title": "t", "body": "b"}',
     )
@@ -376,7 +382,7 @@ def lab_state(cwd: Path) -> tuple[bytes, bytes]:
     workspace = cwd / ".tether" / "lab" / "workspace"
     log = session_log_path(workspace)
     assert log is not None
-    from tether.effects.publish_report import ReportLedger
+    from tether.testing.ledger import ReportLedger
 
     ledger = ReportLedger(workspace / ".tether" / "ledger.db")
     try:

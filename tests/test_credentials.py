@@ -1,4 +1,4 @@
-"""``tether.credentials``: child environments, masking, and the process's own listing."""
+"""``tether._credentials``: child environments, masking, and the process's own listing."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.credentials import (
+from tether._credentials import (
     CREDENTIAL_VARIABLES,
     MASK,
     MIN_SECRET_LENGTH,
@@ -140,7 +140,7 @@ def test_for_process_uses_the_registered_secrets() -> None:
 def test_hide_from_process_listing_rewrites_cmdline_and_environ() -> None:
     code = (
         "import os, sys\n"
-        "from tether.credentials import hide_from_process_listing\n"
+        "from tether._credentials import hide_from_process_listing\n"
         "secret = sys.argv[2]\n"
         "print(hide_from_process_listing([secret]))\n"
         "print(secret.encode() in open('/proc/self/cmdline', 'rb').read())\n"
@@ -161,7 +161,7 @@ def test_hide_from_process_listing_rewrites_cmdline_and_environ() -> None:
 
 
 def test_the_model_adapter_registers_its_key_but_not_the_local_placeholder() -> None:
-    from tether.models.openai_compat import OpenAICompatibleModel
+    from tether._models.openai_compat import OpenAICompatibleModel
 
     key = "adapter-key-" + SECRET
     OpenAICompatibleModel("m", base_url="https://api.example.com/v1", api_key=key)

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tether import faults
-from tether.effects import journal as journal_module
-from tether.effects.contract import (
+from tether import _faults as faults
+from tether._effects import journal as journal_module
+from tether._effects.contract import (
     EffectTool,
     LookupResult,
     LookupStatus,
@@ -25,13 +25,7 @@ from tether.effects.contract import (
     has_lookup,
     safe_lookup,
 )
-from tether.effects.db import (
-    EFFECTS_SCHEMA_VERSION,
-    EffectsDB,
-    effects_db_path,
-    format_ms,
-)
-from tether.effects.journal import (
+from tether._effects.journal import (
     ActionJournal,
     FileVerdict,
     JournalRow,
@@ -47,13 +41,7 @@ from tether.effects.journal import (
     reconciled_text,
     stale_text,
 )
-from tether.effects.publish_report import (
-    PublishReportTool,
-    ReportLedger,
-    default_ledger_path,
-    publication_text,
-)
-from tether.effects.recovery import (
+from tether._effects.recovery import (
     PendingObservation,
     RecoveryAction,
     decide_pending,
@@ -63,7 +51,17 @@ from tether.effects.recovery import (
     record_decision,
     review_result_text,
 )
-from tether.effects.review import ReviewDecision, ReviewStatus, ReviewStore
+from tether._effects.review import ReviewDecision, ReviewStatus, ReviewStore
+from tether._tools import EditTool, ToolContext, ToolRegistry, ToolResult, WriteTool
+from tether._tools.base import FunctionTool, ValidatedCall
+from tether._tools.builtin import content_hash
+from tether._wsdb.sqlite import (
+    EFFECTS_SCHEMA_VERSION,
+    EffectsDB,
+    effects_db_path,
+    format_ms,
+)
+from tether.core.state import Replay
 from tether.errors import (
     ConfigurationError,
     EffectsDatabaseError,
@@ -72,10 +70,12 @@ from tether.errors import (
     ReviewItemResolved,
     TetherError,
 )
-from tether.session.state import Replay
-from tether.tools import EditTool, ToolContext, ToolRegistry, ToolResult, WriteTool
-from tether.tools.base import FunctionTool, ValidatedCall
-from tether.tools.builtin import content_hash
+from tether.testing.ledger import (
+    PublishReportTool,
+    ReportLedger,
+    default_ledger_path,
+    publication_text,
+)
 
 H_A = content_hash(b"a")
 H_B = content_hash(b"b")

@@ -25,24 +25,24 @@ from pathlib import Path
 
 import pytest
 
-from tether.effects.db import EffectsDB
-from tether.effects.journal import (
+from tether._effects.journal import (
     ActionJournal,
     JournalStatus,
     Verdict,
     journaled_run,
     observe_file,
 )
-from tether.effects.publish_report import PublishReportTool, ReportLedger
-from tether.effects.recovery import (
+from tether._effects.recovery import (
     PendingObservation,
     RecoveryAction,
     decide_pending,
     reconcile_pending,
 )
-from tether.effects.review import ReviewStore
-from tether.tools import EditTool, ToolContext, WriteTool
-from tether.tools.builtin import content_hash
+from tether._effects.review import ReviewStore
+from tether._tools import EditTool, ToolContext, WriteTool
+from tether._tools.builtin import content_hash
+from tether._wsdb.sqlite import EffectsDB
+from tether.testing.ledger import PublishReportTool, ReportLedger
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,8 +50,8 @@ CHILD_FILE = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from tether.effects.db import EffectsDB
-    from tether.effects.journal import ActionJournal, journaled_run
+    from tether._wsdb.sqlite import EffectsDB
+    from tether._effects.journal import ActionJournal, journaled_run
 
     ws, session, op, tool, arguments = sys.argv[1:6]
     db = EffectsDB.open_workspace(ws)
@@ -64,8 +64,8 @@ CHILD_EDIT_LOOP = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from tether.effects.db import EffectsDB
-    from tether.effects.journal import ActionJournal, journaled_edit
+    from tether._wsdb.sqlite import EffectsDB
+    from tether._effects.journal import ActionJournal, journaled_edit
 
     ws = Path(sys.argv[1])
     journal = ActionJournal(EffectsDB.open_workspace(ws))
@@ -84,7 +84,7 @@ CHILD_EDIT_LOOP = textwrap.dedent(
 CHILD_PUBLISH = textwrap.dedent(
     """
     import sys, time
-    from tether.effects.publish_report import ReportLedger
+    from tether.testing.ledger import ReportLedger
 
     path, first, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     start_at = float(sys.argv[4])

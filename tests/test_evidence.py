@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
-from tether import faults
-from tether.effects.authorization import AuthorizationStore, call_key
-from tether.effects.binding import (
+from tether import _faults as faults
+from tether._effects.authorization import AuthorizationStore, call_key
+from tether._effects.binding import (
     BINDING_FORMAT,
     BindingState,
     EvidenceCheck,
@@ -38,14 +38,8 @@ from tether.effects.binding import (
     read_binding,
     write_binding,
 )
-from tether.effects.contract import LookupResult
-from tether.effects.db import (
-    CORRUPT_ADVICE,
-    EFFECTS_MIGRATIONS,
-    EffectsDB,
-    effects_db_path,
-)
-from tether.effects.journal import (
+from tether._effects.contract import LookupResult
+from tether._effects.journal import (
     ActionJournal,
     FileVerdict,
     JournalRow,
@@ -56,7 +50,7 @@ from tether.effects.journal import (
     reconcile_file,
     run_prepared,
 )
-from tether.effects.recovery import (
+from tether._effects.recovery import (
     EVIDENCE_UNKNOWN,
     PendingObservation,
     RecoveryAction,
@@ -64,13 +58,19 @@ from tether.effects.recovery import (
     observe_pending,
     reconcile_pending,
 )
-from tether.effects.review import ReviewDecision, ReviewStore
+from tether._effects.review import ReviewDecision, ReviewStore
+from tether._project import load_project_config
+from tether._runtime.guards import LOST_RECORD_RULE, EarlierDecision, Guards
+from tether._stores.file import SessionStore, list_sessions
+from tether._tools import EditTool, ToolContext, WriteTool
+from tether._tools.builtin import BashTool, content_hash
+from tether._wsdb.sqlite import (
+    CORRUPT_ADVICE,
+    EFFECTS_MIGRATIONS,
+    EffectsDB,
+    effects_db_path,
+)
 from tether.errors import EffectsDatabaseError
-from tether.project import load_project_config
-from tether.runtime.guards import LOST_RECORD_RULE, EarlierDecision, Guards
-from tether.session.store import SessionStore, list_sessions
-from tether.tools import EditTool, ToolContext, WriteTool
-from tether.tools.builtin import BashTool, content_hash
 
 SESSION = "018f0000-0000-7000-8000-000000000001"
 H_A = "sha256:" + "a" * 64
@@ -369,7 +369,7 @@ def test_every_unknown_state_reviews_even_with_a_journal_verdict(state: BindingS
 
 
 def test_unknown_evidence_of_an_effect_tool_keeps_the_service_answer() -> None:
-    from tether.tools.base import ToolResult
+    from tether._tools.base import ToolResult
 
     committed = LookupResult.committed(ToolResult("Published"))
     observation = PendingObservation("op", "publish", lookup=committed, evidence=_unknown())

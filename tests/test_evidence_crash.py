@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from tether.effects.db import EffectsDB, effects_db_path
-from tether.effects.journal import ActionJournal
-from tether.effects.publish_report import ReportLedger
-from tether.effects.review import ReviewStore
-from tether.session import reduce_session
-from tether.session.state import IdleOperation
+from tether._effects.journal import ActionJournal
+from tether._effects.review import ReviewStore
+from tether._wsdb.sqlite import EffectsDB, effects_db_path
+from tether.core import reduce_session
+from tether.core.state import IdleOperation
+from tether.testing.ledger import ReportLedger
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().parent / "evidence_child.py"

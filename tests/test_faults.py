@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tether import faults
+from tether import _faults as faults
 
 
 @pytest.fixture(autouse=True)
@@ -21,7 +21,7 @@ def _disarmed() -> Iterator[None]:
 
 
 def test_store_boundaries_are_registered_with_descriptions() -> None:
-    import tether.session.store  # noqa: F401  (registers its boundaries)
+    import tether._stores.file  # noqa: F401  (registers its boundaries)
 
     for name in ("store.before_write", "store.torn_write", "store.after_write", "store.after_sync"):
         assert faults.BOUNDARIES[name]
@@ -75,7 +75,7 @@ def test_bad_crash_mode_is_refused() -> None:
 
 CHILD = """
 import sys
-from tether import faults
+from tether import _faults as faults
 faults.register("test.child", "boundary used by test_faults")
 for i in range(5):
     print(f"before {i}", flush=True)

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 from sessionkit import SessionKit, expect_error, expect_ok
-from tether.session import Reducer, SessionCorruption, reduce_session
+from tether.core import Reducer, SessionCorruption, reduce_session
 
 SURROGATE = b"\xed\xa0\x80"  # U+D800 encoded as UTF-8: never valid
 

@@ -19,11 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionkit import SessionKit, expect_error, expect_ok
-from tether.cli.common import dumps_json
-from tether.inputs import nesting_depth
-from tether.session import Reducer, SessionCorruption, framing, plan_recovery
-from tether.session.framing import MAX_LINE_DEPTH, parse_line
-from tether.session.planner import CurrentConfiguration
+from tether._cli.common import dumps_json
+from tether._inputs import nesting_depth
+from tether.core import Reducer, SessionCorruption, framing, plan_recovery
+from tether.core.framing import MAX_LINE_DEPTH, parse_line
+from tether.core.planner import CurrentConfiguration
 
 
 def test_the_limit_is_orjsons_writing_limit() -> None:

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from tether import ids
-from tether.ids import UUID7_PATTERN, is_uuid7, new_uuid7, uuid7
+from tether import _ids as ids
+from tether._ids import UUID7_PATTERN, is_uuid7, new_uuid7, uuid7
 
 
 def test_uuid7_is_pure_and_lays_out_the_fields() -> None:
@@ -117,7 +117,7 @@ def test_forked_children_do_not_repeat_the_parents_randomness() -> None:
 
 
 def test_two_processes_never_collide() -> None:
-    code = "from tether.ids import new_uuid7\nprint('\\n'.join(new_uuid7() for _ in range(2000)))"
+    code = "from tether._ids import new_uuid7\nprint('\\n'.join(new_uuid7() for _ in range(2000)))"
     runs = [
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         for _ in range(2)

@@ -1,4 +1,4 @@
-"""``tether.inputs``: bounded, typed reading of input files, and JSON depth without parsing.
+"""``tether._inputs``: bounded, typed reading of input files, and JSON depth without parsing.
 
 The reader is checked against every kind of thing a path can name (regular file, FIFO,
 device, directory, links to each, nothing), against its size limit from both sides, and
@@ -22,15 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.errors import (
-    ConfigurationError,
-    InputFileError,
-    InputTooDeep,
-    InputTooLarge,
-    NotARegularFile,
-    ProjectConfigError,
-)
-from tether.inputs import (
+from tether._inputs import (
     MAX_CONFIG_BYTES,
     MAX_CURRENT_BYTES,
     MAX_JSON_DEPTH,
@@ -42,9 +34,17 @@ from tether.inputs import (
     read_optional_file,
     value_deeper_than,
 )
-from tether.models.scripted import ScriptedModel
-from tether.project import load_project_config
-from tether.runtime.executor import MAX_AGENTS_BYTES, Agent
+from tether._project import load_project_config
+from tether._runtime.executor import MAX_AGENTS_BYTES, Agent
+from tether.errors import (
+    ConfigurationError,
+    InputFileError,
+    InputTooDeep,
+    InputTooLarge,
+    NotARegularFile,
+    ProjectConfigError,
+)
+from tether.testing.scripted import ScriptedModel
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs mkfifo")
 

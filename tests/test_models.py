@@ -18,8 +18,7 @@ import pytest
 
 from fakeprovider import FakeProvider, completion, error, ok, raw
 from sessionkit import SessionKit, expect_ok
-from tether.errors import ConfigurationError, ModelError, TetherError
-from tether.models import (
+from tether._models import (
     ModelAdapter,
     ModelRequest,
     ModelResponse,
@@ -31,14 +30,15 @@ from tether.models import (
     stop_reason_for,
     validate_output_options,
 )
-from tether.models.base import redact
-from tether.models.openai_compat import (
+from tether._models.base import redact
+from tether._models.openai_compat import (
     ADAPTER_IDENTITY,
     DEFAULT_BASE_URL,
     parse_chat_completion,
     usage_from_json,
 )
-from tether.session.state import StopReason
+from tether.core.state import StopReason
+from tether.errors import ConfigurationError, ModelError, TetherError
 
 KEY = "sk-test-SECRET0123456789abcdef"
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from sessionkit import SessionKit, expect_ok
+from tether._models import ModelRequest, ModelResponse, ScriptedModel, TokenUsage, ToolCallOut
+from tether.core.state import StopReason
 from tether.errors import ConfigurationError, ModelError
-from tether.models import ModelRequest, ModelResponse, ScriptedModel, TokenUsage, ToolCallOut
-from tether.session.state import StopReason
 
 DEMO: dict[str, Any] = {
     "model": "scripted/demo",
@@ -112,7 +112,7 @@ def test_new_process_gets_same_answer(demo_file: Path) -> None:
     """A resumed process (after a crash) asks for the same position and gets the same answer."""
     code = (
         "import json, sys\n"
-        "from tether.models import ScriptedModel, ModelRequest\n"
+        "from tether._models import ScriptedModel, ModelRequest\n"
         "m = ScriptedModel.from_file(sys.argv[1])\n"
         "r = m.complete(ModelRequest('s', [], position=int(sys.argv[2])))\n"
         "print(json.dumps([r.to_message(), r.stop_reason.value, r.usage.to_json(),"

@@ -22,10 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from tether.errors import ConfigurationError, TetherError
-from tether.session import contents
-from tether.session.contents import SYNTHETIC_CONTENT, WHITESPACE, is_blank
-from tether.session.planner import (
+from tether.core import contents
+from tether.core.contents import SYNTHETIC_CONTENT, WHITESPACE, is_blank
+from tether.core.planner import (
     ABORTED_ERROR,
     MAX_ARGUMENT_DEPTH,
     MODEL_ERROR,
@@ -55,8 +54,8 @@ from tether.session.planner import (
     plan_from_json,
     plan_recovery,
 )
-from tether.session.reducer import reduce_session
-from tether.session.state import (
+from tether.core.reducer import reduce_session
+from tether.core.state import (
     IDLE,
     CompactionOperation,
     ConfigurationSnapshot,
@@ -76,6 +75,7 @@ from tether.session.state import (
     ToolStatus,
     Usage,
 )
+from tether.errors import ConfigurationError, TetherError
 
 # =========================================================================== paths
 

@@ -1,4 +1,4 @@
-"""The pure authorization policy: :func:`tether.effects.policy.decide`."""
+"""The pure authorization policy: :func:`tether.core.policy.decide`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.effects.policy import (
+from tether.core.policy import (
     NO_TERMINAL_REASON,
     BashRule,
     Decision,

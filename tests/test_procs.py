@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tether.session import reduce_session
+from tether.core import reduce_session
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().parent / "runtime_child.py"
@@ -163,7 +163,7 @@ def _python(code: str) -> subprocess.Popen[str]:
 
 
 def test_the_gate_runs_nothing_when_it_is_not_opened(tmp_path: Path) -> None:
-    from tether.procs import _GATE, _GATE_NAME
+    from tether._procs import _GATE, _GATE_NAME
 
     read_end, write_end = os.pipe()
     os.close(write_end)  # tether died before opening the gate
@@ -186,7 +186,7 @@ def test_a_forked_child_has_its_own_reaper(tmp_path: Path) -> None:
     reaper of its own: killing it kills its command although the parent lives on."""
     code = f"""
 import os, sys, time
-from tether.procs import run_in_group
+from tether._procs import run_in_group
 def run(command):
     run_in_group(["/bin/sh", "-c", command], cwd={str(tmp_path)!r}, env=dict(os.environ),
                  timeout=30, on_output=lambda data: None)
@@ -215,7 +215,7 @@ time.sleep(30)
 def test_the_reaper_exits_with_its_process(tmp_path: Path) -> None:
     code = f"""
 import os
-from tether import procs
+from tether import _procs as procs
 procs.run_in_group(["/bin/true"], cwd={str(tmp_path)!r}, env={{}}, timeout=10,
                    on_output=lambda data: None)
 print(procs._REAPER._pid, flush=True)

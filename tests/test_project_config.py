@@ -11,9 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.effects.policy import BashRule, Decision, Policy
-from tether.errors import ConfigurationError, ProjectConfigError
-from tether.project import (
+from tether._project import (
     CONFIG_FILE,
     ArtifactConfig,
     BudgetConfig,
@@ -23,6 +21,8 @@ from tether.project import (
     parse_project_config,
     project_config_from_mapping,
 )
+from tether.core.policy import BashRule, Decision, Policy
+from tether.errors import ConfigurationError, ProjectConfigError
 
 FULL_EXAMPLE = """\
 [verify]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tether._project import ProjectConfig, ToolsConfig, parse_project_config
 from tether.errors import ProjectConfigError
-from tether.project import ProjectConfig, ToolsConfig, parse_project_config
 
 
 def test_default_passes_nothing_through() -> None:

@@ -23,14 +23,14 @@ from typing import Any
 import pytest
 
 from test_cli_run import cli_env, json_lines, run_cli, script, tool_results
-from tether.effects.db import EffectsDB
+from tether._models import ScriptedModel
+from tether._runtime import Agent
+from tether._tools import EditTool, ReadTool, ToolContext, WriteTool, tool
+from tether._tools.builtin import apply_change, builtin_tools, plan_write
+from tether._tools.workspace import ProtectedState
+from tether._wsdb.sqlite import EffectsDB
+from tether.core import reduce_session
 from tether.errors import ConfigurationError, ProtectedPath
-from tether.models import ScriptedModel
-from tether.runtime import Agent
-from tether.session import reduce_session
-from tether.tools import EditTool, ReadTool, ToolContext, WriteTool, tool
-from tether.tools.builtin import apply_change, builtin_tools, plan_write
-from tether.tools.workspace import ProtectedState
 
 REFUSED = "tether's own state"
 

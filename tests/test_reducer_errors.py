@@ -22,10 +22,10 @@ from sessionkit import (
     expect_ok,
     make_id,
 )
-from tether.session import reduce_session
-from tether.session.canonical import configuration_digest
-from tether.session.contents import SYNTHETIC_CONTENT
-from tether.session.state import RunOperation, StepStatus
+from tether.core import reduce_session
+from tether.core.canonical import configuration_digest
+from tether.core.contents import SYNTHETIC_CONTENT
+from tether.core.state import RunOperation, StepStatus
 
 FACT = "INVALID_FACT"
 REF = "INVALID_REFERENCE"
@@ -2292,7 +2292,7 @@ def test_compaction_started_source_digest_covers_earlier_compactions() -> None:
     expect_ok(good)
     # A digest over the messages since the last compaction only is wrong.
     fact = kit.compaction_started(keep=2)
-    from tether.session.canonical import source_digest
+    from tether.core.canonical import source_digest
 
     fact["record"]["sourceDigest"] = source_digest(kit.messages[-2:])
     fails(kit, fact, REF)

@@ -36,7 +36,7 @@ from sessionkit import (
     make_id,
     open_calls,
 )
-from tether.session import Reducer, SessionCorruption, SessionState, reduce_session
+from tether.core import Reducer, SessionCorruption, SessionState, reduce_session
 
 CODES = frozenset(
     {

@@ -60,12 +60,12 @@ from typing import Any
 
 import pytest
 
-from tether import faults
-from tether.faults import CRASH_EXIT_CODE
-from tether.models import load_model
-from tether.runtime import Agent, RunStatus
-from tether.session import reduce_session
-from tether.session.state import IdleOperation, SessionState
+from tether import _faults as faults
+from tether._faults import CRASH_EXIT_CODE
+from tether._models import load_model
+from tether._runtime import Agent, RunStatus
+from tether.core import reduce_session
+from tether.core.state import IdleOperation, SessionState
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().parent / "runtime_child.py"
@@ -506,7 +506,7 @@ def test_boundary_hit_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_every_runtime_boundary_is_in_the_matrix() -> None:
-    from tether.runtime import boundaries
+    from tether._runtime import boundaries
 
     assert set(boundaries.ALL) == set(RUNTIME_HITS)
     covered = {(c.boundary, c.hit) for c in CASES}
@@ -803,8 +803,8 @@ def test_replay_declaration_change_blocks_then_restoring_replays(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A safe user tool whose replay key changed is not replayed (spec 14.4 rule 9)."""
-    from tether.session.state import Replay
-    from tether.tools.base import ToolContext, tool
+    from tether._tools.base import ToolContext, tool
+    from tether.core.state import Replay
 
     runs: list[str] = []
 

@@ -25,16 +25,16 @@ from typing import Any
 import pytest
 
 from fakeprovider import FakeProvider, completion, error, ok
+from tether._models import ModelRequest, ModelResponse, OpenAICompatibleModel, ScriptedModel
+from tether._models.base import ModelAdapter
+from tether._runtime import Agent, RunResult, RunStatus
+from tether._runtime.events import Event
+from tether._stores.file import SessionStore
+from tether._tools import builtin
+from tether._tools.base import ToolContext, ToolResult, tool
+from tether.core import reduce_session
+from tether.core.state import IdleOperation, Replay, SessionState
 from tether.errors import ConfigurationError
-from tether.models import ModelRequest, ModelResponse, OpenAICompatibleModel, ScriptedModel
-from tether.models.base import ModelAdapter
-from tether.runtime import Agent, RunResult, RunStatus
-from tether.runtime.events import Event
-from tether.session import reduce_session
-from tether.session.state import IdleOperation, Replay, SessionState
-from tether.session.store import SessionStore
-from tether.tools import builtin
-from tether.tools.base import ToolContext, ToolResult, tool
 
 README_TEXT = "hello from the README\n"
 SYNTHETIC = {
@@ -818,7 +818,7 @@ class TestScaling:
         completed so far: that makes a run of n tool steps cost O(n^2) and is what puts
         ``bench/bench_runtime.py`` over its 1.5x target (1.9x at 100 steps, 2.7x at 300).
         """
-        from tether.session import reducer
+        from tether.core import reducer
 
         built = Counter[str]()
         original = reducer._completed

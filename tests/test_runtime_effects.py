@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from tether.effects.publish_report import ReportLedger
-from tether.session import reduce_session
-from tether.session.state import IdleOperation
+from tether.core import reduce_session
+from tether.core.state import IdleOperation
+from tether.testing.ledger import ReportLedger
 
 CHILD = Path(__file__).resolve().parent / "effects_child.py"
 SRC = Path(__file__).resolve().parent.parent / "src"

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from tether.credentials import MASK, Masker
+from tether._credentials import MASK, Masker
+from tether._models import ScriptedModel
+from tether._runtime import Agent, RunStatus
+from tether._runtime import events as ev
+from tether._runtime.masking import mask_commits, masked_sink
+from tether._stores.file import SessionStore
+from tether.core import reduce_session
 from tether.errors import ConfigurationError
-from tether.models import ScriptedModel
-from tether.runtime import Agent, RunStatus
-from tether.runtime import events as ev
-from tether.runtime.masking import mask_commits, masked_sink
-from tether.session import reduce_session
-from tether.session.store import SessionStore
 
 SECRET = "in-process-Secret-4Kq9Zr"
 

@@ -22,6 +22,18 @@ from typing import Any
 
 import pytest
 
+from tether._ids import is_uuid7
+from tether._stores import file as store_module
+from tether._stores.file import (
+    Durability,
+    SessionStore,
+    SessionStoreProtocol,
+    find_session,
+    list_sessions,
+    session_file_name,
+    sessions_dir_for,
+)
+from tether.core import reduce_session
 from tether.errors import (
     AmbiguousSessionId,
     ConfigurationError,
@@ -36,18 +48,6 @@ from tether.errors import (
     TetherError,
     UnsafeSessionPath,
     UnsupportedSessionVersion,
-)
-from tether.ids import is_uuid7
-from tether.session import reduce_session
-from tether.session import store as store_module
-from tether.session.store import (
-    Durability,
-    SessionStore,
-    SessionStoreProtocol,
-    find_session,
-    list_sessions,
-    session_file_name,
-    sessions_dir_for,
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -285,7 +285,7 @@ def test_duplicate_provisioned_id_is_rejected(store: SessionStore) -> None:
 
 def test_a_realistic_run_round_trips(store: SessionStore) -> None:
     """Prompt, runStarted, attempt, answer, finish: the shapes a real run commits."""
-    from tether.ids import new_uuid7
+    from tether._ids import new_uuid7
 
     entry_id, op_id, step_id, attempt_id, answer_id = (new_uuid7() for _ in range(5))
     snapshot_cfg = {
@@ -296,7 +296,7 @@ def test_a_realistic_run_round_trips(store: SessionStore) -> None:
         "routingIdentity": "openrouter:test/model",
         "outputOptionsDigest": "sha256:" + "0" * 64,
     }
-    from tether.session.canonical import configuration_digest
+    from tether.core.canonical import configuration_digest
 
     store.commit(
         [
@@ -821,7 +821,7 @@ def test_flock_alone_excludes_a_second_descriptor_in_this_process(workspace: Pat
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from tether.session.store import SessionStore
+    from tether._stores.file import SessionStore
     from tether.errors import SessionBusy
     try:
         store = SessionStore.open(sys.argv[1], sessions_dir=sys.argv[2])

@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from tether.faults import CRASH_EXIT_CODE
-from tether.session import reduce_session
-from tether.session.store import SessionStore, list_sessions, sessions_dir_for
+from tether._faults import CRASH_EXIT_CODE
+from tether._stores.file import SessionStore, list_sessions, sessions_dir_for
+from tether.core import reduce_session
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,7 @@ RUNS_PER_SESSION = 6
 CHILD = textwrap.dedent(
     """
     import random, sys
-    from tether.session.store import SessionStore
+    from tether._stores.file import SessionStore
 
     path, sessions_dir, durability, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     rng = random.Random(seed)
@@ -204,7 +204,7 @@ def test_named_crash_boundaries(
 CREATE_CHILD = textwrap.dedent(
     """
     import sys
-    from tether.session.store import SessionStore
+    from tether._stores.file import SessionStore
 
     store = SessionStore.create(
         sys.argv[1], provider="openrouter", model="test/model", environment_identity="crash",

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from stracekit import Call, Traced, cli_env, fail_call, nth_call, require_strace, tether_argv, trace
-from tether.session.store import SessionStore, sessions_dir_for
+from tether._stores.file import SessionStore, sessions_dir_for
 
 
 @pytest.fixture(autouse=True)
@@ -140,7 +140,7 @@ def test_a_new_sessions_dir_and_its_new_ancestors_are_synced(tmp_path: Path) -> 
 
 EFFECTS_CHILD = """
 import sys
-from tether.effects.db import EffectsDB
+from tether._wsdb.sqlite import EffectsDB
 with EffectsDB.open_workspace(sys.argv[1]) as db:
     with db.transaction() as conn:
         conn.execute("INSERT INTO artifact_manifests VALUES ('v1', x'00', 1)")

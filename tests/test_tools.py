@@ -17,18 +17,7 @@ from typing import Any
 
 import pytest
 
-from tether.errors import (
-    CanonicalizationError,
-    ConfigurationError,
-    StaleFileChange,
-    ToolError,
-    WorkspaceEscape,
-)
-from tether.session.canonical import sha256_digest, tool_definition_digest
-from tether.session.contents import SYNTHETIC_CONTENT
-from tether.session.planner import CurrentConfiguration, ToolDeclaration
-from tether.session.state import Replay
-from tether.tools import (
+from tether._tools import (
     EditTool,
     FileChange,
     FunctionTool,
@@ -47,8 +36,19 @@ from tether.tools import (
     resolve_in_workspace,
     tool,
 )
-from tether.tools.builtin import READ_MAX_BYTES, READ_MAX_LINES, ApplyOutcome, current_hash
-from tether.tools.workspace import open_parent, relative_parts
+from tether._tools.builtin import READ_MAX_BYTES, READ_MAX_LINES, ApplyOutcome, current_hash
+from tether._tools.workspace import open_parent, relative_parts
+from tether.core.canonical import sha256_digest, tool_definition_digest
+from tether.core.contents import SYNTHETIC_CONTENT
+from tether.core.planner import CurrentConfiguration, ToolDeclaration
+from tether.core.state import Replay
+from tether.errors import (
+    CanonicalizationError,
+    ConfigurationError,
+    StaleFileChange,
+    ToolError,
+    WorkspaceEscape,
+)
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -355,7 +355,7 @@ def test_write_same_content_is_reported_unchanged(ws: Path) -> None:
 
 def _crash_child(ws: Path, boundary: str, content: str) -> subprocess.CompletedProcess[str]:
     code = (
-        "import sys; from pathlib import Path; from tether.tools import apply_change, plan_write;"
+        "import sys; from pathlib import Path; from tether._tools import apply_change, plan_write;"
         "ws = Path(sys.argv[1]); apply_change(ws, plan_write(ws, 'f.txt', sys.argv[2]))"
     )
     env = {**os.environ, "TETHER_CRASH_AT": boundary, "TETHER_CRASH_MODE": "exit"}
@@ -694,7 +694,7 @@ def test_definition_digests_are_stable_across_runs() -> None:
     here = {t.name: t.definition_digest() for t in builtin_tools()}
     assert here == BUILTIN_DIGESTS
     code = (
-        "import json; from tether.tools import builtin_tools;"
+        "import json; from tether._tools import builtin_tools;"
         "print(json.dumps({t.name: t.definition_digest() for t in builtin_tools()}))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
@@ -706,8 +706,8 @@ def test_definition_digests_are_stable_across_runs() -> None:
 
 
 def test_tether_state_is_out_of_reach(tmp_path: Path) -> None:
+    from tether._tools.workspace import relative_parts
     from tether.errors import WorkspaceEscape
-    from tether.tools.workspace import relative_parts
 
     for path in (".tether/effects.db", "./.tether/sessions/x.jsonl", ".tether"):
         with pytest.raises(WorkspaceEscape, match="tether's own state"):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.tools import BashTool, ToolContext, ToolResult
+from tether._tools import BashTool, ToolContext, ToolResult
 
 
 @pytest.fixture

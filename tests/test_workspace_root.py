@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from test_cli_run import cli_env, json_lines, run_cli, script
+from tether._project import choose_root, find_workspace_root, load_project_config
 from tether.errors import ConfigurationError, ProjectConfigError
-from tether.project import choose_root, find_workspace_root, load_project_config
 
 DENY_RM = """\
 [[policy.bash]]

@@ -1,6 +1,6 @@
 """``python -m tether``: the command-line interface."""
 
-from tether.cli import main
+from tether._cli import main
 
 if __name__ == "__main__":
     main()

@@ -50,7 +50,7 @@ class ConfigurationError(TetherError, ValueError):
     exit_code = 2
 
 
-# --- Session store errors (tether.session.store) -------------------------------------------
+# --- Session store errors (tether._stores.file) -------------------------------------------
 #
 # Exit codes: 1 generic / corrupt candidate, 2 configuration, 3 session not found,
 # 4 session busy, 5 corrupt session log, 6 unsupported session version, 7 ambiguous session
@@ -85,7 +85,7 @@ class SessionBusy(TetherError):
         self.pid = pid
         if pid is None:
             # Not provably the current holder: naming a pid someone might kill would be a
-            # guess (see tether.session.locking).
+            # guess (see tether._stores.locking).
             holder = "another process"
         elif pid == _os.getpid():
             holder = f"this process (pid {pid})"
@@ -222,7 +222,7 @@ class StoreUnavailable(TetherError):
         super().__init__(f"session {path}: {why}")
 
 
-# --- Tool errors (tether.tools) ------------------------------------------------------------
+# --- Tool errors (tether._tools) ------------------------------------------------------------
 #
 # Expected failures of a tool call. The built-in tools turn them into an error result for the
 # model (``"Error: " + str(error)``); they never end the run on their own.
@@ -277,7 +277,7 @@ class StaleFileChange(ToolError):
         )
 
 
-# --- Model adapter errors (tether.models) ----------------------------------------------------
+# --- Model adapter errors (tether._models) ----------------------------------------------------
 
 
 class ModelError(TetherError):
@@ -326,7 +326,7 @@ MODEL_ERROR_CODES = frozenset(
 )
 
 
-# --- Effects errors (tether.effects) ----------------------------------------------------------
+# --- Effects errors (tether._effects) ----------------------------------------------------------
 #
 # Exit codes: 20 effects database unusable (corrupt, locked, newer schema, I/O), 21 operation id
 # reused with different arguments, 22 review item not found, 23 review item already resolved,
@@ -436,7 +436,7 @@ class CheckCommandError(TetherError):
 #
 # Exit code 2 (a usage / configuration error), like every other input a user gives: the
 # session file of `tether inspect`/`tether plan`, CURRENT.json, a model script, AGENTS.md,
-# tether.toml. Raised by tether.inputs, which every reader of such a file goes through.
+# tether.toml. Raised by tether._inputs, which every reader of such a file goes through.
 
 
 class InputFileError(ConfigurationError):

@@ -1,0 +1,73 @@
+"""``tether authorizations``: the recorded decisions on side-effecting tool calls.
+
+Every decision that came from a ``tether.toml`` rule, a person at the terminal or
+``--yes`` was written to ``.tether/effects.db`` before its call started: who decided,
+on what (tool, summary, arguments digest), why (rule and reason) and when.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from tether._cli.common import WORKSPACE_HELP, emit_json, handle_errors, one_line, workspace_root
+from tether._effects.authorization import AuthorizationStore
+from tether._wsdb.sqlite import EffectsDB, effects_db_path, format_ms
+
+
+def register(app: typer.Typer) -> None:
+    app.command("authorizations")(authorizations)
+
+
+def authorizations(
+    workspace: Annotated[
+        Path | None,
+        typer.Option("--workspace", "-w", help=WORKSPACE_HELP, metavar="DIR", show_default=False),
+    ] = None,
+    session: Annotated[
+        str | None,
+        typer.Option(
+            "--session", "-s", help="Only this session's decisions (full id).", metavar="ID"
+        ),
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+) -> None:
+    """List the authorization decisions recorded in this workspace, oldest first."""
+    with handle_errors():
+        root = workspace_root(workspace)
+        if not effects_db_path(root).exists():
+            decisions = []
+        else:
+            db = EffectsDB.open_workspace(root)
+            try:
+                decisions = AuthorizationStore(db).list(session)
+            finally:
+                db.close()
+        if json_output:
+            emit_json([decision.to_json() for decision in decisions])
+            return
+        console = Console(highlight=False)
+        if not decisions:
+            console.print("no authorization decisions recorded")
+            return
+        table = Table(box=None, pad_edge=False)
+        for column in ("when", "session", "tool", "call", "decision", "who", "why"):
+            table.add_column(column, overflow="fold")
+        for decision in decisions:
+            why = decision.rule + (f": {decision.reason}" if decision.reason else "")
+            cells = (
+                format_ms(decision.decided_at_ms) or "",
+                decision.session_id[:13],
+                one_line(decision.tool_name),
+                one_line(decision.summary),
+                decision.decision,
+                decision.who,
+                one_line(why),
+            )
+            table.add_row(*(Text(cell) for cell in cells))  # never markup: untrusted text
+        console.print(table)

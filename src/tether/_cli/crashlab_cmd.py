@@ -1,0 +1,350 @@
+"""``tether crashlab``: kill real agent runs at every crash boundary and check the recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tether._cli.common import EXIT_USAGE, InputError, emit_json, fail, handle_errors, printable
+from tether._inputs import deeper_than
+from tether.core.planner import MAX_ARGUMENT_DEPTH
+from tether.errors import InputTooDeep
+from tether.testing.crashlab.matrix import (
+    Case,
+    CaseResult,
+    Discovery,
+    LabOptions,
+    LabResult,
+    fork_available,
+    parse_boundary_filter,
+    run_lab,
+)
+from tether.testing.crashlab.report import all_boundaries, render, summary_line, to_json
+from tether.testing.crashlab.scenarios import (
+    BUILTIN_SCENARIOS,
+    Scenario,
+    load_user_tool,
+    publish_report_unavailable,
+    user_tool_scenario,
+)
+
+EXIT_PASS = 0
+EXIT_FAIL = 1
+_DURABILITY = {
+    "durable": "every commit fdatasync-ed",
+    "process": "no fsync: a killed process loses nothing, store.after_sync is never reached",
+}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("crashlab")(crashlab)
+
+
+def crashlab(
+    list_boundaries: Annotated[
+        bool,
+        typer.Option("--list-boundaries", help="Print every crash boundary with its description."),
+    ] = False,
+    list_scenarios: Annotated[
+        bool, typer.Option("--list-scenarios", help="Print the built-in scenarios.")
+    ] = False,
+    scenario: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scenario", "-s", help="Run only this scenario (repeatable).", metavar="NAME"
+        ),
+    ] = None,
+    boundary: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--boundary",
+            "-b",
+            help="Crash only at this boundary: NAME (every hit) or NAME@N (repeatable).",
+            metavar="NAME[@N]",
+        ),
+    ] = None,
+    tool: Annotated[
+        str | None,
+        typer.Option(
+            "--tool",
+            help="Check your own tool: MODULE:NAME (a Tool/EffectTool instance, class or "
+            "factory), importable from the current directory.",
+            metavar="MODULE:NAME",
+        ),
+    ] = None,
+    tool_args: Annotated[
+        str,
+        typer.Option(
+            "--args", help="The --tool call's arguments as a JSON object.", metavar="JSON"
+        ),
+    ] = "{}",
+    jobs: Annotated[
+        int,
+        typer.Option("--jobs", "-j", help="Parallel runs (default: the number of CPUs).", min=0),
+    ] = 0,
+    durability: Annotated[
+        str,
+        typer.Option(
+            "--durability",
+            help="Session store mode of the runs: durable (fdatasync every commit) or process.",
+        ),
+    ] = "durable",
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every run.")] = False,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep every run folder (failing ones are always kept).")
+    ] = False,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(
+            "--workdir", help="Where run folders go (default: a temp folder).", metavar="DIR"
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds one child process may take.", min=1.0)
+    ] = 120.0,
+    no_fork: Annotated[
+        bool,
+        typer.Option("--no-fork", help="Start a fresh interpreter per process instead of forking."),
+    ] = False,
+) -> None:
+    """Kill real agent runs at every crash boundary and prove recovery never duplicates an effect.
+
+    Every built-in scenario (driven by a scripted model: no API key) is run once to find the
+    boundaries it passes; then, for every boundary and every N-th hit of it, the scenario
+    runs in a child process that is killed there, is resumed, and resumed again. Each run
+    is checked: never-replay effects happened at most once (exactly once where the log
+    records the outcome), acknowledged commits survived, the log reduces and every tool call
+    has one result, the second resume appended nothing, review items only where the
+    outcome cannot be known.
+
+    The last line is `PASS duplicate_effects=0 scenarios=S boundaries=B runs=R` (exit 0),
+    or `FAIL …` with the first counterexample and the command reproducing it (exit 1).
+    With --tool the verdict is REVIEW (exit 1) when recovery cannot establish the outcome
+    of your tool after some crash (no lookup). Exit 2: usage error.
+    """
+    with handle_errors():
+        if list_boundaries:
+            _list_boundaries(json_output)
+            return
+        if list_scenarios:
+            _list_scenarios(json_output)
+            return
+        if durability not in ("durable", "process"):
+            raise InputError(f"--durability must be durable or process, not {durability!r}")
+        try:
+            wanted = parse_boundary_filter(boundary or ())
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        if wanted:
+            registered = all_boundaries()
+            for name, _ in wanted:
+                if name not in registered:
+                    raise InputError(
+                        f"unknown boundary {name!r} (see tether crashlab --list-boundaries)"
+                    )
+        scenarios, skipped, args_json = _scenarios(scenario or [], tool, tool_args)
+        if not scenarios:
+            fail("no scenario to run: " + "; ".join(f"{n}: {r}" for n, r in skipped), EXIT_USAGE)
+        effective_jobs = jobs if jobs > 0 else (os.cpu_count() or 1)
+        fork = not no_fork and fork_available()
+        options = LabOptions(
+            scenarios=scenarios,
+            boundaries=list(boundary or ()),
+            jobs=effective_jobs,
+            durability=durability,
+            timeout=timeout,
+            workdir=workdir,
+            keep=keep,
+            fork=fork,
+            reproduce=_reproducer(tool, args_json, durability),
+            skipped=skipped,
+        )
+        result = _run(options, json_output, fork)
+        _unreached(result, boundary or [])
+        if json_output:
+            emit_json(to_json(result, jobs=effective_jobs, fork=fork))
+        else:
+            console = Console(highlight=False)
+            if not console.is_terminal:
+                console = Console(width=200, highlight=False)
+            render(result, console, verbose=verbose)
+            typer.echo(summary_line(result))
+        raise typer.Exit(EXIT_PASS if result.verdict == "PASS" else EXIT_FAIL)
+
+
+def _list_boundaries(json_output: bool) -> None:
+    boundaries = all_boundaries()
+    if json_output:
+        emit_json([{"name": n, "description": d} for n, d in boundaries.items()])
+        return
+    width = max((len(n) for n in boundaries), default=0)
+    for name, description in boundaries.items():
+        typer.echo(f"{name:<{width}}  {description}")
+
+
+def _list_scenarios(json_output: bool) -> None:
+    if json_output:
+        emit_json([{"name": s.name, "title": s.title} for s in BUILTIN_SCENARIOS.values()])
+        return
+    width = max(len(n) for n in BUILTIN_SCENARIOS)
+    for item in BUILTIN_SCENARIOS.values():
+        typer.echo(f"{item.name:<{width}}  {item.title}")
+
+
+def _scenarios(
+    names: list[str], tool: str | None, tool_args: str
+) -> tuple[list[Scenario], list[tuple[str, str]], str | None]:
+    skipped: list[tuple[str, str]] = []
+    if tool is not None:
+        if names:
+            raise InputError("--scenario and --tool cannot be combined")
+        arguments, text = _tool_arguments(tool_args)
+        return [_user_scenario(tool, arguments)], skipped, text
+    unknown = [n for n in names if n not in BUILTIN_SCENARIOS]
+    if unknown:
+        known = ", ".join(BUILTIN_SCENARIOS)
+        raise InputError(f"unknown scenario {unknown[0]!r} (known: {known})")
+    chosen = [BUILTIN_SCENARIOS[n] for n in dict.fromkeys(names)] or list(
+        BUILTIN_SCENARIOS.values()
+    )
+    out = []
+    for item in chosen:
+        needs_effects = any(t.ref == "publish_report" for t in item.extra_tools)
+        reason = publish_report_unavailable() if needs_effects else None
+        if reason is not None:
+            skipped.append((item.name, reason))
+        else:
+            out.append(item)
+    return out, skipped, None
+
+
+def _tool_arguments(text: str) -> tuple[dict[str, Any], str]:
+    # The limit of tool-call arguments from a model, checked before json.loads, which
+    # would recurse into deeper nesting until RecursionError.
+    if deeper_than(text.encode("utf-8", "surrogatepass"), MAX_ARGUMENT_DEPTH):
+        raise InputTooDeep("--args", MAX_ARGUMENT_DEPTH)
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"--args is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InputError("--args must be a JSON object")
+    return value, text
+
+
+def _user_scenario(ref: str, arguments: dict[str, Any]) -> Scenario:
+    with tempfile.TemporaryDirectory(prefix="tether-crashlab-tool-") as folder:
+        try:
+            built = load_user_tool(ref, Path(folder), [os.getcwd()])
+        except Exception as exc:
+            raise InputError(f"cannot load --tool {ref}: {type(exc).__name__}: {exc}") from None
+        errors = built.validation_errors(arguments)
+        if errors:
+            raise InputError(f"--args do not match {built.name}'s parameters: {errors[0]}")
+        try:
+            from tether._effects.contract import has_lookup
+
+            lookup = has_lookup(built)
+        except ImportError:
+            lookup = False
+        return user_tool_scenario(ref, arguments, built.name, has_lookup=lookup)
+
+
+def _reproducer(tool: str | None, args_json: str | None, durability: str) -> Any:
+    def reproduce(case: Case) -> str:
+        argv = ["tether", "crashlab"]
+        if tool is not None:
+            argv += ["--tool", tool, "--args", args_json or "{}"]
+        else:
+            argv += ["--scenario", case.scenario]
+        argv += ["--boundary", case.spec]
+        if durability != "durable":
+            argv += ["--durability", durability]
+        return shlex.join(argv)
+
+    return reproduce
+
+
+def _run(options: LabOptions, json_output: bool, fork: bool) -> LabResult:
+    err = Console(stderr=True, highlight=False)
+    if not err.is_terminal:
+        err = Console(stderr=True, highlight=False, width=200)
+    quiet = json_output or not err.is_terminal
+    if not json_output:
+        names = ", ".join(s.name for s in options.scenarios)
+        mode = "fork server" if fork else "fresh interpreters"
+        err.print(
+            f"tether crash lab: {len(options.scenarios)} scenarios ({names}); "
+            f"durability={options.durability} ({_DURABILITY[options.durability]}); "
+            f"jobs={options.jobs} ({mode})"
+        )
+        for name, reason in options.skipped:
+            err.print(f"[yellow]skipped {name}[/]: {printable(reason)}")
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=err,
+        disable=quiet,
+        transient=False,
+    ) as progress:
+        task = progress.add_task("discovering boundaries", total=None, status="")
+        failed = 0
+
+        def hook(event: str, payload: Any) -> None:
+            nonlocal failed
+            if event == "discovered":
+                discoveries: list[Discovery] = payload
+                total = sum(len(d.cases) for d in discoveries)
+                progress.update(task, description="crash runs", total=total, completed=0)
+            elif event == "case":
+                case: CaseResult = payload
+                failed += case.verdict == "fail"
+                status = f"[red]{failed} failed[/]" if failed else ""
+                progress.update(task, advance=1, status=status)
+
+        result = run_lab(options, hook)
+    if not json_output:
+        note = (
+            "effects recovery: wired into the executor (journal for write/edit, lookup for "
+            "effect tools, review items) — an `interrupted` result for an outcome it can "
+            "establish is a failure"
+            if result.strict
+            else "effects recovery: NOT wired into the executor — write/edit/publish_report "
+            "crashes end `interrupted` (outcome unknown, never repeated) and are only counted"
+        )
+        err.print(note)
+        kept = f"; run folders kept in {result.workdir}" if result.workdir.exists() else ""
+        err.print(f"wall time {result.wall_seconds:.1f} s{kept}", markup=False)
+    return result
+
+
+def _unreached(result: LabResult, specs: list[str]) -> None:
+    """A --boundary that no scenario reaches is a usage error, not a silent PASS."""
+    if not specs:
+        return
+    reached = {(c.boundary, c.hit) for d in result.discoveries for c in d.reached}
+    names = {b for b, _ in reached}
+    for name, hit in parse_boundary_filter(specs):
+        if (hit is None and name not in names) or (hit is not None and (name, hit) not in reached):
+            most: dict[str, int] = {}
+            for discovery in result.discoveries:
+                for case in discovery.reached:
+                    most[case.boundary] = max(most.get(case.boundary, 0), case.hit)
+            hint = ", ".join(f"{b}@1..{n}" if n > 1 else f"{b}@1" for b, n in most.items())
+            fail(
+                f"boundary {name}{'' if hit is None else f'@{hit}'} is not reached by the "
+                f"chosen scenarios (reached: {hint or 'none'})",
+                EXIT_USAGE,
+            )

@@ -1,0 +1,227 @@
+"""``tether inspect FILE``: reduce a session log and show what it means."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from tether._cli.common import (
+    SessionsDirOption,
+    emit_json,
+    handle_errors,
+    one_line,
+    printable,
+    read_input,
+    resolve_sessions_dir,
+)
+from tether._inputs import MAX_SESSION_FILE_BYTES
+from tether._stores.file import find_session
+from tether.core import SessionCorruption, SessionState, reduce_session
+from tether.core.state import (
+    CompactionOperation,
+    Message,
+    RunOperation,
+    Step,
+    ToolCallState,
+    ToolStatus,
+)
+
+RECENT_MESSAGES = 5
+"""How many of the last transcript messages the human view shows."""
+
+PREVIEW_WIDTH = 72
+"""Maximum characters of one abbreviated message."""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("inspect")(inspect)
+
+
+def inspect(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="Session log (.jsonl) to reduce, or a session id or unique id prefix.",
+            metavar="SESSION",
+        ),
+    ],
+    json_output: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help='Print {"ok": true, "state": …} or {"ok": false, "error": …} as JSON.',
+        ),
+    ] = False,
+    sessions_dir: SessionsDirOption = None,
+) -> None:
+    """Reduce a session log and show its header, operation, transcript and usage.
+
+    SESSION is a file, or the id (or a unique prefix) of a session in the sessions
+    folder. Nothing is written: a torn tail is reported, not repaired.
+
+    Exit status: 0 the log reduces, 1 the log is corrupt, 2 usage error, 3 no such
+    session, 7 ambiguous id prefix.
+    """
+    with handle_errors():
+        if not file.exists() and file.parent == Path("."):
+            file = find_session(resolve_sessions_dir(sessions_dir), str(file))
+        data = read_input(file, "session file", limit=MAX_SESSION_FILE_BYTES)
+        if not json_output:
+            render_state(reduce_session(data), file_size=len(data), console=Console())
+            return
+        try:
+            state = reduce_session(data)
+        except SessionCorruption as exc:
+            emit_json({"ok": False, "error": exc.to_json()})
+            raise typer.Exit(exc.exit_code) from None
+        emit_json({"ok": True, "state": state.to_json()})
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def format_timestamp(ms: int) -> str:
+    """ISO 8601 UTC text of a millisecond epoch timestamp (the raw number if out of range)."""
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms since the epoch"
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def abbreviate(text: str, width: int = PREVIEW_WIDTH) -> str:
+    """One line of at most ``width`` characters."""
+    flat = one_line(text)
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def message_preview(message: Message) -> str:
+    """A one-line summary of a normalized message."""
+    role = message.get("role")
+    content = message.get("content")
+    if role == "tool":
+        return abbreviate(f"[{message.get('tool_call_id')}] {content or '(empty)'}")
+    text = content if isinstance(content, str) and content.strip() else ""
+    calls = message.get("tool_calls") or []
+    if calls:
+        names = ", ".join(
+            f"{call['function']['name']}({call['function']['arguments']})" for call in calls
+        )
+        text = f"{text} → {names}" if text else f"→ {names}"
+    return abbreviate(text or "(no text)")
+
+
+class _Report:
+    """Aligned ``label  value`` lines; sections start with a bold heading."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, bool]] = []
+
+    def section(self, title: str, value: str) -> None:
+        if self.rows:
+            self.rows.append(("", "", False))
+        self.rows.append((title, printable(value), True))
+
+    def row(self, label: str, value: object) -> None:
+        self.rows.append(("  " + printable(label), printable(str(value)), False))
+
+    def render(self, console: Console) -> None:
+        width = max((len(label) for label, _, _ in self.rows), default=0) + 2
+        for label, value, heading in self.rows:
+            line = Text(label.ljust(width), style="bold cyan" if heading else "bold")
+            line.append(value, style="bold" if heading else "")
+            line.rstrip()
+            console.print(line, soft_wrap=True, highlight=False)
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _step_rows(report: _Report, step: Step) -> None:
+    report.row("step", f"{step.step_id} ({step.step_kind.value})")
+    report.row("attempt", f"{step.attempt} of 2, {step.status.value} ({step.attempt_id})")
+    report.row("context", f"through entry {step.context_through_entry_id}")
+    if step.stop_reason is not None:
+        report.row("stop reason", step.stop_reason.value)
+    if step.settled_entry_id is not None:
+        report.row("settled by", f"entry {step.settled_entry_id}")
+    report.row("configuration", step.configuration_digest)
+
+
+def _tool_line(tool: ToolCallState) -> str:
+    return (
+        f"#{tool.tool_index} {tool.tool_name} [{tool.tool_call_id}] {tool.status.value}, "
+        f"replay {tool.replay.value}, toolStarted {tool.tool_started_id}"
+    )
+
+
+def render_state(state: SessionState, *, file_size: int, console: Console) -> None:
+    """Print the human view of a reduced session."""
+    report = _Report()
+    header = state.header
+    report.section("Session", header.id)
+    report.row("created", format_timestamp(header.created_at))
+    report.row("cwd", header.cwd)
+    report.row("provider", header.provider)
+    report.row("model", header.model)
+    report.row("environment", header.environment_identity)
+
+    operation = state.operation
+    if isinstance(operation, RunOperation):
+        report.section("Operation", f"run {operation.operation_id}")
+        report.row("input", f"entry {operation.input_entry_id}")
+        if operation.step is None:
+            report.row("step", "none yet (no model attempt recorded)")
+        else:
+            _step_rows(report, operation.step)
+        pending = sum(1 for tool in operation.tool_calls if tool.status is ToolStatus.PENDING)
+        report.row("tool calls", f"{len(operation.tool_calls)} started, {pending} without a result")
+        for tool in operation.tool_calls:
+            report.row("", _tool_line(tool))
+        report.row("abort", "requested" if operation.abort_requested else "not requested")
+    elif isinstance(operation, CompactionOperation):
+        report.section("Operation", f"compaction {operation.operation_id}")
+        report.row("input", f"through entry {operation.input_through_entry_id}")
+        report.row("result", f"entry {operation.result_entry_id}")
+        if operation.step is None:
+            report.row("step", "none yet (no model attempt recorded)")
+        else:
+            _step_rows(report, operation.step)
+        report.row("abort", "requested" if operation.abort_requested else "not requested")
+    else:
+        report.section("Operation", "idle (nothing in progress)")
+
+    total = len(state.transcript)
+    roles = Counter(str(message.get("role")) for message in state.transcript)
+    by_role = ", ".join(f"{role} {roles[role]}" for role in ("user", "assistant", "tool"))
+    report.section("Transcript", f"{_plural(total, 'message')} ({by_role})")
+    report.row("active context", _plural(len(state.active_context), "message"))
+    first = max(0, total - RECENT_MESSAGES)
+    if first:
+        report.row("…", f"{_plural(first, 'earlier message')} not shown")
+    for index in range(first, total):
+        message = state.transcript[index]
+        report.row(f"{index + 1}. {message.get('role')}", message_preview(message))
+
+    usage = state.usage
+    report.section(
+        "Usage",
+        f"input {usage.input}, output {usage.output}, "
+        f"cache read {usage.cache_read}, cache write {usage.cache_write}",
+    )
+
+    torn = file_size - state.repaired_length
+    log = f"{state.repaired_length} bytes committed"
+    if torn > 0:
+        log += f"; torn tail: {_plural(torn, 'byte')} would be cut on repair"
+    else:
+        log += ", no torn tail"
+    report.section("Log", log)
+    report.render(console)

@@ -1,0 +1,244 @@
+"""``tether`` / ``tether repl``: an interactive session, one prompt after another.
+
+Every prompt is a run in the same session. ``/compact`` summarises the history,
+``/exit`` (or Ctrl+D) leaves and prints the command that resumes the session. Ctrl+C at
+the prompt clears the line; during a run the first Ctrl+C aborts it durably and the
+second exits at once (the session stays resumable).
+
+Works without a terminal too: lines are read from stdin and no prompt is shown, so
+``printf 'hello\\n/exit\\n' | tether repl`` is a script.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from tether._cli.common import EXIT_USAGE, fail
+from tether._cli.progress import Progress, continue_lines, make_progress
+from tether._cli.run_cmd import (
+    AgentSessionsDirOption,
+    AgentSettings,
+    ApiKeyOption,
+    BaseUrlOption,
+    DurabilityChoice,
+    DurabilityOption,
+    JsonOption,
+    MaxSecondsOption,
+    MaxStepsOption,
+    MaxTokensOption,
+    ModelOption,
+    RequireVerifiedOption,
+    SystemPromptOption,
+    TimeoutOption,
+    ToolTimeoutOption,
+    WorkspaceOption,
+    YesOption,
+    agent_errors,
+    build_agent,
+    call_agent,
+)
+
+if TYPE_CHECKING:
+    from tether._runtime.executor import Agent, RunResult
+
+PROMPT = "› "
+MAX_LINE_CHARS = 1 << 20
+"""Longest prompt line read from a pipe (1 Mi characters); a longer line ends the REPL with
+one error line, so input without line breaks (``< /dev/zero``) never grows without bound."""
+
+HELP = """commands:
+  /help            show this help
+  /compact         summarise the history so far (keeps the latest turn)
+  /session         show the session id and how to resume it
+  /exit, /quit     leave (Ctrl+D too); the session stays resumable
+anything else is a prompt for the agent. Ctrl+C at the prompt clears the line; during a
+run the first Ctrl+C aborts it, the second exits at once."""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("repl")(repl)
+
+
+def repl(
+    session: Annotated[
+        str | None,
+        typer.Option(
+            "--session",
+            "-s",
+            help="Continue this session (id, unique id prefix or path).",
+            metavar="ID",
+            show_default=False,
+        ),
+    ] = None,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
+    timeout: TimeoutOption = None,
+    workspace: WorkspaceOption = None,
+    sessions_dir: AgentSessionsDirOption = None,
+    durability: DurabilityOption = DurabilityChoice.durable,
+    system_prompt: SystemPromptOption = None,
+    tool_timeout: ToolTimeoutOption = None,
+    require_verified: RequireVerifiedOption = False,
+    assume_yes: YesOption = False,
+    max_steps: MaxStepsOption = None,
+    max_tokens: MaxTokensOption = None,
+    max_seconds: MaxSecondsOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Chat with the agent: each line is a prompt, all in one session.
+
+    Commands: /help, /compact, /session, /exit (or Ctrl+D). `tether` without
+    arguments starts this with the defaults ($TETHER_MODEL, the current
+    directory). Without a terminal, lines are read from stdin.
+
+    Exit status: 0 left normally, 2 usage error (e.g. no model), 130 a second
+    Ctrl+C during a run.
+    """
+    settings = AgentSettings(
+        model=model,
+        base_url=base_url,
+        api_key=api_key,
+        timeout=timeout,
+        workspace=workspace,
+        sessions_dir=sessions_dir,
+        durability=durability,
+        system_prompt=system_prompt,
+        tool_timeout=tool_timeout,
+        json_output=json_output,
+        require_verified=require_verified,
+        assume_yes=assume_yes,
+        max_steps=max_steps,
+        max_tokens=max_tokens,
+        max_seconds=max_seconds,
+    )
+    start_repl(settings, session=session)
+
+
+def start_repl(settings: AgentSettings, *, session: str | None = None) -> None:
+    """Build the agent (errors exit as usual) and run the read-eval loop."""
+    # With a terminal a person answers the policy's questions (ask is the REPL's default
+    # for bash, write, edit and effect tools); piped input is a script, never asked.
+    settings = replace(settings, interactive=sys.stdin.isatty(), ask_by_default=True)
+    with agent_errors():
+        progress = make_progress(settings.json_output)
+        agent = build_agent(settings, progress)
+    Repl(agent, progress, session=session).loop()
+    raise typer.Exit(0)
+
+
+class Repl:
+    """The read-eval loop around one agent and one (eventually created) session."""
+
+    def __init__(self, agent: Agent, progress: Progress, *, session: str | None) -> None:
+        self.agent = agent
+        self.progress = progress
+        self.session = session
+        self.interactive = sys.stdin.isatty()
+
+    def say(self, text: str) -> None:
+        self.progress.notice(text)
+
+    def read(self) -> str | None:
+        """The next line, ``None`` at end of input; Ctrl+C gives an empty line."""
+        try:
+            if not self.interactive:
+                line = sys.stdin.readline(MAX_LINE_CHARS + 1)
+                if len(line) > MAX_LINE_CHARS:
+                    self.leave()
+                    fail(
+                        f"a line of the input is longer than {MAX_LINE_CHARS} characters; "
+                        "put long prompts in a file and pass it as `tether run PROMPT`",
+                        EXIT_USAGE,
+                    )
+                return line.rstrip("\r\n") if line else None
+            return input(PROMPT)
+        except EOFError:
+            sys.stdout.write("\n")
+            return None
+        except KeyboardInterrupt:
+            if self.interactive:
+                sys.stdout.write("^C\n")  # clear the line, keep going
+                sys.stdout.flush()
+            return ""
+
+    def loop(self) -> None:
+        if self.interactive:
+            try:
+                import readline  # noqa: F401  (line editing and history for input())
+            except ImportError:  # pragma: no cover - platform without readline
+                pass
+            self.say(
+                f"tether — model {self.agent.model.model}, workspace {self.agent.workspace}. "
+                "/help for commands, /exit to leave."
+            )
+        while True:
+            line = self.read()
+            if line is None:
+                break
+            text = line.strip()
+            if not text:
+                continue
+            if text.startswith("/"):
+                if not self.command(text):
+                    break
+                continue
+            self.prompt(text)
+        self.leave()
+
+    def prompt(self, text: str) -> None:
+        session = self.session
+        self.call(lambda: self.agent.run(text, session=session))
+
+    def command(self, text: str) -> bool:
+        """Carry out a slash command; ``False`` means leave."""
+        name = text.split()[0].lower()
+        if name in ("/exit", "/quit"):
+            return False
+        if name == "/help":
+            self.say(HELP)
+        elif name == "/session":
+            if self.session is None:
+                self.say("no session yet: it starts with the first prompt")
+            else:
+                self.say(f"session {self.session}")
+                for line in continue_lines(
+                    self.session, None, repl=True, location=self.progress.location
+                ):
+                    self.say(line)
+        elif name == "/compact":
+            session = self.session
+            if session is None:
+                self.say("nothing to compact yet")
+            else:
+                self.call(lambda: self.agent.compact(session))
+        else:
+            self.say(f"unknown command {name!r}; /help lists the commands")
+        return True
+
+    def call(self, action: Callable[[], RunResult]) -> RunResult | None:
+        """Run one agent call; errors are reported and the loop goes on."""
+        try:
+            with agent_errors():
+                result: RunResult = call_agent(self.agent, self.progress, action)
+        except typer.Exit:
+            # The error line was printed; a session opened before the error is kept.
+            if self.agent.last_session is not None and self.session is None:
+                self.session = self.agent.last_session
+            return None
+        self.session = result.session_id
+        self.progress.result(result, closing=False)
+        return result
+
+    def leave(self) -> None:
+        if self.session is None:
+            self.say("no session was started")
+            return
+        self.say(f"session {self.session}")
+        for line in continue_lines(self.session, None, repl=True, location=self.progress.location):
+            self.say(line)

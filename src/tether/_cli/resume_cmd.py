@@ -1,0 +1,105 @@
+"""``tether resume SESSION [--abort]``: finish (or durably abort) a session's unfinished work."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from tether._cli.run_cmd import (
+    AgentSessionsDirOption,
+    AgentSettings,
+    ApiKeyOption,
+    BaseUrlOption,
+    DurabilityChoice,
+    DurabilityOption,
+    JsonOption,
+    MaxSecondsOption,
+    MaxStepsOption,
+    MaxTokensOption,
+    ModelOption,
+    RequireVerifiedOption,
+    SystemPromptOption,
+    TimeoutOption,
+    ToolTimeoutOption,
+    WorkspaceOption,
+    YesOption,
+    run_agent_command,
+    terminal_attached,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("resume")(resume)
+
+
+def resume(
+    session: Annotated[
+        str,
+        typer.Argument(
+            help="Session id, unique id prefix or path of the log.",
+            metavar="SESSION",
+            show_default=False,
+        ),
+    ],
+    abort: Annotated[
+        bool,
+        typer.Option(
+            "--abort",
+            help="Abort the unfinished operation durably instead of continuing it: the open "
+            "model attempt fails as aborted, a started tool becomes interrupted, queued "
+            "calls aborted. Nothing is re-executed.",
+        ),
+    ] = False,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
+    timeout: TimeoutOption = None,
+    workspace: WorkspaceOption = None,
+    sessions_dir: AgentSessionsDirOption = None,
+    durability: DurabilityOption = DurabilityChoice.durable,
+    system_prompt: SystemPromptOption = None,
+    tool_timeout: ToolTimeoutOption = None,
+    require_verified: RequireVerifiedOption = False,
+    assume_yes: YesOption = False,
+    max_steps: MaxStepsOption = None,
+    max_tokens: MaxTokensOption = None,
+    max_seconds: MaxSecondsOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Continue a session's unfinished operation exactly as its log says.
+
+    An interrupted model call is retried once with the same configuration; a
+    tool that is safe to replay is replayed, any other started tool gets an
+    `interrupted` result. A session with nothing unfinished is left alone.
+
+    If recovery is blocked (the configuration, environment or a tool's replay
+    declaration changed, or the retry was used up) the message names the gate,
+    what changed, and the two ways out: restore the configuration, or
+    `tether resume SESSION --abort`.
+
+    Exit status: 0 completed, nothing to do, or aborted with --abort; 1 failed;
+    2 usage error; 3 no such session; 4 session busy; 5 corrupt log;
+    65 blocked; 130 aborted by Ctrl+C.
+    """
+    settings = AgentSettings(
+        model=model,
+        base_url=base_url,
+        api_key=api_key,
+        timeout=timeout,
+        workspace=workspace,
+        sessions_dir=sessions_dir,
+        durability=durability,
+        system_prompt=system_prompt,
+        tool_timeout=tool_timeout,
+        json_output=json_output,
+        require_verified=require_verified,
+        assume_yes=assume_yes,
+        max_steps=max_steps,
+        max_tokens=max_tokens,
+        max_seconds=max_seconds,
+        interactive=terminal_attached(),
+    )
+    run_agent_command(
+        settings, lambda agent: agent.resume(session, abort=abort), abort_requested=abort
+    )

@@ -1,0 +1,565 @@
+"""``tether run PROMPT``: one agent run (optionally continuing a session).
+
+Also the plumbing shared with ``tether resume`` and the REPL: the common agent flags,
+building the :class:`~tether._runtime.executor.Agent`, the SIGINT handling around an
+agent call, and the mapping of a :class:`RunResult` to an exit status.
+
+Exit status: 0 completed (or nothing to do), 1 the run failed (the model request failed,
+the answer was empty, …), 2 usage error (no model, missing API key, unreadable script,
+bad workspace), 3-10 session store errors (3 no such session, 4 session busy, 5 corrupt
+log, …), 65 recovery is blocked, 70 internal error, 130 aborted (Ctrl+C).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+
+from tether._cli.common import WORKSPACE_HELP, handle_errors, one_line, workspace_root
+from tether._cli.progress import CallArguments, Progress, make_progress, resume_command
+from tether._credentials import (
+    Masker,
+    hide_from_process_listing,
+    register_secret,
+    registered_secrets,
+)
+from tether._stores.file import Durability
+from tether.errors import SessionCorruption, TetherError
+
+if TYPE_CHECKING:  # the runtime and the adapters pull in the model SDKs: import them lazily
+    from tether._models import ModelAdapter, ModelRequest, ModelResponse
+    from tether._runtime.executor import Agent, RunResult
+
+EXIT_FAILED = 1
+EXIT_BLOCKED = 65
+"""Recovery is blocked (configuration, environment or replay gate, or attempts exhausted).
+
+65 is free in tether's table (75 is the crash-injection exit of :mod:`tether._faults`).
+"""
+EXIT_ABORTED = 130
+"""The operation was aborted (Ctrl+C), like a shell reports a command ended by SIGINT."""
+EXIT_UNVERIFIED = 66
+"""Verification was required (``--require-verified``) and the completed run is still not
+backed by a passing check of the files as they are now."""
+
+API_KEY_WARNING = (
+    "warning: --api-key is visible to other local users in the process list (ps) while "
+    "tether starts; set TETHER_API_KEY instead"
+)
+
+
+def exit_code_for(result: RunResult, *, abort_requested: bool = False) -> int:
+    """The exit status of a finished agent call.
+
+    ``abort_requested`` is true for ``tether resume --abort``: there an aborted outcome is
+    what the user asked for, so it exits 0.
+    """
+    status = result.status.value
+    if result.unverified:
+        return EXIT_UNVERIFIED
+    if status in ("completed", "idle"):
+        return 0
+    if status == "failed":
+        return EXIT_FAILED
+    if status == "blocked":
+        return EXIT_BLOCKED
+    return 0 if abort_requested else EXIT_ABORTED
+
+
+# --------------------------------------------------------------------------- common flags
+
+
+class DurabilityChoice(StrEnum):
+    durable = "durable"
+    process = "process"
+
+
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Model id for the OpenAI-compatible endpoint (e.g. openai/gpt-4o-mini), or "
+        "scripted:PATH for a scripted model. Default: $TETHER_MODEL.",
+        metavar="MODEL",
+        show_default=False,
+    ),
+]
+BaseUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url",
+        help="Endpoint of the OpenAI-compatible API (default: $TETHER_BASE_URL, else "
+        "https://openrouter.ai/api/v1).",
+        metavar="URL",
+        show_default=False,
+    ),
+]
+ApiKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key",
+        help="API key (default: $TETHER_API_KEY). Never printed or logged. Prefer "
+        "$TETHER_API_KEY: other local users can read a flag in the process list.",
+        metavar="KEY",
+        show_default=False,
+    ),
+]
+TimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        help="Seconds one model request may take (default 60).",
+        metavar="SECONDS",
+        min=0.001,
+        show_default=False,
+    ),
+]
+WorkspaceOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--workspace",
+        "-w",
+        help="Workspace the tools work in, whose tether.toml and .tether/ are used. "
+        + WORKSPACE_HELP,
+        metavar="DIR",
+        show_default=False,
+    ),
+]
+AgentSessionsDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--sessions-dir",
+        help="Folder of session logs (default: .tether/sessions in the workspace).",
+        metavar="DIR",
+        show_default=False,
+    ),
+]
+DurabilityOption = Annotated[
+    DurabilityChoice,
+    typer.Option(
+        "--durability",
+        help="durable: fdatasync every commit (survives power loss); process: write only "
+        "(survives a crash of tether, not of the machine).",
+        case_sensitive=False,
+    ),
+]
+SystemPromptOption = Annotated[
+    str | None,
+    typer.Option(
+        "--system-prompt",
+        help="System prompt (default: tether's own). AGENTS.md in the workspace is appended.",
+        metavar="TEXT",
+        show_default=False,
+    ),
+]
+ToolTimeoutOption = Annotated[
+    float | None,
+    typer.Option(
+        "--tool-timeout",
+        help="Upper bound in seconds for one tool call (e.g. a bash command).",
+        metavar="SECONDS",
+        min=0.001,
+        show_default=False,
+    ),
+]
+RequireVerifiedOption = Annotated[
+    bool,
+    typer.Option(
+        "--require-verified",
+        help="A run that changed files must end with a passing check of the files as they "
+        "are now (\\[verify] command of tether.toml): up to two follow-up runs ask the model "
+        "to verify; exit 66 if it is still unverified. Default: \\[verify] required.",
+    ),
+]
+YesOption = Annotated[
+    bool,
+    typer.Option(
+        "--yes",
+        "-y",
+        help="Allow every call the policy of tether.toml says to ask about (deny rules "
+        "still deny). The decision is recorded as '--yes'.",
+    ),
+]
+MaxStepsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-steps",
+        help="Model steps a run may take (default: \\[budget] max_steps, unlimited).",
+        metavar="N",
+        min=1,
+        show_default=False,
+    ),
+]
+MaxTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens",
+        help="Input + output tokens a run may use (default: \\[budget] max_tokens, unlimited).",
+        metavar="N",
+        min=1,
+        show_default=False,
+    ),
+]
+MaxSecondsOption = Annotated[
+    float | None,
+    typer.Option(
+        "--max-seconds",
+        help="Wall time of a run in seconds (default: \\[budget] max_seconds, unlimited).",
+        metavar="SECONDS",
+        min=0.001,
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[
+    bool,
+    typer.Option(
+        "--json",
+        help="Print one JSON object per line on stdout: every progress event, then "
+        '{"event": "result", …}.',
+    ),
+]
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """The common flags of ``run``, ``resume`` and the REPL."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    timeout: float | None = None
+    workspace: Path | None = None
+    sessions_dir: Path | None = None
+    durability: DurabilityChoice = DurabilityChoice.durable
+    system_prompt: str | None = None
+    tool_timeout: float | None = None
+    json_output: bool = False
+    require_verified: bool = False
+    assume_yes: bool = False
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    max_seconds: float | None = None
+    interactive: bool = False
+    """A person can answer authorization questions at the terminal."""
+    ask_by_default: bool = False
+    """Ask about every side-effecting call no rule names (the REPL on a terminal)."""
+
+
+class ObservedModel:
+    """A model adapter that lets the progress display see the tool calls it returns.
+
+    Delegates everything (identity included, so the configuration digest is unchanged).
+    The arguments it passes on are masked with ``masker``, as the session log records
+    them.
+    """
+
+    def __init__(
+        self, inner: ModelAdapter, calls: CallArguments, masker: Masker | None = None
+    ) -> None:
+        self._inner = inner
+        self._calls = calls
+        self._masker = masker if masker is not None else Masker()
+
+    @property
+    def provider(self) -> str:
+        return self._inner.provider
+
+    @property
+    def model(self) -> str:
+        return self._inner.model
+
+    @property
+    def adapter_identity(self) -> str:
+        return self._inner.adapter_identity
+
+    @property
+    def routing_identity(self) -> str:
+        return self._inner.routing_identity
+
+    def complete(
+        self, request: ModelRequest, *, cancel: threading.Event | None = None
+    ) -> ModelResponse:
+        response = self._inner.complete(request, cancel=cancel)
+        for call in response.tool_calls:
+            self._calls.remember(call.id, self._masker.text(call.arguments))
+        return response
+
+
+def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
+    """The agent for ``settings``; raises ConfigurationError (exit 2) on bad input."""
+    from tether._cli.authorize import terminal_authorizer
+    from tether._models import load_model
+    from tether._project import load_project_config
+    from tether._runtime.executor import Agent
+
+    progress.location = location_flags(settings)
+    # One root for the policy (tether.toml), the state (.tether/) and the tools: started
+    # in a subfolder, the agent works on the workspace that subfolder belongs to.
+    workspace = workspace_root(settings.workspace)
+    project = load_project_config(workspace)
+    budget = project.budget
+    if settings.max_steps is not None:
+        budget = replace(budget, max_steps=settings.max_steps)
+    if settings.max_tokens is not None:
+        budget = replace(budget, max_tokens=settings.max_tokens)
+    if settings.max_seconds is not None:
+        budget = replace(budget, max_seconds=settings.max_seconds)
+    if settings.api_key is not None and settings.api_key.strip():
+        typer.echo(API_KEY_WARNING, err=True)
+        register_secret(settings.api_key)  # even when the model does not use it
+    model = load_model(
+        settings.model,
+        base_url=settings.base_url,
+        api_key=settings.api_key,
+        timeout=settings.timeout,
+    )
+    # From here on neither `ps` nor a command reading /proc/<tether>/cmdline or environ
+    # shows the key the adapter registered (Python's own copies keep it).
+    hide_from_process_listing(registered_secrets())
+    return Agent(
+        ObservedModel(model, progress.calls, Masker.for_process()),
+        workspace=workspace,
+        system_prompt=settings.system_prompt,
+        durability=Durability(settings.durability.value),
+        sessions_dir=settings.sessions_dir,
+        on_event=progress.on_event,
+        tool_timeout=settings.tool_timeout,
+        project=project,
+        budget=budget,
+        authorize=terminal_authorizer(progress) if settings.interactive else None,
+        assume_yes=settings.assume_yes,
+        ask_by_default=settings.ask_by_default and settings.interactive,
+        require_verified=True if settings.require_verified else None,
+    )
+
+
+def location_flags(settings: AgentSettings) -> str:
+    """`` --workspace DIR`` / `` --sessions-dir DIR`` when the printed commands need them."""
+    flags = ""
+    cwd = Path.cwd().resolve()
+    if settings.workspace is not None and settings.workspace.resolve() != cwd:
+        flags += f" --workspace {shlex.quote(str(settings.workspace.resolve()))}"
+    if settings.sessions_dir is not None:
+        flags += f" --sessions-dir {shlex.quote(str(settings.sessions_dir.resolve()))}"
+    return flags
+
+
+# --------------------------------------------------------------------------- Ctrl+C
+
+
+@contextmanager
+def interruptible(agent: Agent, progress: Progress) -> Iterator[None]:
+    """Handle SIGINT for the duration of one agent call.
+
+    The first Ctrl+C asks the agent to abort (it records ``abortRequested`` and finishes
+    the operation as aborted); the second exits at once with status 130, leaving the
+    session resumable. The previous handler is restored afterwards.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    presses = 0
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        nonlocal presses
+        presses += 1
+        if presses == 1:
+            agent.abort()
+            try:
+                progress.aborting()
+            except Exception:  # never let rendering break the abort
+                pass
+            return
+        progress.exit_now(agent.last_session)
+        os._exit(EXIT_ABORTED)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def call_agent(agent: Agent, progress: Progress, call: Callable[[], RunResult]) -> RunResult:
+    """Run ``call`` (an agent method) with Ctrl+C handling; the spinner always stops.
+
+    The result comes back with the agent's credentials masked in its texts, ready to be
+    shown. An error after the session was opened (a failed write, say) is reported as one
+    ``error:`` line followed by the command that resumes the session.
+    """
+    progress.begin()
+    try:
+        with interruptible(agent, progress):
+            return masked_result(call(), agent.masker)
+    except TetherError as exc:
+        progress.close()
+        if progress.opened is None:
+            raise
+        message = f"session is corrupt: {exc}" if isinstance(exc, SessionCorruption) else str(exc)
+        typer.echo(f"error: {one_line(agent.masker.text(message))}", err=True)
+        progress.notice(f"resume with: {resume_command(progress.opened, progress.location)}")
+        raise typer.Exit(exc.exit_code) from None
+    finally:
+        progress.close()
+
+
+def masked_result(result: RunResult, masker: Masker) -> RunResult:
+    """``result`` with credentials masked in the texts that come from the model or the
+    provider (the final text, the message, the error); the log holds them masked already."""
+    if not masker:
+        return result
+    error = result.error
+    return replace(
+        result,
+        text=None if result.text is None else masker.text(result.text),
+        message=None if result.message is None else masker.text(result.message),
+        error=None if error is None else {k: masker.text(v) for k, v in error.items()},
+    )
+
+
+@contextmanager
+def agent_errors() -> Iterator[None]:
+    """:func:`handle_errors`, plus a quiet exit 130 for a Ctrl+C outside an agent call."""
+    try:
+        with handle_errors():
+            yield
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_ABORTED) from None
+
+
+# --------------------------------------------------------------------------- command
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+
+
+def run(
+    prompt: Annotated[
+        str, typer.Argument(help="What the agent should do.", metavar="PROMPT", show_default=False)
+    ],
+    session: Annotated[
+        str | None,
+        typer.Option(
+            "--session",
+            "-s",
+            help="Continue this session (id, unique id prefix or path) instead of starting "
+            "a new one. Unfinished work in it is finished first.",
+            metavar="ID",
+            show_default=False,
+        ),
+    ] = None,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
+    timeout: TimeoutOption = None,
+    workspace: WorkspaceOption = None,
+    sessions_dir: AgentSessionsDirOption = None,
+    durability: DurabilityOption = DurabilityChoice.durable,
+    system_prompt: SystemPromptOption = None,
+    tool_timeout: ToolTimeoutOption = None,
+    require_verified: RequireVerifiedOption = False,
+    assume_yes: YesOption = False,
+    max_steps: MaxStepsOption = None,
+    max_tokens: MaxTokensOption = None,
+    max_seconds: MaxSecondsOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Run the agent once on PROMPT and print its answer.
+
+    Progress goes to stderr, the final answer to stdout; with --json, stdout
+    carries one JSON event per line instead. Every step is written ahead to
+    the session log; the last lines name the session and the commands that
+    resume or continue it.
+
+    Ctrl+C aborts the run durably (exit 130); a second Ctrl+C exits at once
+    and the session stays resumable with `tether resume ID`.
+
+    Calls the policy of tether.toml says to ask about are asked on the
+    terminal; without one (a pipe, CI) they are denied unless --yes is given.
+    A completed run that changed files reports whether a passing check backs
+    it (see `tether verify`).
+
+    Exit status: 0 completed, 1 failed (also repeated_failure and
+    budget_exhausted), 2 usage error (no model, no API key, bad tether.toml,
+    …), 3 no such session, 4 session busy, 5 corrupt session log, 65 blocked,
+    66 still unverified with --require-verified, 130 aborted.
+    """
+    settings = AgentSettings(
+        model=model,
+        base_url=base_url,
+        api_key=api_key,
+        timeout=timeout,
+        workspace=workspace,
+        sessions_dir=sessions_dir,
+        durability=durability,
+        system_prompt=system_prompt,
+        tool_timeout=tool_timeout,
+        json_output=json_output,
+        require_verified=require_verified,
+        assume_yes=assume_yes,
+        max_steps=max_steps,
+        max_tokens=max_tokens,
+        max_seconds=max_seconds,
+        interactive=terminal_attached(),
+    )
+    run_agent_command(settings, lambda agent: agent.run(prompt, session=session))
+
+
+def terminal_attached() -> bool:
+    """Whether a person can answer questions: stdin and stderr are terminals."""
+    try:
+        return sys.stdin.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def run_agent_command(
+    settings: AgentSettings,
+    call: Callable[[Agent], RunResult],
+    *,
+    abort_requested: bool = False,
+) -> NoReturn:
+    """Build the agent, run ``call`` with progress and Ctrl+C handling, exit with its code."""
+    code = 0
+    with agent_errors():
+        progress = make_progress(settings.json_output)
+        agent = build_agent(settings, progress)
+        result = call_agent(agent, progress, lambda: call(agent))
+        progress.result(result)
+        code = exit_code_for(result, abort_requested=abort_requested)
+    raise typer.Exit(code)
+
+
+__all__ = [
+    "API_KEY_WARNING",
+    "EXIT_ABORTED",
+    "EXIT_BLOCKED",
+    "EXIT_FAILED",
+    "EXIT_UNVERIFIED",
+    "AgentSettings",
+    "ObservedModel",
+    "agent_errors",
+    "build_agent",
+    "call_agent",
+    "exit_code_for",
+    "interruptible",
+    "location_flags",
+    "masked_result",
+    "register",
+    "run",
+    "terminal_attached",
+]

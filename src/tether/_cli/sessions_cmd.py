@@ -1,0 +1,87 @@
+"""``tether sessions``: list the session logs of a workspace.
+
+Never changes or repairs a log; removes only what interrupted creates provably left behind
+(``docs/store.md``, "Leftovers of interrupted creates").
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tether._cli.common import (
+    InputError,
+    SessionsDirOption,
+    emit_json,
+    handle_errors,
+    printable,
+    resolve_sessions_dir,
+)
+from tether._cli.inspect_cmd import format_timestamp
+from tether._stores.file import SessionSummary, list_sessions
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sessions")(sessions)
+
+
+def sessions(
+    sessions_dir: SessionsDirOption = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+) -> None:
+    """List sessions: id, created, model, current operation, last activity and size.
+
+    Exit status: 0 listed (also when there are none), 2 --sessions-dir does not exist.
+    """
+    with handle_errors():
+        if sessions_dir is not None and not sessions_dir.is_dir():
+            raise InputError(f"sessions folder {str(sessions_dir)!r} does not exist")
+        summaries = list_sessions(resolve_sessions_dir(sessions_dir))
+        if json_output:
+            emit_json([summary.to_json() for summary in summaries])
+            return
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=200)  # a pipe or file: never fold ids
+        render_sessions(summaries, console)
+
+
+def short_time(ms: int) -> str:
+    """``YYYY-MM-DD HH:MM:SS`` (UTC) for the table; the full ISO text is in ``--json``."""
+    text = format_timestamp(ms)
+    return text[:19].replace("T", " ") if text[:4].isdigit() else text
+
+
+def _operation_text(summary: SessionSummary) -> str:
+    if summary.error is not None:
+        return f"unreadable: {summary.error.code}"
+    operation = summary.operation or "?"
+    if summary.torn_tail:
+        operation += f" (torn tail: {summary.torn_tail} bytes)"
+    return operation
+
+
+def render_sessions(summaries: list[SessionSummary], console: Console) -> None:
+    if not summaries:
+        console.print("no sessions")
+        return
+    table = Table(box=None, pad_edge=False)
+    table.add_column("id", no_wrap=True, min_width=36)
+    table.add_column("created (UTC)", no_wrap=True)
+    table.add_column("model", overflow="fold")
+    table.add_column("operation", overflow="fold")
+    table.add_column("last activity", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    for summary in summaries:
+        table.add_row(
+            printable(summary.id or summary.path.name),
+            short_time(summary.created) if summary.created is not None else "-",
+            printable(summary.model or "-"),
+            _operation_text(summary),
+            short_time(summary.last_activity),
+            f"{summary.size:,}",
+        )
+    console.print(table)

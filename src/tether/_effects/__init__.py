@@ -1,0 +1,81 @@
+"""Effects: the action journal, the effect contract, reconciliation and review.
+
+* :mod:`.db` — ``.tether/effects.db`` (SQLite, WAL, ``synchronous=FULL``, versioned schema);
+* :mod:`.journal` — the action journal of ``write``/``edit`` and :func:`reconcile_file`;
+* :mod:`.contract` — :class:`EffectTool` (``execute(arguments, operation_id)``, ``lookup``)
+  and :func:`safe_lookup`;
+* :mod:`.publish_report` — the reference external system (a ledger) and its effect tool;
+* :mod:`.review` — review items and the reconciliation log;
+* :mod:`.recovery` — gathering observations and the pure recovery decision.
+
+See ``docs/effects.md``.
+"""
+
+from tether._effects.contract import (
+    EffectTool,
+    FunctionEffectTool,
+    LookupResult,
+    LookupStatus,
+    effect_tool,
+    has_lookup,
+    safe_lookup,
+)
+from tether._effects.journal import (
+    ActionJournal,
+    FileVerdict,
+    JournalRow,
+    JournalStatus,
+    Verdict,
+    arguments_digest,
+    is_journaled,
+    journaled_edit,
+    journaled_run,
+    journaled_write,
+    observe_file,
+    reconcile_file,
+)
+from tether._effects.recovery import (
+    PendingObservation,
+    RecoveryAction,
+    RecoveryDecision,
+    decide_pending,
+    observe_pending,
+    reconcile_pending,
+    record_decision,
+)
+from tether._effects.review import ReviewDecision, ReviewItem, ReviewStore
+from tether._wsdb.sqlite import EffectsDB, effects_db_path
+
+__all__ = [
+    "ActionJournal",
+    "EffectTool",
+    "EffectsDB",
+    "FileVerdict",
+    "FunctionEffectTool",
+    "JournalRow",
+    "JournalStatus",
+    "LookupResult",
+    "LookupStatus",
+    "PendingObservation",
+    "RecoveryAction",
+    "RecoveryDecision",
+    "ReviewDecision",
+    "ReviewItem",
+    "ReviewStore",
+    "Verdict",
+    "arguments_digest",
+    "decide_pending",
+    "effect_tool",
+    "effects_db_path",
+    "has_lookup",
+    "is_journaled",
+    "journaled_edit",
+    "journaled_run",
+    "journaled_write",
+    "observe_file",
+    "observe_pending",
+    "reconcile_file",
+    "reconcile_pending",
+    "record_decision",
+    "safe_lookup",
+]

@@ -1,0 +1,390 @@
+"""Which effects database holds a session's evidence.
+
+Recovery decides some pending calls from the *absence* of a record: no journal row, no
+review decision, no authorization. That is only sound if the record would be there, so
+before a session writes its first evidence to ``<workspace>/.tether/effects.db`` it records
+*which* database that is, on both sides:
+
+* on the session's side, a small sidecar next to its log in the sessions directory,
+  ``.<session id>.evidence.json`` (hidden, so session listings ignore it; mode ``0600``;
+  written to a temporary name, fsynced, renamed, directory fsynced)::
+
+      {"format": "tether.evidence-binding", "version": 1, "sessionId": "…",
+       "effectsDb": "<the database's identity>", "database": "/w/.tether/effects.db",
+       "boundAt": 1767000000000, "replaced": []}
+
+  The session log is not touched: its format is a strict published contract;
+* in the database, a row of table ``sessions`` naming the session (written first, so a
+  crash between the two leaves a database that names a session without a sidecar, which
+  is repaired, never the other way round).
+
+:func:`check_session` compares them each time a process opens the database for a session
+(:func:`judge_binding` is the pure decision): a missing database, a database with another
+identity, one that does not name the session or an unreadable sidecar means the session's
+evidence is **unknown** — recovery then sends what depends on it to review instead of
+reading "no record" as "nothing happened". A session that never wrote evidence is
+``unbound``; it is bound by :func:`ensure_binding` before its first record. A session whose
+database was lost is bound to the new one again (:func:`bind_session` with ``previous``)
+only once nothing of it depends on the old evidence any more: when it is idle.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+
+from tether._wsdb.sqlite import EffectsDB, format_ms
+from tether.errors import EffectsDatabaseError
+
+__all__ = [
+    "BINDING_FORMAT",
+    "BindingState",
+    "EvidenceCheck",
+    "SessionBinding",
+    "bind_session",
+    "binding_path",
+    "check_session",
+    "ensure_binding",
+    "judge_binding",
+    "read_binding",
+    "write_binding",
+]
+
+BINDING_FORMAT: Final = "tether.evidence-binding"
+_VERSION: Final = 1
+_SUFFIX: Final = ".evidence.json"
+_MAX_BYTES: Final = 64 * 1024
+_MAX_REPLACED: Final = 32
+"""Earlier databases kept in the sidecar's history (the oldest are dropped)."""
+_WHAT: Final = "session evidence record"
+
+
+class BindingState(StrEnum):
+    UNBOUND = "unbound"
+    """The session has recorded no evidence yet (or was written by an older tether)."""
+    BOUND = "bound"
+    """The database is the one the session recorded, and it names the session."""
+    MISSING = "missing"
+    """The session recorded a database, and there was none: it was deleted or moved away."""
+    REPLACED = "replaced"
+    """The database has another identity than the one the session recorded."""
+    NOT_NAMED = "notNamed"
+    """The right identity, but the database does not name the session: a copy from before
+    the session's first evidence (an old backup)."""
+    UNREADABLE = "unreadable"
+    """The session's sidecar cannot be read: which database it used is not known."""
+
+    @property
+    def known(self) -> bool:
+        """Whether the absence of a record in the database can be trusted."""
+        return self in (BindingState.UNBOUND, BindingState.BOUND)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionBinding:
+    """The sidecar's content: the database that holds the session's evidence."""
+
+    session_id: str
+    effects_db: str
+    database: str
+    bound_at_ms: int
+    replaced: tuple[dict[str, Any], ...] = ()
+    """Databases the session used before (each ``{"effectsDb", "state", "reboundAt"}``)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": BINDING_FORMAT,
+            "version": _VERSION,
+            "sessionId": self.session_id,
+            "effectsDb": self.effects_db,
+            "database": self.database,
+            "boundAt": self.bound_at_ms,
+            "replaced": [dict(item) for item in self.replaced],
+        }
+
+    @classmethod
+    def from_json(cls, value: Any, session_id: str) -> SessionBinding:
+        """Parse a sidecar; :class:`ValueError` with the reason when it is not one."""
+        if not isinstance(value, dict) or value.get("format") != BINDING_FORMAT:
+            raise ValueError("it is not a tether evidence record")
+        if value.get("version") != _VERSION:
+            raise ValueError(f"unknown version {value.get('version')!r}")
+        if value.get("sessionId") != session_id:
+            raise ValueError(f"it names session {value.get('sessionId')!r}")
+        effects_db, database, bound = (value.get(k) for k in ("effectsDb", "database", "boundAt"))
+        replaced = value.get("replaced", [])
+        if not isinstance(effects_db, str) or not effects_db:
+            raise ValueError("it names no database identity")
+        if not isinstance(database, str) or isinstance(bound, bool) or not isinstance(bound, int):
+            raise ValueError("its database path or binding time is malformed")
+        if not isinstance(replaced, list) or not all(isinstance(r, dict) for r in replaced):
+            raise ValueError("its history of replaced databases is malformed")
+        return cls(session_id, effects_db, database, bound, tuple(replaced))
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceCheck:
+    """Whether a database is the one holding a session's evidence (see :func:`judge_binding`)."""
+
+    state: BindingState
+    session_id: str
+    database: str
+    """The path of the database that was checked."""
+    expected_db: str | None
+    """The identity the session recorded (``None``: none, or unreadable)."""
+    found_db: str | None
+    """The identity of the database now."""
+    reason: str
+    recorded: SessionBinding | None = field(default=None, repr=False)
+
+    @property
+    def known(self) -> bool:
+        return self.state.known
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "sessionId": self.session_id,
+            "database": self.database,
+            "expectedDb": self.expected_db,
+            "foundDb": self.found_db,
+            "reason": self.reason,
+        }
+
+
+def judge_binding(
+    session_id: str,
+    recorded: SessionBinding | None,
+    *,
+    database: str,
+    db_id: str,
+    names_session: bool,
+    db_existed: bool = True,
+    db_fresh: bool = False,
+    unreadable: str | None = None,
+) -> EvidenceCheck:
+    """Is the database at ``database`` (identity ``db_id``) the one holding the session's
+    evidence? Pure.
+
+    ``recorded`` is the session's sidecar (``None``: there is none; ``unreadable``: why it
+    cannot be read), ``names_session`` whether the database has the session's row,
+    ``db_existed`` whether the file existed before it was opened, ``db_fresh`` whether the
+    open created its schema.
+    """
+
+    def check(state: BindingState, reason: str) -> EvidenceCheck:
+        expected = recorded.effects_db if recorded is not None else None
+        return EvidenceCheck(state, session_id, database, expected, db_id, reason, recorded)
+
+    if unreadable is not None:
+        return check(
+            BindingState.UNREADABLE,
+            f"the record of which effects database holds this session's evidence cannot be "
+            f"read ({unreadable}), so the database {database} cannot be trusted to be complete",
+        )
+    if recorded is None:
+        if names_session:
+            return check(BindingState.BOUND, f"the effects database {database} names the session")
+        return check(BindingState.UNBOUND, "the session has recorded no evidence yet")
+    since = format_ms(recorded.bound_at_ms)
+    if db_id == recorded.effects_db:
+        if names_session:
+            return check(BindingState.BOUND, f"the effects database {database} holds the session")
+        return check(
+            BindingState.NOT_NAMED,
+            f"the effects database {database} ({db_id}) does not name the session: it is a "
+            f"copy from before the session's first evidence ({since})",
+        )
+    if not db_existed:
+        return check(
+            BindingState.MISSING,
+            f"the effects database {database} did not exist: the session's evidence is in "
+            f"database {recorded.effects_db} (since {since}), which was deleted or moved away; "
+            f"a new, empty one ({db_id}) was created",
+        )
+    what = "a freshly created database" if db_fresh else "another database"
+    return check(
+        BindingState.REPLACED,
+        f"the effects database {database} is {what} ({db_id}), not database "
+        f"{recorded.effects_db} that holds the session's evidence (since {since})",
+    )
+
+
+# =========================================================================== sidecar I/O
+
+
+def binding_path(sessions_dir: str | os.PathLike[str], session_id: str) -> Path:
+    """``<sessions dir>/.<session id>.evidence.json``."""
+    return Path(sessions_dir) / f".{session_id}{_SUFFIX}"
+
+
+def read_binding(
+    sessions_dir: str | os.PathLike[str], session_id: str
+) -> tuple[SessionBinding | None, str | None]:
+    """``(binding, None)``, ``(None, None)`` when there is none, or ``(None, why)`` when
+    it cannot be read (a link, not a regular file, too large, not a valid record)."""
+    path = binding_path(sessions_dir, session_id)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None, f"{path} is a symbolic link"
+        return None, f"{path}: {exc.strerror or exc}"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, f"{path} is not a regular file"
+        if info.st_size > _MAX_BYTES:
+            return None, f"{path} is larger than {_MAX_BYTES} bytes"
+        data = os.read(fd, _MAX_BYTES + 1)
+    except OSError as exc:
+        return None, f"{path}: {exc.strerror or exc}"
+    finally:
+        os.close(fd)
+    try:
+        return SessionBinding.from_json(json.loads(data), session_id), None
+    except ValueError as exc:
+        return None, f"{path}: {exc}"
+
+
+def write_binding(sessions_dir: str | os.PathLike[str], binding: SessionBinding) -> Path:
+    """Write the sidecar atomically and durably (temp file, fsync, rename, directory fsync).
+
+    Only the session's writer calls this (it holds the session lock), so one temporary name
+    per session is enough. Raises :class:`~tether.errors.EffectsDatabaseError` on failure.
+    """
+    final = binding_path(sessions_dir, binding.session_id)
+    temp = f"{final.name}.tmp"
+    data = (json.dumps(binding.to_json(), sort_keys=True, separators=(",", ":")) + "\n").encode()
+    try:
+        dir_fd = os.open(final.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise EffectsDatabaseError(str(final), _cannot(exc), _WHAT) from None
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temp, flags, 0o600, dir_fd=dir_fd)
+        try:
+            os.fchmod(fd, 0o600)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, final.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.fsync(dir_fd)
+    except OSError as exc:
+        try:
+            os.unlink(temp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise EffectsDatabaseError(str(final), _cannot(exc), _WHAT) from None
+    finally:
+        os.close(dir_fd)
+    return final
+
+
+def _cannot(exc: OSError) -> str:
+    why = "it is a symbolic link" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+    return f"cannot record which effects database holds the session's evidence ({why})"
+
+
+# =========================================================================== checking and binding
+
+
+def _identity(db: EffectsDB) -> str:
+    identity = db.identity
+    if identity is None:
+        raise EffectsDatabaseError(str(db.path), "has no identity (schema older than version 3)")
+    return identity
+
+
+def _names(db: EffectsDB, session_id: str) -> bool:
+    found = db.query_one("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,))
+    return found is not None
+
+
+def check_session(
+    db: EffectsDB, sessions_dir: str | os.PathLike[str], session_id: str
+) -> EvidenceCheck:
+    """Read the session's sidecar and the database's identity and judge them (read only)."""
+    recorded, unreadable = read_binding(sessions_dir, session_id)
+    return judge_binding(
+        session_id,
+        recorded,
+        database=str(db.path),
+        db_id=_identity(db),
+        names_session=_names(db, session_id),
+        db_existed=db.existed,
+        db_fresh=db.fresh,
+        unreadable=unreadable,
+    )
+
+
+def bind_session(
+    db: EffectsDB,
+    sessions_dir: str | os.PathLike[str],
+    session_id: str,
+    *,
+    previous: EvidenceCheck | None = None,
+) -> EvidenceCheck:
+    """Record that ``db`` holds the session's evidence: its row first, then the sidecar.
+
+    ``previous``: the check that found the session's earlier database missing or replaced;
+    it is kept in the sidecar's ``replaced`` history and the row's ``previous_db``. Call it
+    for an unknown binding only when nothing of the session depends on the old evidence.
+    """
+    identity = _identity(db)
+    now = db.now_ms()
+    earlier: list[dict[str, Any]] = []
+    old_id: str | None = None
+    if previous is not None and previous.recorded is not None:
+        earlier = [dict(item) for item in previous.recorded.replaced]
+    if previous is not None and not previous.known:
+        old_id = previous.expected_db
+        earlier.append({"effectsDb": old_id, "state": previous.state.value, "reboundAt": now})
+    with db.transaction() as conn:
+        conn.execute(
+            "INSERT INTO sessions (session_id, bound_at_ms, previous_db) VALUES (?,?,?) "
+            "ON CONFLICT (session_id) DO UPDATE SET previous_db = "
+            "COALESCE(excluded.previous_db, previous_db)",
+            (session_id, now, old_id),
+        )
+    binding = SessionBinding(
+        session_id, identity, str(db.path), now, tuple(earlier[-_MAX_REPLACED:])
+    )
+    write_binding(sessions_dir, binding)
+    return EvidenceCheck(
+        BindingState.BOUND,
+        session_id,
+        str(db.path),
+        identity,
+        identity,
+        f"the effects database {db.path} holds the session",
+        binding,
+    )
+
+
+def ensure_binding(
+    db: EffectsDB, sessions_dir: str | os.PathLike[str], session_id: str
+) -> EvidenceCheck:
+    """The session's evidence check, binding it first when it has none yet.
+
+    An unbound session is bound now (its first evidence is about to be written); a
+    database that names the session whose sidecar is gone gets the sidecar back. A missing,
+    replaced or unreadable binding is returned as it is: the caller decides with it.
+    """
+    check = check_session(db, sessions_dir, session_id)
+    if check.state is BindingState.UNBOUND or (
+        check.state is BindingState.BOUND and check.recorded is None
+    ):
+        return bind_session(db, sessions_dir, session_id)
+    return check

@@ -1,0 +1,275 @@
+"""The effect contract: tools with side effects outside the workspace (a service, an API).
+
+An effect tool implements :meth:`EffectTool.execute` ``(arguments, operation_id)``. The
+``operation_id`` is the ``toolStarted`` fact id: stable for that call across crashes and
+resumes. The tool hands it to the service as its idempotency key, so the service commits
+the effect at most once per operation id.
+
+Optionally the tool implements :meth:`EffectTool.lookup` ``(operation_id)``: ask the
+service whether that operation committed. It answers with a :class:`LookupResult`:
+
+* ``committed`` with the call's result (the same text ``execute`` would have returned);
+* ``not found``: the service never committed it;
+* ``unknowable`` with a reason: the service cannot tell.
+
+Recovery of a pending effect call (see :mod:`tether._effects.recovery`): committed → the
+result is filled in from the service, nothing executed; not found → executed once more with
+the same operation id; unknowable, a failing or hanging lookup (:func:`safe_lookup`) → the
+call goes to review. An effect tool *without* a lookup is ``interrupted`` exactly as the
+session format says.
+
+Effect tools are never replay-safe (``replay`` is always ``never``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from abc import abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from tether._tools.base import Tool, ToolContext, ToolResult
+from tether.core.state import Replay
+from tether.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_LOOKUP_TIMEOUT",
+    "EffectFunction",
+    "EffectTool",
+    "FunctionEffectTool",
+    "LookupFunction",
+    "LookupResult",
+    "LookupStatus",
+    "effect_tool",
+    "has_lookup",
+    "safe_lookup",
+]
+
+DEFAULT_LOOKUP_TIMEOUT = 10.0
+"""Seconds :func:`safe_lookup` waits for an answer by default."""
+
+
+class LookupStatus(StrEnum):
+    COMMITTED = "committed"
+    NOT_FOUND = "notFound"
+    UNKNOWABLE = "unknowable"
+
+
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    """A lookup's answer; build it with :meth:`committed`, :meth:`not_found`, :meth:`unknowable`.
+
+    ``result`` is present exactly for ``committed``; ``reason`` says why for ``unknowable``.
+    """
+
+    status: LookupStatus
+    result: ToolResult | None = None
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.status is LookupStatus.COMMITTED) != (self.result is not None):
+            raise ValueError("a lookup result carries a ToolResult exactly when committed")
+        if self.result is not None and not isinstance(self.result, ToolResult):
+            raise TypeError(f"LookupResult.result must be a ToolResult, got {self.result!r}")
+
+    @classmethod
+    def committed(cls, result: ToolResult | str) -> LookupResult:
+        """The service committed the operation; ``result`` is what the call returned."""
+        return cls(
+            LookupStatus.COMMITTED, ToolResult(result) if isinstance(result, str) else result
+        )
+
+    @classmethod
+    def not_found(cls) -> LookupResult:
+        """The service has no record of the operation: it never took effect."""
+        return cls(LookupStatus.NOT_FOUND)
+
+    @classmethod
+    def unknowable(cls, reason: str) -> LookupResult:
+        """The service cannot tell (or could not be asked)."""
+        return cls(LookupStatus.UNKNOWABLE, reason=reason or "the lookup could not tell")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"status": self.status.value}
+        if self.result is not None:
+            out["result"] = {"content": self.result.content, "isError": self.result.is_error}
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+class EffectTool(Tool):
+    """Base class of a tool with an external side effect.
+
+    Subclasses set ``name``, ``description`` and ``parameters`` like any :class:`Tool` and
+    implement :meth:`execute`; they may implement :meth:`lookup`. ``replay`` must stay
+    ``never`` (declaring ``safe`` is a :class:`~tether.errors.ConfigurationError`).
+    """
+
+    replay: Replay = Replay.NEVER
+    effect: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        if self.replay is not Replay.NEVER:
+            raise ConfigurationError(
+                f"effect tool {getattr(self, 'name', type(self).__name__)!r}: effect tools are "
+                "never replay-safe; leave replay as Replay.NEVER"
+            )
+        super().__init__()
+
+    @abstractmethod
+    def execute(self, arguments: Mapping[str, Any], operation_id: str) -> ToolResult:
+        """Perform the effect once for ``operation_id`` (pass it to the service as its
+        idempotency key). Expected failures are error results."""
+
+    def lookup(self, operation_id: str) -> LookupResult:
+        """Ask the service whether ``operation_id`` committed (optional)."""
+        raise NotImplementedError(f"effect tool {self.name!r} has no lookup")
+
+    @property
+    def has_lookup(self) -> bool:
+        """Whether this tool can answer :meth:`lookup`."""
+        return type(self).lookup is not EffectTool.lookup
+
+    def run(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        """The tool contract: ``execute(arguments, context.operation_id)``."""
+        result: object = self.execute(arguments, context.operation_id)
+        if isinstance(result, str):
+            return ToolResult(result)
+        if not isinstance(result, ToolResult):
+            raise TypeError(
+                f"effect tool {self.name!r} returned {type(result).__name__}, "
+                "expected ToolResult or str"
+            )
+        return result
+
+
+EffectFunction = Callable[[Mapping[str, Any], str], "ToolResult | str"]
+"""``(arguments, operation_id) -> ToolResult | str``."""
+
+LookupFunction = Callable[[str], LookupResult]
+"""``(operation_id) -> LookupResult``."""
+
+
+class FunctionEffectTool(EffectTool):
+    """An effect tool made of an execute function and, optionally, a lookup function."""
+
+    def __init__(
+        self,
+        function: EffectFunction,
+        *,
+        name: str,
+        description: str,
+        parameters: Mapping[str, Any],
+        lookup: LookupFunction | None = None,
+        replay_key: str | None = None,
+    ) -> None:
+        self.function = function
+        self.lookup_function = lookup
+        self.name = name
+        self.description = description
+        self.parameters = parameters
+        self.replay_key = replay_key or ""
+        super().__init__()
+
+    def execute(self, arguments: Mapping[str, Any], operation_id: str) -> ToolResult:
+        result = self.function(arguments, operation_id)
+        if isinstance(result, str):
+            return ToolResult(result)
+        if not isinstance(result, ToolResult):
+            raise TypeError(
+                f"effect tool {self.name!r} returned {type(result).__name__}, "
+                "expected ToolResult or str"
+            )
+        return result
+
+    def lookup(self, operation_id: str) -> LookupResult:
+        if self.lookup_function is None:
+            raise NotImplementedError(f"effect tool {self.name!r} has no lookup")
+        return self.lookup_function(operation_id)
+
+    @property
+    def has_lookup(self) -> bool:
+        return self.lookup_function is not None
+
+
+def effect_tool(
+    *,
+    name: str,
+    description: str,
+    parameters: Mapping[str, Any],
+    lookup: LookupFunction | None = None,
+    replay_key: str | None = None,
+) -> Callable[[EffectFunction], FunctionEffectTool]:
+    """Declare an effect tool from ``execute(arguments, operation_id)``::
+
+    @effect_tool(name="send_invoice", description="Send an invoice.",
+                 parameters={...}, lookup=lambda op: ...)
+    def send_invoice(arguments, operation_id):
+        return billing.send(arguments["customer"], idempotency_key=operation_id)
+    """
+
+    def wrap(function: EffectFunction) -> FunctionEffectTool:
+        return FunctionEffectTool(
+            function,
+            name=name,
+            description=description,
+            parameters=parameters,
+            lookup=lookup,
+            replay_key=replay_key,
+        )
+
+    return wrap
+
+
+def has_lookup(tool: Tool) -> bool:
+    """Whether ``tool`` is an effect tool that can answer a lookup."""
+    return isinstance(tool, EffectTool) and tool.has_lookup
+
+
+def safe_lookup(
+    tool: EffectTool, operation_id: str, timeout: float = DEFAULT_LOOKUP_TIMEOUT
+) -> LookupResult:
+    """``tool.lookup(operation_id)`` bounded by ``timeout`` seconds; never raises for the
+    lookup's own failures.
+
+    The lookup runs in a daemon worker thread. An exception, a wrong return type or no
+    answer within ``timeout`` becomes ``unknowable`` with the reason. (A hung lookup's
+    thread cannot be stopped; it is left behind and its eventual answer is ignored.)
+    Raises :class:`TypeError` for a tool without a lookup.
+    """
+    if not has_lookup(tool):
+        raise TypeError(f"tool {getattr(tool, 'name', tool)!r} has no lookup")
+    if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
+        raise ValueError(f"lookup timeout must be a positive number, got {timeout!r}")
+    box: list[object] = []
+    failure: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            box.append(tool.lookup(operation_id))
+        except BaseException as exc:  # reported as unknowable, never re-raised here
+            failure.append(exc)
+
+    worker = threading.Thread(target=work, name=f"tether-lookup-{tool.name}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        return LookupResult.unknowable(
+            f"the lookup of {tool.name} did not answer within {timeout:g} s"
+        )
+    if failure:
+        exc = failure[0]
+        message = " ".join(str(exc).split()) or "(no message)"
+        return LookupResult.unknowable(
+            f"the lookup of {tool.name} failed: {type(exc).__name__}: {message}"
+        )
+    answer = box[0] if box else None
+    if not isinstance(answer, LookupResult):
+        return LookupResult.unknowable(
+            f"the lookup of {tool.name} returned {type(answer).__name__}, not a LookupResult"
+        )
+    return answer

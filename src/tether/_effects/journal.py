@@ -1,0 +1,1222 @@
+"""The action journal of ``write`` and ``edit`` (table ``journal`` of ``effects.db``).
+
+Before a file tool touches a file, the intent is made durable: session, operation id (the
+``toolStarted`` fact id), path, the content hash the change was planned against
+(``before_hash``, ``None`` = the file did not exist), the hash it will produce
+(``after_hash``), a digest of the tool name and arguments, and a status. Then the change is
+applied with compare-and-swap (:func:`tether._tools.builtin.apply_change`: temp file in the
+same directory, fsync, ``os.replace``, directory fsync) and the row is marked ``succeeded``.
+
+The executor records the intent *before* it commits the call's ``toolStarted``
+(:func:`prepare_journaled`, status ``authorized``), and marks it ``started`` right before
+applying (:func:`run_prepared`). So every started call has its row, and a started call
+without one means the evidence was lost (a deleted or replaced ``effects.db``), never that
+the file was untouched.
+
+After a crash, :func:`reconcile_file` (pure) compares the row with the file's current hash:
+
+============  ====================================  ===========================================
+verdict       when                                  recovery
+============  ====================================  ===========================================
+APPLIED       status ``succeeded``, or the file has  fill in a success result saying it was
+              the after-hash                         reconciled after a crash
+NOT_APPLIED   the file has the before-hash (absent   perform the change once, under
+              when before is ``None``), or status    compare-and-swap
+              ``proposed``/``authorized``
+NO_RECORD     no journal row: the intent is          review: write nothing (the row is written
+              recorded before ``toolStarted``, so    before ``toolStarted``; without it the
+              it was lost                            outcome is unknown)
+FAILED        status ``failed``: the call failed     fill in the recorded error result
+              without writing
+CONFLICT      neither hash (or unreadable)           write nothing; keep both hashes and a
+                                                     copy of the current content; review
+============  ====================================  ===========================================
+
+Crash boundaries of this module (see :mod:`tether._faults`): ``journal.intent_prepared``
+(intent durable as ``authorized``, ``toolStarted`` not committed, file untouched),
+``journal.intent_recorded`` (intent durable as ``started``, file untouched) and
+``journal.change_applied`` (file replaced and directory fsynced, journal still
+``started``). Inside :func:`apply_change` the tools module has
+``tools.apply.before_replace`` (temp file written and fsynced) and
+``tools.apply.after_replace`` (renamed, directory not yet fsynced).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+
+from tether import _faults as faults
+from tether._tools.base import Tool, ToolResult
+from tether._tools.builtin import (
+    ApplyOutcome,
+    EditTool,
+    FileChange,
+    WriteTool,
+    apply_change,
+    current_hash,
+    plan_edit,
+    plan_write,
+)
+from tether._tools.workspace import (
+    ProtectedState,
+    describe_os_error,
+    open_parent,
+    open_regular_file,
+    stat_entry,
+)
+from tether._wsdb.sqlite import EffectsDB, format_ms
+from tether.core.canonical import sha256_digest
+from tether.errors import EffectsDatabaseError, OperationIdConflict, StaleFileChange, ToolError
+
+__all__ = [
+    "CHANGE_APPLIED",
+    "EVIDENCE_MAX_BYTES",
+    "INTENT_PREPARED",
+    "INTENT_RECORDED",
+    "JOURNALED_TOOLS",
+    "ActionJournal",
+    "Evidence",
+    "FileVerdict",
+    "JournalRow",
+    "JournalStatus",
+    "PreparedChange",
+    "Verdict",
+    "arguments_digest",
+    "is_journaled",
+    "journaled_edit",
+    "journaled_resume",
+    "journaled_run",
+    "journaled_write",
+    "observe_file",
+    "prepare_journaled",
+    "reconcile_file",
+    "reconciled_text",
+    "remove_orphan_temp_files",
+    "run_prepared",
+    "stale_text",
+]
+
+INTENT_PREPARED = faults.register(
+    "journal.intent_prepared",
+    "journaled write/edit: planned change durable in effects.db (status authorized); "
+    "toolStarted not committed, file untouched",
+)
+INTENT_RECORDED = faults.register(
+    "journal.intent_recorded",
+    "journaled write/edit: intent durable in effects.db (status started), file untouched",
+)
+CHANGE_APPLIED = faults.register(
+    "journal.change_applied",
+    "journaled write/edit: file replaced and directory fsynced, journal not yet 'succeeded'",
+)
+
+JOURNALED_TOOLS: Final = frozenset({"write", "edit"})
+"""Names of the built-in tools that go through the journal."""
+
+EVIDENCE_MAX_BYTES: Final = 16 * 1024 * 1024
+"""Largest content copy kept as evidence; longer files keep their first bytes (``truncated``)."""
+
+_CHUNK: Final = 64 * 1024
+
+
+class JournalStatus(StrEnum):
+    PROPOSED = "proposed"
+    """Planned, not yet allowed to run (reserved for an approval step)."""
+    AUTHORIZED = "authorized"
+    """Planned and allowed to run, recorded before the call's ``toolStarted``; the file has
+    not been touched."""
+    STARTED = "started"
+    """About to touch, or touching, the file; the outcome is not recorded."""
+    SUCCEEDED = "succeeded"
+    """The file holds the after-content, durably."""
+    FAILED = "failed"
+    """Finished without writing anything (stale content, path refused, I/O error before the
+    rename); ``result`` is the error the model was (or is to be) given."""
+    UNKNOWN = "unknown"
+    """Something failed at a point where the file may or may not have changed."""
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JournalStatus.SUCCEEDED, JournalStatus.FAILED)
+
+
+_S = JournalStatus
+_TRANSITIONS: Final[Mapping[JournalStatus, frozenset[JournalStatus]]] = {
+    _S.PROPOSED: frozenset({_S.PROPOSED, _S.AUTHORIZED, _S.STARTED, _S.FAILED}),
+    _S.AUTHORIZED: frozenset({_S.AUTHORIZED, _S.STARTED, _S.FAILED}),
+    _S.STARTED: frozenset({_S.STARTED, _S.SUCCEEDED, _S.FAILED, _S.UNKNOWN}),
+    _S.UNKNOWN: frozenset({_S.UNKNOWN, _S.STARTED, _S.SUCCEEDED, _S.FAILED}),
+    _S.SUCCEEDED: frozenset({_S.SUCCEEDED}),
+    _S.FAILED: frozenset({_S.FAILED}),
+}
+
+
+def arguments_digest(tool_name: str, arguments: Mapping[str, Any]) -> str:
+    """``sha256:…`` of ``{"arguments": arguments, "tool": name}`` as JSON with sorted keys,
+    compact separators and raw UTF-8 (the same value always gives the same digest)."""
+    text = json.dumps(
+        {"arguments": dict(arguments), "tool": tool_name},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    )
+    return sha256_digest(text.encode("utf-8", errors="surrogatepass"))
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRow:
+    """One journal row (one journaled call)."""
+
+    operation_id: str
+    session_id: str
+    tool_name: str
+    path: str
+    before_hash: str | None
+    after_hash: str
+    arguments_digest: str
+    status: JournalStatus
+    detail: str | None
+    planned_result: str
+    """The success text the call will report once applied (computed when planned)."""
+    result: str | None
+    """The result text recorded with a terminal status."""
+    result_is_error: bool
+    created_at_ms: int
+    updated_at_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "operationId": self.operation_id,
+            "sessionId": self.session_id,
+            "toolName": self.tool_name,
+            "path": self.path,
+            "beforeHash": self.before_hash,
+            "afterHash": self.after_hash,
+            "argumentsDigest": self.arguments_digest,
+            "status": self.status.value,
+            "detail": self.detail,
+            "plannedResult": self.planned_result,
+            "result": self.result,
+            "resultIsError": self.result_is_error,
+            "createdAt": format_ms(self.created_at_ms),
+            "updatedAt": format_ms(self.updated_at_ms),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """A copy of file content kept as evidence (table ``evidence``)."""
+
+    id: int
+    operation_id: str
+    kind: str
+    path: str | None
+    content_hash: str | None
+    size: int | None
+    truncated: bool
+    content: bytes | None = field(repr=False)
+    created_at_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything but the bytes (which may be large and binary)."""
+        return {
+            "id": self.id,
+            "operationId": self.operation_id,
+            "kind": self.kind,
+            "path": self.path,
+            "contentHash": self.content_hash,
+            "size": self.size,
+            "truncated": self.truncated,
+            "createdAt": format_ms(self.created_at_ms),
+        }
+
+
+_COLUMNS: Final = (
+    "operation_id, session_id, tool_name, path, before_hash, after_hash, arguments_digest, "
+    "status, detail, planned_result, result, result_is_error, created_at_ms, updated_at_ms"
+)
+
+
+def _row(data: Any) -> JournalRow:
+    return JournalRow(
+        operation_id=data["operation_id"],
+        session_id=data["session_id"],
+        tool_name=data["tool_name"],
+        path=data["path"],
+        before_hash=data["before_hash"],
+        after_hash=data["after_hash"],
+        arguments_digest=data["arguments_digest"],
+        status=JournalStatus(data["status"]),
+        detail=data["detail"],
+        planned_result=data["planned_result"],
+        result=data["result"],
+        result_is_error=bool(data["result_is_error"]),
+        created_at_ms=int(data["created_at_ms"]),
+        updated_at_ms=int(data["updated_at_ms"]),
+    )
+
+
+class ActionJournal:
+    """The ``journal`` table of an :class:`~tether._wsdb.sqlite.EffectsDB`."""
+
+    def __init__(self, db: EffectsDB) -> None:
+        self.db = db
+
+    def record_intent(
+        self,
+        session_id: str,
+        operation_id: str,
+        path: str,
+        before_hash: str | None,
+        after_hash: str,
+        arguments_digest: str,
+        *,
+        tool_name: str = "",
+        planned_result: str = "",
+        status: JournalStatus = JournalStatus.STARTED,
+    ) -> JournalRow:
+        """Durably record the intent of a file change (one transaction, fsynced).
+
+        Idempotent: when ``operation_id`` is already recorded for the same session with the
+        same ``arguments_digest`` the existing row is returned unchanged. With a different
+        session or digest, :class:`~tether.errors.OperationIdConflict` is raised and nothing
+        is recorded.
+        """
+        return self._record(
+            session_id,
+            operation_id,
+            path,
+            before_hash,
+            after_hash,
+            arguments_digest,
+            tool_name=tool_name,
+            planned_result=planned_result,
+            status=status,
+        )[0]
+
+    def _record(
+        self,
+        session_id: str,
+        operation_id: str,
+        path: str,
+        before_hash: str | None,
+        after_hash: str,
+        digest: str,
+        *,
+        tool_name: str,
+        planned_result: str,
+        status: JournalStatus,
+        result: str | None = None,
+        detail: str | None = None,
+    ) -> tuple[JournalRow, bool]:
+        """``(row, created)``; ``result`` (an error) only with status ``failed``."""
+        status = JournalStatus(status)
+        if result is not None and status is not JournalStatus.FAILED:
+            raise ValueError("only a failed row is recorded with a result")
+        is_error = result is not None
+        now = self.db.now_ms()
+        with self.db.transaction() as conn:
+            found = conn.execute(
+                f"SELECT {_COLUMNS} FROM journal WHERE operation_id = ?", (operation_id,)
+            ).fetchone()
+            if found is not None:
+                row = _row(found)
+                _check_same(row, session_id, digest, str(self.db.path))
+                return row, False
+            conn.execute(
+                f"INSERT INTO journal ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    operation_id,
+                    session_id,
+                    tool_name,
+                    path,
+                    before_hash,
+                    after_hash,
+                    digest,
+                    status.value,
+                    detail,
+                    planned_result,
+                    result,
+                    int(is_error),
+                    now,
+                    now,
+                ),
+            )
+            conn.execute(
+                "INSERT INTO journal_history (operation_id, status, detail, at_ms) "
+                "VALUES (?,?,?,?)",
+                (operation_id, status.value, detail or "intent recorded", now),
+            )
+        return (
+            JournalRow(
+                operation_id,
+                session_id,
+                tool_name,
+                path,
+                before_hash,
+                after_hash,
+                digest,
+                status,
+                detail,
+                planned_result,
+                result,
+                is_error,
+                now,
+                now,
+            ),
+            True,
+        )
+
+    def mark(
+        self,
+        operation_id: str,
+        status: JournalStatus,
+        detail: str | None = None,
+        *,
+        result: str | None = None,
+        result_is_error: bool = False,
+    ) -> JournalRow:
+        """Move a row to ``status`` (fsynced); ``result`` is kept with terminal statuses.
+
+        Raises :class:`LookupError` for an unknown operation id and :class:`ValueError` for a
+        transition the journal does not allow (a terminal status never changes, except to
+        itself).
+        """
+        status = JournalStatus(status)
+        now = self.db.now_ms()
+        with self.db.transaction() as conn:
+            found = conn.execute(
+                f"SELECT {_COLUMNS} FROM journal WHERE operation_id = ?", (operation_id,)
+            ).fetchone()
+            if found is None:
+                raise LookupError(f"no journal row for operation id {operation_id}")
+            row = _row(found)
+            if status not in _TRANSITIONS[row.status]:
+                raise ValueError(
+                    f"journal row {operation_id}: cannot go from {row.status.value} "
+                    f"to {status.value}"
+                )
+            if status is row.status and status.terminal:
+                return row  # idempotent: a terminal status is recorded once
+            keep_result = result if result is not None else row.result
+            keep_error = result_is_error if result is not None else row.result_is_error
+            conn.execute(
+                "UPDATE journal SET status = ?, detail = ?, result = ?, result_is_error = ?, "
+                "updated_at_ms = ? WHERE operation_id = ?",
+                (status.value, detail, keep_result, int(keep_error), now, operation_id),
+            )
+            conn.execute(
+                "INSERT INTO journal_history (operation_id, status, detail, at_ms) "
+                "VALUES (?,?,?,?)",
+                (operation_id, status.value, detail, now),
+            )
+        return JournalRow(
+            row.operation_id,
+            row.session_id,
+            row.tool_name,
+            row.path,
+            row.before_hash,
+            row.after_hash,
+            row.arguments_digest,
+            status,
+            detail,
+            row.planned_result,
+            keep_result,
+            keep_error,
+            row.created_at_ms,
+            now,
+        )
+
+    def get(self, operation_id: str) -> JournalRow | None:
+        """The row of ``operation_id``, or ``None``."""
+        found = self.db.query_one(
+            f"SELECT {_COLUMNS} FROM journal WHERE operation_id = ?", (operation_id,)
+        )
+        return None if found is None else _row(found)
+
+    def rows(self, session_id: str | None = None) -> list[JournalRow]:
+        """Every row (of one session), oldest first."""
+        if session_id is None:
+            found = self.db.query(f"SELECT {_COLUMNS} FROM journal ORDER BY created_at_ms, rowid")
+        else:
+            found = self.db.query(
+                f"SELECT {_COLUMNS} FROM journal WHERE session_id = ? "
+                "ORDER BY created_at_ms, rowid",
+                (session_id,),
+            )
+        return [_row(item) for item in found]
+
+    def history(self, operation_id: str) -> list[tuple[JournalStatus, str | None, int]]:
+        """``(status, detail, at_ms)`` of every status the row went through, in order."""
+        found = self.db.query(
+            "SELECT status, detail, at_ms FROM journal_history WHERE operation_id = ? ORDER BY id",
+            (operation_id,),
+        )
+        return [(JournalStatus(r["status"]), r["detail"], int(r["at_ms"])) for r in found]
+
+    # ------------------------------------------------------------------ evidence
+
+    def keep_evidence(
+        self,
+        operation_id: str,
+        kind: str,
+        *,
+        path: str | None,
+        content: bytes | None,
+        content_hash: str | None,
+        size: int | None = None,
+        truncated: bool = False,
+    ) -> int:
+        """Store a content copy as evidence; returns its id."""
+        now = self.db.now_ms()
+        with self.db.transaction() as conn:
+            cursor = conn.execute(
+                "INSERT INTO evidence (operation_id, kind, path, content_hash, size, truncated, "
+                "content, created_at_ms) VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    operation_id,
+                    kind,
+                    path,
+                    content_hash,
+                    size if size is not None else (len(content) if content is not None else None),
+                    int(truncated),
+                    content,
+                    now,
+                ),
+            )
+            rowid = cursor.lastrowid
+        assert rowid is not None
+        return int(rowid)
+
+    def evidence(self, evidence_id: int) -> Evidence | None:
+        """A kept evidence copy, or ``None``."""
+        found = self.db.query_one("SELECT * FROM evidence WHERE id = ?", (evidence_id,))
+        if found is None:
+            return None
+        return Evidence(
+            id=int(found["id"]),
+            operation_id=found["operation_id"],
+            kind=found["kind"],
+            path=found["path"],
+            content_hash=found["content_hash"],
+            size=found["size"],
+            truncated=bool(found["truncated"]),
+            content=found["content"],
+            created_at_ms=int(found["created_at_ms"]),
+        )
+
+
+def _check_same(row: JournalRow, session_id: str, digest: str, where: str) -> None:
+    if row.session_id != session_id:
+        raise OperationIdConflict(
+            row.operation_id, f"session {row.session_id}", f"session {session_id}", where
+        )
+    if row.arguments_digest != digest:
+        raise OperationIdConflict(row.operation_id, row.arguments_digest, digest, where)
+
+
+# =========================================================================== reconcile
+
+
+class Verdict(StrEnum):
+    APPLIED = "applied"
+    NOT_APPLIED = "notApplied"
+    CONFLICT = "conflict"
+    NO_RECORD = "noRecord"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class FileVerdict:
+    """What :func:`reconcile_file` concluded about one journaled call."""
+
+    verdict: Verdict
+    row: JournalRow | None
+    current_hash: str | None
+    reason: str
+    evidence_id: int | None = None
+    """Id of the kept copy of the current content (conflicts; set by :func:`observe_file`)."""
+    path: str | None = None
+    """The file, when there is no row to name it (``NO_RECORD``; from the call's arguments)."""
+
+    def evidence(self) -> dict[str, Any]:
+        """JSON evidence: the journal's view, both hashes and the current one."""
+        out: dict[str, Any] = {"verdict": self.verdict.value, "reason": self.reason}
+        if self.row is None and self.path is not None:
+            out["path"] = self.path
+        if self.row is not None:
+            out.update(
+                operationId=self.row.operation_id,
+                path=self.row.path,
+                journalStatus=self.row.status.value,
+                beforeHash=self.row.before_hash,
+                afterHash=self.row.after_hash,
+                argumentsDigest=self.row.arguments_digest,
+            )
+        out["currentHash"] = self.current_hash
+        if self.evidence_id is not None:
+            out["evidenceId"] = self.evidence_id
+        return out
+
+
+def reconcile_file(
+    row: JournalRow | None,
+    current_hash: str | None,
+    *,
+    unreadable: str | None = None,
+    path: str | None = None,
+) -> FileVerdict:
+    """Decide what happened to a journaled file change (pure; see the module table).
+
+    ``current_hash`` is the file's content hash now (``None``: it does not exist);
+    ``unreadable`` — instead — says why it could not be hashed (a conflict for a started
+    change). ``path`` names the file when there is no row (kept in the verdict's evidence).
+    """
+    if row is None:
+        why = (
+            "no journal row: the intent of a journaled call is recorded before its "
+            "toolStarted, so its record was lost"
+        )
+        if unreadable is not None:
+            why = f"{why}; the file could not be checked: {unreadable}"
+        return FileVerdict(Verdict.NO_RECORD, None, current_hash, why, path=path)
+    status = row.status
+    if status is JournalStatus.SUCCEEDED:
+        return FileVerdict(Verdict.APPLIED, row, current_hash, "the journal recorded success")
+    if status is JournalStatus.FAILED:
+        return FileVerdict(
+            Verdict.FAILED, row, current_hash, "the journal recorded a failure without a write"
+        )
+    if status in (JournalStatus.PROPOSED, JournalStatus.AUTHORIZED):
+        return FileVerdict(
+            Verdict.NOT_APPLIED, row, current_hash, f"the change was only {status.value}"
+        )
+    if unreadable is not None:
+        return FileVerdict(
+            Verdict.CONFLICT, row, None, f"the file could not be checked: {unreadable}"
+        )
+    if current_hash == row.after_hash:
+        return FileVerdict(Verdict.APPLIED, row, current_hash, "the file has the after-hash")
+    if current_hash == row.before_hash:
+        why = (
+            "the file is still absent"
+            if current_hash is None
+            else "the file still has the before-hash"
+        )
+        return FileVerdict(Verdict.NOT_APPLIED, row, current_hash, why)
+    return FileVerdict(
+        Verdict.CONFLICT,
+        row,
+        current_hash,
+        "the file has neither the before-hash nor the after-hash",
+    )
+
+
+_IN_FLIGHT: Final = frozenset({JournalStatus.STARTED, JournalStatus.UNKNOWN})
+"""Statuses in which the file may have been touched without the outcome being recorded."""
+
+
+def _snapshot(workspace: Path, relative: str) -> tuple[str | None, bytes | None, int, bool]:
+    """``(hash, first bytes, size, truncated)`` of the file now, read once; hash ``None``
+    (and no bytes) when it does not exist."""
+    try:
+        with open_parent(workspace, relative, create=False) as parent:
+            if stat_entry(parent) is None:
+                return None, None, 0, False
+            fd = open_regular_file(parent)
+    except FileNotFoundError:
+        return None, None, 0, False
+    hasher = hashlib.sha256()
+    kept = bytearray()
+    size = 0
+    try:
+        while chunk := os.read(fd, _CHUNK):
+            hasher.update(chunk)
+            size += len(chunk)
+            room = EVIDENCE_MAX_BYTES - len(kept)
+            if room > 0:
+                kept += chunk[:room]
+    finally:
+        os.close(fd)
+    return "sha256:" + hasher.hexdigest(), bytes(kept), size, size > len(kept)
+
+
+def observe_file(
+    workspace: Path,
+    journal: ActionJournal,
+    operation_id: str,
+    *,
+    keep_evidence: bool = True,
+    path: str | None = None,
+) -> FileVerdict:
+    """Gather the evidence for one pending journaled call and reconcile it (I/O).
+
+    Reads the journal row and the file's current content (once). On a conflict a copy of
+    the current content is stored as evidence (``FileVerdict.evidence_id``). ``path`` (the
+    call's argument) is hashed when there is no row, for the review's evidence.
+    """
+    row = journal.get(operation_id)
+    if row is None:
+        return _observe_unrecorded(workspace, path)
+    if row.status not in _IN_FLIGHT:
+        try:
+            now: str | None = current_hash(workspace, row.path)
+        except (ToolError, OSError):
+            now = None
+        return reconcile_file(row, now)
+    try:
+        digest, data, size, truncated = _snapshot(workspace, row.path)
+    except (ToolError, OSError) as exc:
+        verdict = reconcile_file(row, None, unreadable=str(exc))
+        if keep_evidence:
+            evidence_id = journal.keep_evidence(
+                operation_id, "unreadable", path=row.path, content=None, content_hash=None
+            )
+            verdict = FileVerdict(
+                verdict.verdict, row, None, verdict.reason, evidence_id=evidence_id
+            )
+        return verdict
+    verdict = reconcile_file(row, digest)
+    if verdict.verdict is Verdict.CONFLICT and keep_evidence:
+        evidence_id = journal.keep_evidence(
+            operation_id,
+            "conflict" if digest is not None else "conflict-absent",
+            path=row.path,
+            content=data,
+            content_hash=digest,
+            size=size,
+            truncated=truncated,
+        )
+        verdict = FileVerdict(verdict.verdict, row, digest, verdict.reason, evidence_id=evidence_id)
+    return verdict
+
+
+def _observe_unrecorded(workspace: Path, path: str | None) -> FileVerdict:
+    """The ``NO_RECORD`` verdict, with the file's current hash when it can be read."""
+    if path is None:
+        return reconcile_file(None, None)
+    try:
+        return reconcile_file(None, current_hash(workspace, path), path=path)
+    except (ToolError, OSError) as exc:
+        return reconcile_file(None, None, unreadable=str(exc), path=path)
+
+
+def hash_for_evidence(workspace: Path, path: object) -> tuple[str | None, str | None]:
+    """``(current hash, None)`` of a call's file, or ``(None, why)`` when it cannot be read."""
+    if not isinstance(path, str):
+        return None, "the call names no file"
+    try:
+        return current_hash(workspace, path), None
+    except (ToolError, OSError) as exc:
+        return None, str(exc)
+
+
+# =========================================================================== run
+
+
+def stale_text(path: str) -> str:
+    """The error result of a compare-and-swap that found other content."""
+    return f"Error: {path} changed since it was read; read it again."
+
+
+_TEMP_PATTERN: Final = re.compile(r"\.(?P<name>.+)\.[0-9a-f]{12}\.tether-tmp")
+
+
+def remove_orphan_temp_files(workspace: Path, relative: str) -> list[str]:
+    """Delete temp files an interrupted :func:`apply_change` left next to ``relative``.
+
+    A crash between writing the temp file and the rename leaves
+    ``.<name>.<12 hex>.tether-tmp`` in the target's directory. Only names of that exact
+    form for this target are removed (regular files, never followed links). Returns the
+    removed names. Call it only while no other writer is changing that file.
+    """
+    removed: list[str] = []
+    try:
+        with open_parent(workspace, relative, create=False) as parent:
+            prefix = parent.name[:200]
+            for entry in os.listdir(parent.fd):
+                match = _TEMP_PATTERN.fullmatch(entry)
+                if match is None or match.group("name") != prefix:
+                    continue
+                try:
+                    info = os.stat(entry, dir_fd=parent.fd, follow_symlinks=False)
+                    if stat.S_ISREG(info.st_mode):
+                        os.unlink(entry, dir_fd=parent.fd)
+                        removed.append(entry)
+                except OSError:
+                    continue
+            if removed:
+                os.fsync(parent.fd)
+    except (ToolError, OSError):
+        return removed
+    return removed
+
+
+def reconciled_text(row: JournalRow) -> str:
+    """The success text of a change found applied after a crash."""
+    base = row.planned_result or f"Applied the change to {row.path}"
+    return f"{base} (reconciled after a crash: the change was already applied)"
+
+
+def is_journaled(tool: Tool) -> bool:
+    """Whether calls of ``tool`` go through the journal (the built-in write and edit)."""
+    return isinstance(tool, (WriteTool, EditTool)) and tool.name in JOURNALED_TOOLS
+
+
+def _tool_error(exc: Exception, path: object) -> ToolResult:
+    if isinstance(exc, ToolError):
+        return ToolResult.error(f"Error: {exc}")
+    if isinstance(exc, OSError):
+        return ToolResult.error(f"Error: {describe_os_error(str(path), exc)}")
+    raise exc
+
+
+def _plan(
+    tool_name: str,
+    workspace: Path,
+    arguments: Mapping[str, Any],
+    protected: ProtectedState | None = None,
+) -> tuple[FileChange, int]:
+    if tool_name == "write":
+        change = plan_write(workspace, arguments["path"], arguments["content"], protected=protected)
+        return change, 0
+    if tool_name == "edit":
+        return plan_edit(
+            workspace,
+            arguments["path"],
+            arguments["old_string"],
+            arguments["new_string"],
+            replace_all=bool(arguments.get("replace_all", False)),
+            protected=protected,
+        )
+    raise ValueError(f"not a journaled tool: {tool_name!r}")
+
+
+def _success_text(tool_name: str, change: FileChange, count: int, outcome: ApplyOutcome) -> str:
+    if tool_name == "write":
+        what = "created" if change.before_hash is None else "replaced"
+        if outcome is ApplyOutcome.ALREADY_APPLIED:
+            what = "unchanged: it already had this content"
+        return f"Wrote {len(change.new_bytes)} bytes to {change.path} ({what})"
+    plural = "occurrence" if count == 1 else "occurrences"
+    return f"Edited {change.path}: replaced {count} {plural}"
+
+
+def _metadata(
+    tool_name: str, change: FileChange, count: int, outcome: str, operation_id: str
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "path": change.path,
+        "before_hash": change.before_hash,
+        "after_hash": change.after_hash,
+        "bytes_written": len(change.new_bytes) if outcome == ApplyOutcome.APPLIED.value else 0,
+        "outcome": outcome,
+        "operation_id": operation_id,
+        "journaled": True,
+    }
+    if tool_name == "edit":
+        out["replacements"] = count
+    return out
+
+
+def _row_metadata(row: JournalRow, outcome: str) -> dict[str, Any]:
+    return {
+        "path": row.path,
+        "before_hash": row.before_hash,
+        "after_hash": row.after_hash,
+        "bytes_written": 0,
+        "outcome": outcome,
+        "operation_id": row.operation_id,
+        "journaled": True,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedChange:
+    """A journaled call planned and recorded before its ``toolStarted`` is committed.
+
+    Made by :func:`prepare_journaled`, carried out by :func:`run_prepared`. ``change`` is the
+    planned :class:`FileChange` (its bytes stay in memory, the row keeps the hashes);
+    ``error`` the error result of a call that could not be planned (its row is ``failed``
+    with that result, so recovery gives the model the same text).
+    """
+
+    tool_name: str
+    row: JournalRow
+    arguments: Mapping[str, Any] = field(repr=False)
+    change: FileChange | None = field(default=None, repr=False)
+    count: int = 0
+    error: ToolResult | None = None
+
+
+def _raw_path(arguments: Mapping[str, Any]) -> str:
+    path = arguments.get("path")
+    return path if isinstance(path, str) else ""
+
+
+def prepare_journaled(
+    tool_name: str,
+    workspace: Path,
+    journal: ActionJournal,
+    session_id: str,
+    operation_id: str,
+    arguments: Mapping[str, Any],
+    *,
+    protected: ProtectedState | None = None,
+) -> PreparedChange:
+    """Plan the change and record its intent durably, before ``toolStarted`` (step 1 of 2).
+
+    The row is ``authorized`` (planned, allowed, the file untouched; boundary
+    ``journal.intent_prepared`` right after). A planning error (bad path, text not found,
+    …) records the row ``failed`` with the error result the model is to receive. An
+    operation id already recorded (same session and arguments) is returned as it is;
+    otherwise :class:`~tether.errors.OperationIdConflict`. Nothing touches the file.
+    """
+    if tool_name not in JOURNALED_TOOLS:
+        raise ValueError(f"not a journaled tool: {tool_name!r}")
+    digest = arguments_digest(tool_name, arguments)
+    existing = journal.get(operation_id)
+    if existing is not None:
+        _check_same(existing, session_id, digest, str(journal.db.path))
+        return PreparedChange(tool_name, existing, arguments)
+    try:
+        change, count = _plan(tool_name, workspace, arguments, protected)
+    except (ToolError, OSError) as exc:
+        error = _tool_error(exc, arguments.get("path"))
+        row, created = journal._record(
+            session_id,
+            operation_id,
+            _raw_path(arguments),
+            None,
+            "",
+            digest,
+            tool_name=tool_name,
+            planned_result="",
+            status=JournalStatus.FAILED,
+            result=error.content,
+            detail="the change could not be planned; nothing was written",
+        )
+        faults.hit(INTENT_PREPARED)
+        return PreparedChange(tool_name, row, arguments, error=error if created else None)
+    row, created = _record_change(
+        journal,
+        session_id,
+        operation_id,
+        tool_name,
+        digest,
+        change,
+        count,
+        JournalStatus.AUTHORIZED,
+    )
+    faults.hit(INTENT_PREPARED)
+    if not created:  # recorded concurrently by someone else: reconcile like a resume
+        return PreparedChange(tool_name, row, arguments)
+    return PreparedChange(tool_name, row, arguments, change, count)
+
+
+def run_prepared(
+    workspace: Path,
+    journal: ActionJournal,
+    prepared: PreparedChange,
+    *,
+    protected: ProtectedState | None = None,
+) -> ToolResult:
+    """Carry out a prepared call once its ``toolStarted`` is durable (step 2 of 2).
+
+    A call that could not be planned returns its recorded error result. Otherwise the row is
+    marked ``started`` (boundary ``journal.intent_recorded``: the file is still untouched)
+    and the change applied under compare-and-swap, as in :func:`journaled_run`. A row that
+    was already there when it was prepared is reconciled like a resume.
+    """
+    if prepared.error is not None:
+        return prepared.error
+    row = prepared.row
+    if prepared.change is None:
+        return _resume(prepared.tool_name, workspace, journal, row, prepared.arguments, protected)
+    row = journal.mark(row.operation_id, JournalStatus.STARTED, "starting")
+    faults.hit(INTENT_RECORDED)
+    return _apply(
+        prepared.tool_name, workspace, journal, row, prepared.change, prepared.count, protected
+    )
+
+
+def _record_change(
+    journal: ActionJournal,
+    session_id: str,
+    operation_id: str,
+    tool_name: str,
+    digest: str,
+    change: FileChange,
+    count: int,
+    status: JournalStatus,
+) -> tuple[JournalRow, bool]:
+    """Record the intent of a planned change with the success text it will report."""
+    outcome = (
+        ApplyOutcome.ALREADY_APPLIED
+        if change.before_hash == change.after_hash
+        else ApplyOutcome.APPLIED
+    )
+    return journal._record(
+        session_id,
+        operation_id,
+        change.path,
+        change.before_hash,
+        change.after_hash,
+        digest,
+        tool_name=tool_name,
+        planned_result=_success_text(tool_name, change, count, outcome),
+        status=status,
+    )
+
+
+def journaled_run(
+    tool_name: str,
+    workspace: Path,
+    journal: ActionJournal,
+    session_id: str,
+    operation_id: str,
+    arguments: Mapping[str, Any],
+    *,
+    protected: ProtectedState | None = None,
+) -> ToolResult:
+    """Run ``write`` or ``edit`` through the journal in one go; the same result texts as the
+    tools (the executor splits this into :func:`prepare_journaled` before ``toolStarted``
+    and :func:`run_prepared` after it).
+
+    ``protected`` is tether's own state the change must never touch (the agent's
+    layout; default that of :meth:`~tether._tools.workspace.ProtectedState.for_workspace`):
+    such a path is a planning error, refused before anything is recorded.
+
+    1. Plan the change (read only). A planning error (bad path, text not found, …) is an
+       error result and records nothing.
+    2. Record the intent (status ``started``; boundary ``journal.intent_recorded``).
+    3. Apply with compare-and-swap. Stale content → error result
+       ``"Error: <path> changed since it was read; read it again."``, nothing written, row
+       ``failed``.
+    4. Mark ``succeeded`` (boundary ``journal.change_applied`` just before).
+
+    Calling it again with the same ``operation_id`` (re-execution after a crash) never
+    applies the change twice: a ``succeeded`` row gives the reconciled success text, a
+    ``failed`` row its recorded error, and a started row is reconciled against the file
+    first (applied → success; before-content → applied once; other content → the stale
+    error, nothing written). The same ``operation_id`` with other arguments or another
+    session raises :class:`~tether.errors.OperationIdConflict`.
+    """
+    if tool_name not in JOURNALED_TOOLS:
+        raise ValueError(f"not a journaled tool: {tool_name!r}")
+    digest = arguments_digest(tool_name, arguments)
+    existing = journal.get(operation_id)
+    if existing is not None:
+        _check_same(existing, session_id, digest, str(journal.db.path))
+        return _resume(tool_name, workspace, journal, existing, arguments, protected)
+    try:
+        change, count = _plan(tool_name, workspace, arguments, protected)
+    except (ToolError, OSError) as exc:
+        return _tool_error(exc, arguments.get("path"))
+    row, created = _record_change(
+        journal, session_id, operation_id, tool_name, digest, change, count, JournalStatus.STARTED
+    )
+    if not created:  # recorded concurrently by someone else: reconcile like a resume
+        return _resume(tool_name, workspace, journal, row, arguments, protected)
+    faults.hit(INTENT_RECORDED)
+    return _apply(tool_name, workspace, journal, row, change, count, protected)
+
+
+def journaled_resume(
+    tool_name: str,
+    workspace: Path,
+    journal: ActionJournal,
+    session_id: str,
+    operation_id: str,
+    arguments: Mapping[str, Any],
+    *,
+    protected: ProtectedState | None = None,
+) -> ToolResult | None:
+    """Re-execute a started call from its recorded intent, never without it.
+
+    Like :func:`journaled_run` for an operation id that has a row; ``None`` (the outcome is
+    unknown, nothing was done) when there is none: the intent is recorded before
+    ``toolStarted``, so a started call without a row lost its evidence, and planning it
+    afresh could apply the change a second time.
+    """
+    existing = journal.get(operation_id)
+    if existing is None:
+        return None
+    _check_same(existing, session_id, arguments_digest(tool_name, arguments), str(journal.db.path))
+    return _resume(tool_name, workspace, journal, existing, arguments, protected)
+
+
+def _apply(
+    tool_name: str,
+    workspace: Path,
+    journal: ActionJournal,
+    row: JournalRow,
+    change: FileChange,
+    count: int,
+    protected: ProtectedState | None = None,
+) -> ToolResult:
+    op = row.operation_id
+    try:
+        outcome = apply_change(workspace, change, protected=protected)
+    except StaleFileChange as exc:
+        text = stale_text(change.path)
+        problem = _settle(journal, op, JournalStatus.FAILED, str(exc), text, True)
+        return ToolResult.error(
+            text,
+            path=change.path,
+            expected_hash=exc.expected,
+            found_hash=exc.found,
+            operation_id=op,
+            journaled=True,
+            **problem,
+        )
+    except (ToolError, OSError) as exc:
+        return _apply_failed(workspace, journal, row, change, exc)
+    faults.hit(CHANGE_APPLIED)
+    text = _success_text(tool_name, change, count, outcome)
+    problem = _settle(journal, op, JournalStatus.SUCCEEDED, outcome.value, text, False)
+    return ToolResult(
+        text, metadata={**_metadata(tool_name, change, count, outcome.value, op), **problem}
+    )
+
+
+def _settle(
+    journal: ActionJournal,
+    operation_id: str,
+    status: JournalStatus,
+    detail: str,
+    text: str | None,
+    is_error: bool,
+) -> dict[str, str]:
+    """Record the outcome. The file's state is already decided, so a journal that
+    cannot be updated (locked, failing) does not change the result: the row stays
+    ``started`` and recovery reconciles it by hash. Returns ``{"journal_error": …}`` then."""
+    try:
+        journal.mark(operation_id, status, detail, result=text, result_is_error=is_error)
+    except EffectsDatabaseError as exc:
+        return {"journal_error": str(exc)}
+    return {}
+
+
+def _apply_failed(
+    workspace: Path, journal: ActionJournal, row: JournalRow, change: FileChange, exc: Exception
+) -> ToolResult:
+    """An unexpected failure while applying: find out whether the file changed."""
+    error = _tool_error(exc, change.path)
+    try:
+        now: str | None = current_hash(workspace, change.path)
+        known = True
+    except (ToolError, OSError):
+        now, known = None, False
+    op = row.operation_id
+    if known and now == change.before_hash:
+        _settle(journal, op, JournalStatus.FAILED, str(exc), error.content, True)
+        return error
+    if known and now == change.after_hash:
+        text = (
+            f"Error: {change.path}: the new content is in place but could not be made "
+            f"durable: {exc}"
+        )
+        _settle(journal, op, JournalStatus.UNKNOWN, str(exc), text, True)
+        return ToolResult.error(text, path=change.path, operation_id=op, journaled=True)
+    _settle(journal, op, JournalStatus.UNKNOWN, str(exc), None, False)
+    return error
+
+
+def _resume(
+    tool_name: str,
+    workspace: Path,
+    journal: ActionJournal,
+    row: JournalRow,
+    arguments: Mapping[str, Any],
+    protected: ProtectedState | None = None,
+) -> ToolResult:
+    """Run a call whose intent is already recorded, without ever applying it twice."""
+    op = row.operation_id
+    if row.status is JournalStatus.SUCCEEDED:
+        return ToolResult(reconciled_text(row), metadata=_row_metadata(row, "reconciled"))
+    if row.status is JournalStatus.FAILED:
+        return ToolResult.error(row.result or stale_text(row.path), operation_id=op, journaled=True)
+    untouched = row.status in (JournalStatus.PROPOSED, JournalStatus.AUTHORIZED)
+    if not untouched:
+        remove_orphan_temp_files(workspace, row.path)  # left by a crash before the rename
+    try:
+        now = current_hash(workspace, row.path)
+    except (ToolError, OSError) as exc:
+        return _tool_error(exc, row.path)
+    if untouched:
+        row = journal.mark(op, JournalStatus.STARTED, "starting")
+        faults.hit(INTENT_RECORDED)
+    # This call never touched the file while it was untouched: the before-content means a
+    # first execution (with the normal texts, also for a change that changes nothing).
+    first = untouched and now == row.before_hash
+    if now == row.after_hash and not first:
+        text = reconciled_text(row)
+        journal.mark(
+            op, JournalStatus.SUCCEEDED, "reconciled: the file has the after-hash", result=text
+        )
+        return ToolResult(text, metadata=_row_metadata(row, "reconciled"))
+    if now != row.before_hash:
+        if untouched:
+            journal.mark(
+                op,
+                JournalStatus.FAILED,
+                "stale before the change was started",
+                result=stale_text(row.path),
+                result_is_error=True,
+            )
+        else:
+            # Neither state: write nothing; the earlier attempt's outcome is not known.
+            journal.mark(op, JournalStatus.UNKNOWN, "conflict: the file has neither hash")
+        return ToolResult.error(
+            stale_text(row.path), path=row.path, found_hash=now, operation_id=op, journaled=True
+        )
+    try:
+        change, count = _plan(tool_name, workspace, arguments, protected)
+    except (ToolError, OSError) as exc:
+        return _tool_error(exc, arguments.get("path"))
+    if (change.path, change.before_hash, change.after_hash) != (
+        row.path,
+        row.before_hash,
+        row.after_hash,
+    ):
+        return ToolResult.error(
+            stale_text(row.path), path=row.path, operation_id=op, journaled=True
+        )
+    if row.status is not JournalStatus.STARTED:
+        row = journal.mark(op, JournalStatus.STARTED, "re-executing after recovery")
+    elif not untouched:
+        journal.mark(op, JournalStatus.STARTED, "re-executing after recovery")
+    return _apply(tool_name, workspace, journal, row, change, count, protected)
+
+
+def journaled_write(
+    workspace: Path,
+    journal: ActionJournal,
+    session_id: str,
+    operation_id: str,
+    arguments: Mapping[str, Any],
+) -> ToolResult:
+    """``write`` {path, content} through the journal (see :func:`journaled_run`)."""
+    return journaled_run("write", workspace, journal, session_id, operation_id, arguments)
+
+
+def journaled_edit(
+    workspace: Path,
+    journal: ActionJournal,
+    session_id: str,
+    operation_id: str,
+    arguments: Mapping[str, Any],
+) -> ToolResult:
+    """``edit`` {path, old_string, new_string, replace_all?} through the journal."""
+    return journaled_run("edit", workspace, journal, session_id, operation_id, arguments)

@@ -1,0 +1,390 @@
+"""Review items and the reconciliation log (tables ``review_items``, ``reconciliations``).
+
+When recovery cannot establish what a started call did (a file with neither the before- nor
+the after-content, an effect whose lookup cannot tell), the run stops, blocked, and a
+*review item* names the call and its evidence. A person decides:
+
+* ``applied`` — the call took effect; its result becomes a success result saying so;
+* ``notApplied`` — it did not; its result becomes an error result saying so;
+* ``abort`` — abort the run (the call gets the ``interrupted`` result, spec 15.2).
+
+The decision is recorded first (durably, with time and note); appending the result it implies
+to the session log is the caller's next step, and recovery re-derives that same result from
+the recorded decision if the process dies in between (:mod:`tether._effects.recovery`).
+
+At most one item per operation id is open at a time; opening it again returns the open
+item. Every reconciliation and decision is kept in ``reconciliations`` with its time and
+evidence (JSON).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, Final
+
+from tether._wsdb.sqlite import EffectsDB, format_ms
+from tether.errors import ReviewItemNotFound, ReviewItemResolved
+
+__all__ = [
+    "ReconciliationEntry",
+    "ReviewDecision",
+    "ReviewItem",
+    "ReviewStatus",
+    "ReviewStore",
+]
+
+
+class ReviewDecision(StrEnum):
+    APPLIED = "applied"
+    NOT_APPLIED = "notApplied"
+    ABORT = "abort"
+
+
+class ReviewStatus(StrEnum):
+    OPEN = "open"
+    RESOLVED = "resolved"
+
+
+def _dumps(value: Mapping[str, Any]) -> str:
+    return json.dumps(
+        dict(value), sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
+    )
+
+
+def _loads(text: str) -> Mapping[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return MappingProxyType({"unparsable": text})
+    return MappingProxyType(value if isinstance(value, dict) else {"value": value})
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewItem:
+    """One review item."""
+
+    id: int
+    session_id: str
+    operation_id: str
+    tool_name: str
+    reason: str
+    evidence: Mapping[str, Any] = field(repr=False)
+    status: ReviewStatus
+    decision: ReviewDecision | None
+    note: str | None
+    opened_at_ms: int
+    resolved_at_ms: int | None
+
+    @property
+    def is_open(self) -> bool:
+        return self.status is ReviewStatus.OPEN
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "sessionId": self.session_id,
+            "operationId": self.operation_id,
+            "toolName": self.tool_name,
+            "reason": self.reason,
+            "evidence": dict(self.evidence),
+            "status": self.status.value,
+            "decision": None if self.decision is None else self.decision.value,
+            "note": self.note,
+            "openedAt": format_ms(self.opened_at_ms),
+            "resolvedAt": format_ms(self.resolved_at_ms),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReconciliationEntry:
+    """One line of the reconciliation log."""
+
+    id: int
+    session_id: str
+    operation_id: str
+    tool_name: str
+    verdict: str
+    action: str
+    evidence: Mapping[str, Any] = field(repr=False)
+    at_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "sessionId": self.session_id,
+            "operationId": self.operation_id,
+            "toolName": self.tool_name,
+            "verdict": self.verdict,
+            "action": self.action,
+            "evidence": dict(self.evidence),
+            "at": format_ms(self.at_ms),
+        }
+
+
+_ITEM_COLUMNS: Final = (
+    "id, session_id, operation_id, tool_name, reason, evidence, status, decision, note, "
+    "opened_at_ms, resolved_at_ms"
+)
+
+
+def _item(row: Any) -> ReviewItem:
+    decision = row["decision"]
+    resolved = row["resolved_at_ms"]
+    return ReviewItem(
+        id=int(row["id"]),
+        session_id=row["session_id"],
+        operation_id=row["operation_id"],
+        tool_name=row["tool_name"],
+        reason=row["reason"],
+        evidence=_loads(row["evidence"]),
+        status=ReviewStatus(row["status"]),
+        decision=None if decision is None else ReviewDecision(decision),
+        note=row["note"],
+        opened_at_ms=int(row["opened_at_ms"]),
+        resolved_at_ms=None if resolved is None else int(resolved),
+    )
+
+
+def _entry(row: Any) -> ReconciliationEntry:
+    return ReconciliationEntry(
+        id=int(row["id"]),
+        session_id=row["session_id"],
+        operation_id=row["operation_id"],
+        tool_name=row["tool_name"],
+        verdict=row["verdict"],
+        action=row["action"],
+        evidence=_loads(row["evidence"]),
+        at_ms=int(row["at_ms"]),
+    )
+
+
+def _parse_item_id(item_id: int | str) -> int:
+    if isinstance(item_id, bool):
+        raise ReviewItemNotFound(item_id)
+    if isinstance(item_id, int):
+        return item_id
+    text = str(item_id).strip().lstrip("#")
+    if not text.isdigit():
+        raise ReviewItemNotFound(item_id)
+    return int(text)
+
+
+class ReviewStore:
+    """Review items and the reconciliation log of an :class:`~tether._wsdb.sqlite.EffectsDB`.
+
+    Times come from the database's clock (``EffectsDB.open(..., clock=...)``).
+    """
+
+    def __init__(self, db: EffectsDB) -> None:
+        self.db = db
+
+    # ------------------------------------------------------------------ items
+
+    def open_item(
+        self,
+        session_id: str,
+        operation_id: str,
+        tool_name: str,
+        reason: str,
+        evidence: Mapping[str, Any],
+    ) -> ReviewItem:
+        """Open a review item for a call (idempotent while one is open for that operation id:
+        the open item is returned unchanged). Logged in the reconciliation log."""
+        text = _dumps(evidence)
+        now = self.db.now_ms()
+        with self.db.transaction() as conn:
+            found = conn.execute(
+                f"SELECT {_ITEM_COLUMNS} FROM review_items "
+                "WHERE operation_id = ? AND status = 'open'",
+                (operation_id,),
+            ).fetchone()
+            if found is not None:
+                return _item(found)
+            cursor = conn.execute(
+                "INSERT INTO review_items (session_id, operation_id, tool_name, reason, "
+                "evidence, status, decision, note, opened_at_ms, resolved_at_ms) "
+                "VALUES (?,?,?,?,?,'open',NULL,NULL,?,NULL)",
+                (session_id, operation_id, tool_name, reason, text, now),
+            )
+            item_id = cursor.lastrowid
+            assert item_id is not None
+            conn.execute(
+                "INSERT INTO reconciliations (session_id, operation_id, tool_name, verdict, "
+                "action, evidence, at_ms) VALUES (?,?,?,?,?,?,?)",
+                (
+                    session_id,
+                    operation_id,
+                    tool_name,
+                    "reviewOpened",
+                    "review",
+                    _dumps({"reviewItem": int(item_id), "reason": reason, **dict(evidence)}),
+                    now,
+                ),
+            )
+        return ReviewItem(
+            int(item_id),
+            session_id,
+            operation_id,
+            tool_name,
+            reason,
+            _loads(text),
+            ReviewStatus.OPEN,
+            None,
+            None,
+            now,
+            None,
+        )
+
+    def get(self, item_id: int | str) -> ReviewItem:
+        """The item with that id (``7``, ``"7"`` or ``"#7"``), or :class:`ReviewItemNotFound`."""
+        number = _parse_item_id(item_id)
+        found = self.db.query_one(
+            f"SELECT {_ITEM_COLUMNS} FROM review_items WHERE id = ?", (number,)
+        )
+        if found is None:
+            raise ReviewItemNotFound(item_id)
+        return _item(found)
+
+    def list_open(self, session_id: str | None = None) -> list[ReviewItem]:
+        """Open items (of one session), oldest first."""
+        if session_id is None:
+            rows = self.db.query(
+                f"SELECT {_ITEM_COLUMNS} FROM review_items WHERE status = 'open' ORDER BY id"
+            )
+        else:
+            rows = self.db.query(
+                f"SELECT {_ITEM_COLUMNS} FROM review_items WHERE status = 'open' "
+                "AND session_id = ? ORDER BY id",
+                (session_id,),
+            )
+        return [_item(row) for row in rows]
+
+    def list_all(self, session_id: str | None = None) -> list[ReviewItem]:
+        """Every item, open or resolved (of one session), oldest first."""
+        if session_id is None:
+            rows = self.db.query(f"SELECT {_ITEM_COLUMNS} FROM review_items ORDER BY id")
+        else:
+            rows = self.db.query(
+                f"SELECT {_ITEM_COLUMNS} FROM review_items WHERE session_id = ? ORDER BY id",
+                (session_id,),
+            )
+        return [_item(row) for row in rows]
+
+    def for_operation(self, operation_id: str) -> ReviewItem | None:
+        """The open item of ``operation_id``; else its latest resolved item; else ``None``."""
+        found = self.db.query_one(
+            f"SELECT {_ITEM_COLUMNS} FROM review_items WHERE operation_id = ? "
+            "ORDER BY (status = 'open') DESC, id DESC LIMIT 1",
+            (operation_id,),
+        )
+        return None if found is None else _item(found)
+
+    def resolve(
+        self, item_id: int | str, decision: ReviewDecision | str, note: str | None = None
+    ) -> ReviewItem:
+        """Record the decision for an open item (durable before returning).
+
+        :class:`~tether.errors.ReviewItemNotFound` if there is no such item,
+        :class:`~tether.errors.ReviewItemResolved` if it was already decided.
+        """
+        number = _parse_item_id(item_id)
+        choice = ReviewDecision(decision)
+        now = self.db.now_ms()
+        with self.db.transaction() as conn:
+            found = conn.execute(
+                f"SELECT {_ITEM_COLUMNS} FROM review_items WHERE id = ?", (number,)
+            ).fetchone()
+            if found is None:
+                raise ReviewItemNotFound(item_id)
+            item = _item(found)
+            if not item.is_open:
+                raise ReviewItemResolved(
+                    item_id,
+                    item.decision.value if item.decision is not None else "?",
+                    format_ms(item.resolved_at_ms) or "?",
+                )
+            conn.execute(
+                "UPDATE review_items SET status = 'resolved', decision = ?, note = ?, "
+                "resolved_at_ms = ? WHERE id = ?",
+                (choice.value, note, now, number),
+            )
+            conn.execute(
+                "INSERT INTO reconciliations (session_id, operation_id, tool_name, verdict, "
+                "action, evidence, at_ms) VALUES (?,?,?,?,?,?,?)",
+                (
+                    item.session_id,
+                    item.operation_id,
+                    item.tool_name,
+                    f"review:{choice.value}",
+                    "decision",
+                    _dumps(
+                        {
+                            "reviewItem": number,
+                            "decision": choice.value,
+                            "note": note,
+                            "reason": item.reason,
+                            "evidence": dict(item.evidence),
+                        }
+                    ),
+                    now,
+                ),
+            )
+        return ReviewItem(
+            item.id,
+            item.session_id,
+            item.operation_id,
+            item.tool_name,
+            item.reason,
+            item.evidence,
+            ReviewStatus.RESOLVED,
+            choice,
+            note,
+            item.opened_at_ms,
+            now,
+        )
+
+    # ------------------------------------------------------------------ log
+
+    def log_reconciliation(
+        self,
+        session_id: str,
+        operation_id: str,
+        verdict: str,
+        evidence: Mapping[str, Any],
+        *,
+        tool_name: str = "",
+        action: str = "",
+    ) -> ReconciliationEntry:
+        """Append one reconciliation (what was observed, what was decided) to the log."""
+        text = _dumps(evidence)
+        now = self.db.now_ms()
+        with self.db.transaction() as conn:
+            cursor = conn.execute(
+                "INSERT INTO reconciliations (session_id, operation_id, tool_name, verdict, "
+                "action, evidence, at_ms) VALUES (?,?,?,?,?,?,?)",
+                (session_id, operation_id, tool_name, verdict, action, text, now),
+            )
+            entry_id = cursor.lastrowid
+        assert entry_id is not None
+        return ReconciliationEntry(
+            int(entry_id), session_id, operation_id, tool_name, verdict, action, _loads(text), now
+        )
+
+    def reconciliations(
+        self, *, operation_id: str | None = None, session_id: str | None = None
+    ) -> list[ReconciliationEntry]:
+        """The log (filtered by operation and/or session), oldest first."""
+        clauses, params = [], []
+        if operation_id is not None:
+            clauses.append("operation_id = ?")
+            params.append(operation_id)
+        if session_id is not None:
+            clauses.append("session_id = ?")
+            params.append(session_id)
+        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        rows = self.db.query(f"SELECT * FROM reconciliations{where} ORDER BY id", params)
+        return [_entry(row) for row in rows]

@@ -1,0 +1,100 @@
+"""Model adapters: the one place tether talks to a language model.
+
+* :class:`~tether._models.openai_compat.OpenAICompatibleModel` — chat completions via the
+  official ``openai`` SDK (OpenRouter by default; OpenAI, vLLM, Ollama, llama.cpp, …).
+* :class:`~tether.testing.scripted.ScriptedModel` — answers from a JSON file, by position.
+
+:func:`load_model` turns a ``--model`` value into an adapter.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tether._models.base import (
+    MODEL_ERROR_CODES,
+    ModelAdapter,
+    ModelRequest,
+    ModelResponse,
+    TokenUsage,
+    ToolCallOut,
+    stop_reason_for,
+    validate_output_options,
+)
+from tether.errors import ConfigurationError, ModelError
+from tether.testing.scripted import ScriptedModel
+
+if TYPE_CHECKING:
+    from tether._models.openai_compat import OpenAICompatibleModel
+
+ENV_MODEL = "TETHER_MODEL"
+
+
+def __getattr__(name: str) -> Any:
+    # The openai SDK takes ~0.5 s to import; only real model runs need it.
+    if name == "OpenAICompatibleModel":
+        from tether._models.openai_compat import OpenAICompatibleModel
+
+        return OpenAICompatibleModel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "MODEL_ERROR_CODES",
+    "SCRIPTED_PREFIX",
+    "ModelAdapter",
+    "ModelError",
+    "ModelRequest",
+    "ModelResponse",
+    "OpenAICompatibleModel",
+    "ScriptedModel",
+    "TokenUsage",
+    "ToolCallOut",
+    "load_model",
+    "stop_reason_for",
+    "validate_output_options",
+]
+
+SCRIPTED_PREFIX = "scripted:"
+
+
+def load_model(
+    spec: str | None = None,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    timeout: float | None = None,
+    provider: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ModelAdapter:
+    """The adapter for a ``--model`` value.
+
+    ``scripted:PATH`` loads a :class:`ScriptedModel` from ``PATH`` (the connection
+    flags are ignored). Anything else is a model id for the OpenAI-compatible adapter,
+    configured from the flags and the ``TETHER_*`` environment variables. An empty or
+    missing ``spec`` falls back to ``TETHER_MODEL``.
+    """
+    env = os.environ if environ is None else environ
+    chosen = (spec or "").strip() or env.get(ENV_MODEL, "").strip()
+    if chosen.startswith(SCRIPTED_PREFIX):
+        path = chosen[len(SCRIPTED_PREFIX) :]
+        if not path:
+            raise ConfigurationError("--model scripted: needs a path, e.g. scripted:demo.json")
+        return ScriptedModel.from_file(path)
+    if not chosen:
+        raise ConfigurationError(
+            f"no model given: pass --model or set {ENV_MODEL} "
+            "(a model id such as 'openai/gpt-4o-mini', or scripted:PATH)"
+        )
+    from tether._models.openai_compat import OpenAICompatibleModel
+
+    return OpenAICompatibleModel.from_env(
+        chosen,
+        base_url=base_url,
+        api_key=api_key,
+        timeout=timeout,
+        provider=provider,
+        environ=env,
+    )

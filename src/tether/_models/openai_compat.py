@@ -1,0 +1,685 @@
+"""OpenAI-compatible chat completions through the official ``openai`` SDK.
+
+Works with OpenRouter (the default), OpenAI, vLLM, Ollama, llama.cpp and any other
+server that speaks ``POST {base_url}/chat/completions``.
+
+* **No retries.** The client is built with ``max_retries=0``: one :meth:`complete` call
+  is at most one physical HTTP request, i.e. exactly one ``stepAttempt`` in the log.
+  Rate limits, timeouts and server errors become a :class:`~tether.errors.ModelError`
+  that the executor records as ``stepFailed`` (spec 15.2).
+* **Explicit timeout.** ``timeout`` seconds bound each phase of the HTTP exchange in the
+  SDK *and* the whole call: if no answer has arrived ``timeout`` (+ a small grace)
+  seconds after the request started, the call returns a ``timeout`` error.
+* **Cancellation.** The request runs on a daemon worker thread while the caller waits
+  on it, polling ``cancel``. When ``cancel`` is set the call returns ``aborted`` at
+  once; the in-flight HTTP request is abandoned — it keeps running in the background
+  until the server answers or the timeout expires, and its answer is discarded (never
+  recorded). The provider may still process and bill it.
+* **Raw parsing.** The answer is read with ``with_raw_response`` and parsed here, so
+  malformed bodies become clear ``bad_response`` errors and provider-specific usage
+  fields (cache reads/writes) are visible.
+* **Credentials** never appear in identities, error messages or logs; error texts are
+  passed through :func:`~tether._models.base.redact`. The key is registered with
+  :func:`tether._credentials.register_secret`, so commands do not get it and the session
+  log masks it. A base URL with user info (``https://user:pass@host/v1``) is refused: the
+  SDK would send it as HTTP Basic auth, whose base64 echo no masking can recognise.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, cast
+from urllib.parse import urlsplit
+
+import openai
+
+from tether._credentials import register_secret
+from tether._models.base import (
+    MAX_SAFE_INTEGER,
+    ModelRequest,
+    ModelResponse,
+    TokenUsage,
+    ToolCallOut,
+    default_call_id,
+    has_unpaired_surrogate,
+    redact,
+    stop_reason_for,
+    validate_output_options,
+)
+from tether.errors import ConfigurationError, ModelError
+
+__all__ = [
+    "ADAPTER_IDENTITY",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_TIMEOUT",
+    "ENV_API_KEY",
+    "ENV_BASE_URL",
+    "ENV_MODEL",
+    "OpenAICompatibleModel",
+    "parse_chat_completion",
+    "usage_from_json",
+]
+
+DEFAULT_BASE_URL: Final = "https://openrouter.ai/api/v1"
+DEFAULT_TIMEOUT: Final = 60.0
+ENV_BASE_URL: Final = "TETHER_BASE_URL"
+ENV_API_KEY: Final = "TETHER_API_KEY"
+ENV_MODEL: Final = "TETHER_MODEL"
+ADAPTER_IDENTITY: Final = "openai-compatible:chat-completions:v1"
+
+_LOCAL_PLACEHOLDER_KEY: Final = "tether-no-key"
+"""Sent to local servers (Ollama, llama.cpp, vLLM without ``--api-key``) when no key is set."""
+
+_GRACE: Final = 0.25
+"""Extra seconds the caller waits beyond ``timeout`` so the SDK's own timeout wins."""
+
+_POLL: Final = 0.02
+"""How often (seconds) the caller checks ``cancel`` while a request is in flight."""
+
+_KNOWN_PROVIDERS: Final = {
+    "openrouter.ai": "openrouter",
+    "api.openai.com": "openai",
+    "api.deepseek.com": "deepseek",
+    "api.groq.com": "groq",
+    "api.together.xyz": "together",
+    "api.mistral.ai": "mistral",
+    "generativelanguage.googleapis.com": "google",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Endpoint:
+    host: str  # hostname only, lower case
+    netloc: str  # host[:port], no user info
+    display: str  # scheme://host[:port]/path, no user info, query or fragment
+    identity_path: str  # host[:port]/path without trailing slash
+    is_local: bool
+
+
+def _parse_base_url(base_url: str, source: str) -> _Endpoint:
+    try:
+        parts = urlsplit(base_url.strip())
+        port = parts.port
+    except ValueError:
+        raise ConfigurationError(f"{source} is not a valid http(s) URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError(
+            f"{source} must be an http:// or https:// URL with a host "
+            f"(for example {DEFAULT_BASE_URL})"
+        )
+    if "@" in parts.netloc:
+        # Never echo the URL here: the user info is a credential.
+        raise ConfigurationError(
+            f"{source} must not contain user info (user:password@host): give the key "
+            f"with {ENV_API_KEY} instead"
+        )
+    host = parts.hostname.lower()
+    shown_host = f"[{host}]" if ":" in host else host
+    netloc = shown_host if port is None else f"{shown_host}:{port}"
+    path = parts.path.rstrip("/")
+    return _Endpoint(
+        host=host,
+        netloc=netloc,
+        display=f"{parts.scheme}://{netloc}{path}",
+        identity_path=f"{netloc}{path}",
+        is_local=_is_local_host(host),
+    )
+
+
+def _is_local_host(host: str) -> bool:
+    """Loopback, private or link-local addresses and ``localhost`` names."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return (
+        address.is_loopback or address.is_private or address.is_link_local or address.is_unspecified
+    )
+
+
+class OpenAICompatibleModel:
+    """A :class:`~tether._models.base.ModelAdapter` for chat-completions servers.
+
+    ``api_key`` may be omitted only for local servers (loopback, private or link-local
+    addresses, ``localhost``); a placeholder key is sent then. ``timeout`` is in
+    seconds. ``provider`` (the session header's provider name) defaults to a name
+    derived from the host (``openrouter``, ``openai``, … or the host itself).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        provider: str | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigurationError(
+                f"no model given: pass --model or set {ENV_MODEL} (for example "
+                "'openai/gpt-4o-mini')"
+            )
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise ConfigurationError("the model timeout must be a number of seconds")
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise ConfigurationError("the model timeout must be a positive number of seconds")
+        endpoint = _parse_base_url(base_url or DEFAULT_BASE_URL, "the model base URL")
+        key = (api_key or "").strip()
+        if not key:
+            if not endpoint.is_local:
+                raise ConfigurationError(
+                    f"no API key for {endpoint.display}: set {ENV_API_KEY} (or pass --api-key)"
+                )
+            key = _LOCAL_PLACEHOLDER_KEY
+        if provider is not None and not provider.strip():
+            raise ConfigurationError("the provider name must not be empty")
+        self._model = model.strip()
+        self._endpoint = endpoint
+        self._secrets = (key,)
+        if key != _LOCAL_PLACEHOLDER_KEY:
+            register_secret(key)
+        self._timeout = float(timeout)
+        self._provider = (
+            provider.strip()
+            if provider is not None
+            else _KNOWN_PROVIDERS.get(endpoint.host, endpoint.host)
+        )
+        try:
+            self._client = openai.OpenAI(
+                base_url=(base_url or DEFAULT_BASE_URL).strip(),
+                api_key=key,
+                max_retries=0,
+                timeout=self._timeout,
+            )
+        except openai.OpenAIError as exc:  # pragma: no cover - defensive
+            raise ConfigurationError(
+                f"cannot configure the model client: {self._redact(str(exc))}"
+            ) from None
+
+    # -- construction from flags and environment ------------------------------------------
+
+    @classmethod
+    def from_env(
+        cls,
+        model: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | None = None,
+        provider: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> OpenAICompatibleModel:
+        """Flags override ``TETHER_MODEL``, ``TETHER_BASE_URL`` and ``TETHER_API_KEY``.
+
+        Empty values count as unset. The base URL defaults to OpenRouter. No other
+        variable is consulted for the key (in particular not ``OPENAI_API_KEY``: a key
+        meant for one provider is never sent to another).
+        """
+        env = os.environ if environ is None else environ
+
+        def pick(flag: str | None, name: str) -> str | None:
+            if flag is not None and flag.strip():
+                return flag.strip()
+            value = env.get(name, "").strip()
+            return value or None
+
+        chosen_model = pick(model, ENV_MODEL)
+        chosen_url = pick(base_url, ENV_BASE_URL)
+        if chosen_url is not None:
+            source = "--base-url" if base_url and base_url.strip() else ENV_BASE_URL
+            _parse_base_url(chosen_url, source)
+        return cls(
+            chosen_model or "",
+            base_url=chosen_url,
+            api_key=pick(api_key, ENV_API_KEY),
+            timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+            provider=provider,
+        )
+
+    # -- identity ---------------------------------------------------------------------------
+
+    @property
+    def provider(self) -> str:
+        return self._provider
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def adapter_identity(self) -> str:
+        return ADAPTER_IDENTITY
+
+    @property
+    def routing_identity(self) -> str:
+        """``host[:port]/path/model`` of the endpoint; never contains credentials."""
+        return f"{self._endpoint.identity_path}/{self._model}"
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint without user info, query or fragment (safe to show)."""
+        return self._endpoint.display
+
+    @property
+    def timeout(self) -> float:
+        return self._timeout
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAICompatibleModel(model={self._model!r}, base_url={self._endpoint.display!r}, "
+            f"timeout={self._timeout:g})"
+        )
+
+    def close(self) -> None:
+        """Close the underlying HTTP client (abandoned requests then fail quietly)."""
+        self._client.close()
+
+    # -- the request ------------------------------------------------------------------------
+
+    def build_messages(self, request: ModelRequest) -> list[dict[str, Any]]:
+        """The wire ``messages``: the system prompt (if not empty), then the context.
+
+        Messages are sent in their normalized form, except that an assistant message
+        with ``content: null`` and no tool calls is sent with ``content: ""`` (servers
+        reject a null content without calls).
+        """
+        wire: list[dict[str, Any]] = []
+        if request.system_prompt:
+            wire.append({"role": "system", "content": request.system_prompt})
+        for message in request.messages:
+            item = _plain(message)
+            if (
+                item.get("role") == "assistant"
+                and item.get("content") is None
+                and not item.get("tool_calls")
+            ):
+                item["content"] = ""
+            wire.append(item)
+        return wire
+
+    @staticmethod
+    def build_tools(request: ModelRequest) -> list[dict[str, Any]]:
+        """The wire ``tools``: each definition wrapped as ``{"type":"function",...}``."""
+        return [{"type": "function", "function": _plain(tool)} for tool in request.tools]
+
+    def complete(
+        self, request: ModelRequest, *, cancel: threading.Event | None = None
+    ) -> ModelResponse:
+        validate_output_options(request.output_options)
+        if cancel is not None and cancel.is_set():
+            raise ModelError("aborted", "Operation aborted")
+        messages = self.build_messages(request)
+        tools = self.build_tools(request)
+        extra = _plain(request.output_options)
+        status, body = self._exchange(messages, tools, extra, cancel)
+        try:
+            return parse_chat_completion(
+                body, position=request.position, status=status, secrets=self._secrets
+            )
+        except ModelError as exc:
+            raise ModelError(
+                exc.code, f"{self._endpoint.display}: {exc.message}", status=status
+            ) from None
+
+    def _exchange(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        extra: dict[str, Any],
+        cancel: threading.Event | None,
+    ) -> tuple[int, bytes]:
+        """Send the one request on a worker thread; wait for it, the deadline or cancel."""
+        outcome: list[tuple[int, bytes] | BaseException] = []
+        done = threading.Event()
+        client = self._client
+        model = self._model
+
+        def work() -> None:
+            try:
+                raw = client.chat.completions.with_raw_response.create(
+                    model=model,
+                    messages=cast(Any, messages),
+                    tools=cast(Any, tools) if tools else openai.omit,
+                    extra_body=extra or None,
+                )
+                outcome.append((raw.http_response.status_code, raw.http_response.read()))
+            except BaseException as exc:  # handed to the waiting caller
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=work, name="tether-model-request", daemon=True)
+        worker.start()
+        deadline = time.monotonic() + self._timeout + _GRACE
+        while True:
+            remaining = deadline - time.monotonic()
+            if done.wait(min(_POLL, max(remaining, 0.0)) if cancel is not None else remaining):
+                break
+            if cancel is not None and cancel.is_set():
+                raise ModelError("aborted", "Operation aborted")
+            if time.monotonic() >= deadline:
+                if done.is_set():
+                    break
+                raise ModelError(
+                    "timeout",
+                    f"no answer from {self._endpoint.display} within {self._timeout:g} s",
+                )
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            if isinstance(result, openai.OpenAIError):
+                raise self._map_error(result) from None
+            raise result
+        return result
+
+    # -- errors -----------------------------------------------------------------------------
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self._secrets)
+
+    def _map_error(self, exc: openai.OpenAIError) -> ModelError:
+        where = self._endpoint.display
+        if isinstance(exc, openai.APITimeoutError):
+            return ModelError("timeout", f"no answer from {where} within {self._timeout:g} s")
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__ or exc.__context__
+            detail = str(cause) if cause is not None and str(cause) else exc.message
+            return ModelError("connection", self._redact(f"cannot reach {where}: {detail}"))
+        if isinstance(exc, openai.APIResponseValidationError):
+            return ModelError(
+                "bad_response", self._redact(f"{where} sent an invalid answer: {exc.message}")
+            )
+        if isinstance(exc, openai.APIStatusError):
+            status = exc.status_code
+            said = _provider_message(exc.body) or f"HTTP {status}"
+            retry_after = _retry_after(exc.response.headers)
+            if isinstance(exc, openai.RateLimitError):
+                hint = (
+                    f" (provider suggests retrying after {retry_after:g} s)"
+                    if (retry_after is not None)
+                    else ""
+                )
+                return ModelError(
+                    "rate_limited",
+                    self._redact(f"rate limited by {where} (HTTP {status}): {said}{hint}"),
+                    status=status,
+                    retry_after=retry_after,
+                )
+            if isinstance(exc, openai.AuthenticationError):
+                return ModelError(
+                    "authentication",
+                    self._redact(
+                        f"{where} rejected the API key (HTTP {status}): {said}; check {ENV_API_KEY}"
+                    ),
+                    status=status,
+                )
+            return ModelError(
+                "provider_error",
+                self._redact(f"{where} answered HTTP {status}: {said}"),
+                status=status,
+                retry_after=retry_after,
+            )
+        return ModelError("provider_error", self._redact(f"{where}: {exc}"))
+
+
+# -- parsing (pure) ---------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """A deep copy as plain ``dict``/``list`` values (mappings may be read-only views)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _provider_message(body: object) -> str:
+    """The provider's own error text from an error body (``{"error": {...}}`` unwrapped)."""
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, str):
+            return inner.strip()
+        if not isinstance(inner, Mapping):
+            return ""
+        message = inner.get("message")
+        text = message.strip() if isinstance(message, str) else ""
+        metadata = inner.get("metadata")
+        if isinstance(metadata, Mapping):  # OpenRouter: upstream provider's own text
+            raw = metadata.get("raw")
+            name = metadata.get("provider_name")
+            if isinstance(raw, str) and raw.strip() and raw.strip() not in text:
+                label = f"{name}: " if isinstance(name, str) and name else ""
+                text = f"{text} ({label}{raw.strip()})" if text else f"{label}{raw.strip()}"
+        if not text:
+            code = inner.get("code")
+            if isinstance(code, (str, int)) and not isinstance(code, bool):
+                text = f"error code {code}"
+        return text
+    if isinstance(body, str):
+        return body.strip()[:500]
+    return ""
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / scale
+        except ValueError:
+            continue
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
+    return None
+
+
+def _bad(message: str) -> ModelError:
+    return ModelError("bad_response", message)
+
+
+def _count(usage: Mapping[str, Any], name: str, where: str) -> int | None:
+    value = usage.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _bad(f"provider usage {where}{name} is not a number: {value!r}"[:300])
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise _bad(f"provider usage {where}{name} is not an integer: {value!r}")
+        value = int(value)
+    if not 0 <= value <= MAX_SAFE_INTEGER:
+        raise _bad(f"provider usage {where}{name} is out of range: {value}")
+    return value
+
+
+def _first(*values: int | None) -> int:
+    for value in values:
+        if value is not None:
+            return value
+    return 0
+
+
+def usage_from_json(usage: object) -> TokenUsage:
+    """Convert a chat-completions ``usage`` object into the log's four counters.
+
+    * ``output`` = ``completion_tokens`` (reasoning tokens included).
+    * ``cache_read`` = ``prompt_tokens_details.cached_tokens`` (OpenAI, OpenRouter, vLLM),
+      else ``cache_read_input_tokens`` (Anthropic-style), else ``prompt_cache_hit_tokens``
+      (DeepSeek).
+    * ``cache_write`` = ``prompt_tokens_details.cache_write_tokens`` (OpenRouter), else
+      ``cache_creation_input_tokens`` (Anthropic-style).
+    * ``input`` = the prompt tokens that were neither read from nor written to the cache:
+      ``prompt_tokens - cache_read - cache_write``, because OpenAI-style ``prompt_tokens``
+      includes cached tokens. If the cache counts exceed ``prompt_tokens`` the provider
+      evidently reported ``prompt_tokens`` without them, and it is used as is.
+
+    So the counters are disjoint and ``input + cache_read + cache_write`` is the whole
+    prompt. A missing ``usage`` gives all zeros; malformed counters are a
+    ``bad_response`` error.
+    """
+    if usage is None:
+        return TokenUsage()
+    if not isinstance(usage, Mapping):
+        raise _bad("provider usage is not an object")
+    details = usage.get("prompt_tokens_details")
+    if details is not None and not isinstance(details, Mapping):
+        details = None
+    d: Mapping[str, Any] = details or {}
+    prompt = _first(_count(usage, "prompt_tokens", ""), _count(usage, "input_tokens", ""))
+    output = _first(_count(usage, "completion_tokens", ""), _count(usage, "output_tokens", ""))
+    cache_read = _first(
+        _count(d, "cached_tokens", "prompt_tokens_details."),
+        _count(usage, "cache_read_input_tokens", ""),
+        _count(usage, "prompt_cache_hit_tokens", ""),
+    )
+    cache_write = _first(
+        _count(d, "cache_write_tokens", "prompt_tokens_details."),
+        _count(usage, "cache_creation_input_tokens", ""),
+    )
+    cached = cache_read + cache_write
+    fresh = prompt - cached if cached <= prompt else prompt
+    return TokenUsage(input=fresh, output=output, cache_read=cache_read, cache_write=cache_write)
+
+
+def _text(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise _bad(f"{where} is not a string")
+    if has_unpaired_surrogate(value):
+        raise _bad(f"{where} contains an unpaired surrogate")
+    return value
+
+
+def _content(message: Mapping[str, Any]) -> str | None:
+    content = message.get("content")
+    if isinstance(content, list):  # content parts: keep the text parts, in order
+        texts = [
+            part["text"]
+            for part in content
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        ]
+        content = "".join(texts) if texts else None
+    if content is not None:
+        content = _text(content, "message content")
+    refusal = message.get("refusal")
+    if not content and isinstance(refusal, str) and refusal.strip():
+        content = _text(refusal, "message refusal")
+    return content
+
+
+def _arguments(value: object, where: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return _text(value, where)
+    if isinstance(value, (Mapping, list)):  # some servers send parsed arguments
+        try:
+            return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except ValueError:
+            raise _bad(f"{where} is not valid JSON") from None
+    raise _bad(f"{where} is neither a string nor a JSON object")
+
+
+def _tool_calls(message: Mapping[str, Any], position: int) -> tuple[ToolCallOut, ...]:
+    raw_calls = message.get("tool_calls")
+    if raw_calls is None:
+        legacy = message.get("function_call")
+        raw_calls = [{"type": "function", "function": legacy}] if legacy is not None else []
+    if not isinstance(raw_calls, list):
+        raise _bad("message tool_calls is not a list")
+    calls: list[ToolCallOut] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(raw_calls):
+        where = f"tool call #{index}"
+        if not isinstance(raw, Mapping):
+            raise _bad(f"{where} is not an object")
+        kind = raw.get("type", "function")
+        if kind not in ("function", None):
+            raise _bad(f"{where} has unsupported type {str(kind)[:40]!r}")
+        function = raw.get("function")
+        if not isinstance(function, Mapping):
+            raise _bad(f"{where} has no function")
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise _bad(f"{where} has no function name")
+        name = _text(name, f"{where} name")
+        raw_id = raw.get("id")
+        call_id = (
+            _text(raw_id, f"{where} id")
+            if isinstance(raw_id, str) and raw_id
+            else default_call_id(position, index)
+        )
+        if call_id in seen:
+            raise _bad(f"{where} repeats tool call id {call_id[:80]!r}")
+        seen.add(call_id)
+        arguments = _arguments(function.get("arguments"), f"{where} arguments")
+        calls.append(ToolCallOut(id=call_id, name=name, arguments=arguments))
+    return tuple(calls)
+
+
+def parse_chat_completion(
+    body: bytes | str,
+    *,
+    position: int = 0,
+    status: int = 200,
+    secrets: tuple[str, ...] = (),
+) -> ModelResponse:
+    """Parse a chat-completions response body into a :class:`ModelResponse`.
+
+    Only the first choice is used. Malformed bodies raise ``bad_response``; an
+    ``error`` object in a 2xx body (OpenRouter does this for upstream failures)
+    raises ``provider_error`` with the provider's message. Bad tool arguments and
+    unknown tool names are *not* errors (the planner handles them), nor is an empty
+    answer.
+    """
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        snippet = " ".join(text.split())[:200]
+        raise _bad(
+            redact(f"the answer (HTTP {status}) is not JSON: {snippet or 'empty body'}", secrets)
+        ) from None
+    if not isinstance(data, Mapping):
+        raise _bad(f"the answer (HTTP {status}) is not a JSON object")
+    choices = data.get("choices")
+    error = data.get("error")
+    if error is not None and not choices:
+        said = _provider_message(data) or "unspecified error"
+        raise ModelError("provider_error", redact(f"provider reported an error: {said}", secrets))
+    if not isinstance(choices, list) or not choices:
+        raise _bad("the answer has no choices")
+    choice = choices[0]
+    if not isinstance(choice, Mapping):
+        raise _bad("the answer's first choice is not an object")
+    if choice.get("error") is not None:
+        said = _provider_message({"error": choice.get("error")}) or "unspecified error"
+        raise ModelError("provider_error", redact(f"provider reported an error: {said}", secrets))
+    finish = choice.get("finish_reason")
+    if finish is not None and not isinstance(finish, str):
+        raise _bad("the answer's finish_reason is not a string")
+    if finish == "error":
+        raise ModelError("provider_error", "provider ended the answer with finish_reason 'error'")
+    message = choice.get("message")
+    if not isinstance(message, Mapping):
+        raise _bad("the answer's first choice has no message")
+    content = _content(message)
+    calls = _tool_calls(message, position)
+    usage = usage_from_json(data.get("usage"))
+    return ModelResponse(
+        content=content,
+        tool_calls=calls,
+        stop_reason=stop_reason_for(finish, bool(calls)),
+        usage=usage,
+        finish_reason=finish,
+    )

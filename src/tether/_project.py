@@ -1,0 +1,378 @@
+"""The project configuration file ``tether.toml``: finding the workspace, loading, validation.
+
+``<workspace>/tether.toml`` configures the check command (``[verify]``), the artifact version
+(``[artifact]``), per-run budgets (``[budget]``) and the authorization policy (``[policy]``,
+see :mod:`tether.core.policy`). A missing file is not an error: every setting has a
+default. Any other problem — unreadable file, a directory at that path, invalid TOML, an
+unknown table or key, a value of the wrong type — raises :class:`ProjectConfigError` with
+one line naming the file and the setting, e.g.::
+
+    tether.toml: [verify] timeout: expected a positive number of seconds, got "ten"
+
+:func:`parse_project_config` is pure (text in, config out); :func:`load_project_config` reads
+the file. See ``docs/config.md``.
+
+**The workspace root.** Every command works on one workspace, found by
+:func:`find_workspace_root`: starting at the current directory and going up one parent at
+a time, the first directory that holds ``tether.toml`` or ``.tether`` is the root; the
+search stops at the filesystem root, and after a *git top level* (a directory holding
+``.git``, a folder or a file): a ``tether.toml`` above the repository is not used. When
+nothing is found the starting directory is the root. :func:`choose_root` is the pure
+rule (the names present at each level in, the root out).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tomllib
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+
+from tether._inputs import MAX_CONFIG_BYTES, read_optional_file
+from tether._tools.workspace import TETHER_DIR
+from tether.core.policy import (
+    Policy,
+    check_known,
+    policy_from_mapping,
+    show_value,
+    toml_key,
+)
+from tether.errors import ConfigurationError, InputFileError, ProjectConfigError
+
+__all__ = [
+    "CONFIG_FILE",
+    "GIT_MARKER",
+    "ROOT_MARKERS",
+    "ArtifactConfig",
+    "BudgetConfig",
+    "ProjectConfig",
+    "ToolsConfig",
+    "VerifyConfig",
+    "WorkspaceRoot",
+    "choose_root",
+    "find_workspace_root",
+    "load_project_config",
+    "parse_project_config",
+    "project_config_from_mapping",
+]
+
+CONFIG_FILE: Final = "tether.toml"
+"""The name of the project configuration file, relative to the workspace."""
+
+DEFAULT_VERIFY_TIMEOUT: Final = 600.0
+
+ROOT_MARKERS: Final = (CONFIG_FILE, TETHER_DIR)
+"""Names that make a directory the workspace root, in the order they are named."""
+GIT_MARKER: Final = ".git"
+"""A directory holding this name is a git top level: the search goes no higher."""
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    """``[verify]``: the check command, its timeout, and the completion gate."""
+
+    command: str | None = None
+    timeout: float = DEFAULT_VERIFY_TIMEOUT
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class ArtifactConfig:
+    """``[artifact]``: extra ignore patterns for the artifact version."""
+
+    ignore: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """``[budget]``: per-run limits; ``None`` means unlimited."""
+
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    max_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class ToolsConfig:
+    """``[tools]``: what the commands tether starts (``bash``, the check) get from it."""
+
+    pass_env: tuple[str, ...] = ()
+    """Environment variables passed through although they hold a credential (see
+    :func:`tether._credentials.child_environment`)."""
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    """Everything ``tether.toml`` configures; ``path`` is the file read (``None``: absent)."""
+
+    verify: VerifyConfig = field(default_factory=VerifyConfig)
+    artifact: ArtifactConfig = field(default_factory=ArtifactConfig)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    policy: Policy = field(default_factory=Policy)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    path: Path | None = None
+
+
+# --------------------------------------------------------------------------- the root
+
+
+@dataclass(frozen=True)
+class WorkspaceRoot:
+    """The workspace a command works on, and how it was chosen.
+
+    ``path`` is the root's real path; ``start`` the real path of the directory the
+    search started from (the current directory). ``marker`` names what made ``path`` the
+    root (``"tether.toml"`` or ``".tether"``); it is ``None`` when nothing was found (then
+    ``path`` is ``start``) or when the root was given explicitly (``explicit``: the
+    ``--workspace`` flag; no search was made).
+    """
+
+    path: Path
+    start: Path
+    marker: str | None = None
+    explicit: bool = False
+
+    @property
+    def notice(self) -> str | None:
+        """The line that says which root is used, when a search found one above ``start``.
+
+        ``None`` when the root is the starting directory or was given explicitly.
+        """
+        if self.explicit or self.marker is None or self.path == self.start:
+            return None
+        shown = f"{self.marker}/" if self.marker == TETHER_DIR else self.marker
+        return f"workspace: {self.path} (found {shown} above the current directory)"
+
+
+def choose_root(levels: Iterable[tuple[Path, Collection[str]]]) -> tuple[Path, str] | None:
+    """The root and its marker, given the names present at each level (pure).
+
+    ``levels`` are ``(directory, names)`` pairs from the starting directory upward;
+    ``names`` need only say which of :data:`ROOT_MARKERS` and :data:`GIT_MARKER` the
+    directory holds. The first directory holding a root marker wins (``tether.toml``
+    named before ``.tether`` when it holds both); a directory holding ``.git`` and no
+    marker ends the search, as does the end of ``levels``: ``None``, nothing found.
+    Levels after the deciding one are never looked at (``levels`` may be lazy).
+    """
+    for directory, names in levels:
+        for marker in ROOT_MARKERS:
+            if marker in names:
+                return directory, marker
+        if GIT_MARKER in names:
+            return None
+    return None
+
+
+def _levels(start: Path) -> Iterator[tuple[Path, frozenset[str]]]:
+    """``start`` and each of its parents up to ``/``, with the marker names each holds.
+
+    ``lexists``: any kind of entry counts (a broken ``tether.toml`` is then reported as
+    an error by :func:`load_project_config` instead of being skipped for one higher up,
+    which could apply a weaker policy).
+    """
+    current = start
+    while True:
+        names = (*ROOT_MARKERS, GIT_MARKER)
+        yield current, frozenset(n for n in names if os.path.lexists(current / n))
+        parent = current.parent
+        if parent == current:
+            return
+        current = parent
+
+
+def find_workspace_root(
+    workspace: str | os.PathLike[str] | None = None,
+    *,
+    start: str | os.PathLike[str] | None = None,
+) -> WorkspaceRoot:
+    """The workspace root of a command: ``workspace`` if given, else the search's result.
+
+    ``workspace`` (the ``--workspace`` flag) is used as is, without a search; it must be
+    a directory (:class:`~tether.errors.ConfigurationError` otherwise). Without it the
+    search of :func:`choose_root` runs from ``start`` (default: the current directory,
+    by its real path); when it finds nothing, ``start`` is the root.
+    """
+    if start is None:
+        try:
+            start = os.getcwd()
+        except FileNotFoundError:
+            raise ConfigurationError("the current directory no longer exists") from None
+    begin = Path(os.path.realpath(start))
+    if workspace is not None:
+        if not os.path.isdir(workspace):
+            raise ConfigurationError(f"workspace {os.fspath(workspace)!r} is not a directory")
+        return WorkspaceRoot(Path(os.path.realpath(workspace)), begin, explicit=True)
+    found = choose_root(_levels(begin))
+    if found is None:
+        return WorkspaceRoot(begin, begin)
+    return WorkspaceRoot(found[0], begin, found[1])
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_project_config(workspace: str | os.PathLike[str]) -> ProjectConfig:
+    """Read and validate ``<workspace>/tether.toml``; defaults when there is no such file.
+
+    A symbolic link is followed (it is the user's own file); a dangling link, a directory or
+    any other non-regular file at that path is an error, as is an unreadable file.
+    """
+    path = Path(workspace) / CONFIG_FILE
+    data = _read(path)
+    if data is None:
+        return ProjectConfig()
+    return replace(parse_project_config(data, source=CONFIG_FILE), path=path)
+
+
+def _read(path: Path) -> str | None:
+    """The file's text, or ``None`` when there is no file (and no link) at ``path``.
+
+    Through :func:`tether._inputs.read_optional_file`: never blocks on a FIFO, never reads a
+    device, and refuses a file over :data:`~tether._inputs.MAX_CONFIG_BYTES` unread.
+    """
+    try:
+        raw = read_optional_file(path, CONFIG_FILE, limit=MAX_CONFIG_BYTES)
+    except InputFileError as exc:
+        # Still a ProjectConfigError: callers and tests catch the configuration's own error.
+        raise ProjectConfigError(str(exc)) from exc
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ProjectConfigError(
+            f"{CONFIG_FILE} is not valid TOML: it is not UTF-8 text "
+            f"(byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def parse_project_config(text: str, *, source: str = CONFIG_FILE) -> ProjectConfig:
+    """The :class:`ProjectConfig` of the TOML ``text`` (pure; ``path`` is ``None``).
+
+    ``source`` names the file in error messages.
+    """
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ProjectConfigError(f"{source} is not valid TOML: {_one_line(str(exc))}") from None
+    except RecursionError:
+        raise ProjectConfigError(f"{source} is not valid TOML: nested too deeply") from None
+    return project_config_from_mapping(data, source=source)
+
+
+_SECTIONS: Final = ("verify", "artifact", "budget", "policy", "tools")
+
+
+def project_config_from_mapping(
+    data: Mapping[str, Any], *, source: str = CONFIG_FILE
+) -> ProjectConfig:
+    """The :class:`ProjectConfig` of an already parsed TOML document (pure)."""
+    for name, value in data.items():
+        if name not in _SECTIONS:
+            shown = toml_key(str(name))
+            shown = f"[{shown}]" if isinstance(value, Mapping) else shown
+            known = ", ".join(f"[{s}]" for s in _SECTIONS)
+            raise ProjectConfigError(f"{source}: unknown setting {shown} (known: {known})")
+        if not isinstance(value, Mapping):
+            raise ProjectConfigError(
+                f"{source}: [{name}]: expected a table, got {show_value(value)}"
+            )
+    return ProjectConfig(
+        verify=_verify(source, data.get("verify", {})),
+        artifact=_artifact(source, data.get("artifact", {})),
+        budget=_budget(source, data.get("budget", {})),
+        policy=policy_from_mapping(data.get("policy", {}), source),
+        tools=_tools(source, data.get("tools", {})),
+    )
+
+
+def _verify(source: str, table: Mapping[str, Any]) -> VerifyConfig:
+    check_known(source, "[verify]", table, ("command", "timeout", "required"))
+    command = table.get("command")
+    if command is not None and (not isinstance(command, str) or not command.strip()):
+        raise _bad(source, "[verify] command", "a non-empty shell command string", command)
+    timeout = DEFAULT_VERIFY_TIMEOUT
+    if "timeout" in table:
+        timeout = _positive_number(source, "[verify] timeout", table["timeout"])
+    required = table.get("required", False)
+    if not isinstance(required, bool):
+        raise _bad(source, "[verify] required", "true or false", required)
+    return VerifyConfig(command=command, timeout=timeout, required=required)
+
+
+def _artifact(source: str, table: Mapping[str, Any]) -> ArtifactConfig:
+    check_known(source, "[artifact]", table, ("ignore",))
+    ignore = table.get("ignore", [])
+    if not isinstance(ignore, list):
+        raise _bad(source, "[artifact] ignore", "a list of non-empty pattern strings", ignore)
+    for index, pattern in enumerate(ignore, 1):
+        if not isinstance(pattern, str) or not pattern.strip():
+            raise _bad(
+                source, f"[artifact] ignore: item {index}", "a non-empty pattern string", pattern
+            )
+    return ArtifactConfig(ignore=tuple(ignore))
+
+
+def _budget(source: str, table: Mapping[str, Any]) -> BudgetConfig:
+    check_known(source, "[budget]", table, ("max_steps", "max_tokens", "max_seconds"))
+    max_steps = max_tokens = None
+    max_seconds = None
+    if "max_steps" in table:
+        max_steps = _positive_int(source, "[budget] max_steps", table["max_steps"], "steps")
+    if "max_tokens" in table:
+        max_tokens = _positive_int(source, "[budget] max_tokens", table["max_tokens"], "tokens")
+    if "max_seconds" in table:
+        max_seconds = _positive_number(source, "[budget] max_seconds", table["max_seconds"])
+    return BudgetConfig(max_steps=max_steps, max_tokens=max_tokens, max_seconds=max_seconds)
+
+
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _tools(source: str, table: Mapping[str, Any]) -> ToolsConfig:
+    check_known(source, "[tools]", table, ("pass_env",))
+    names = table.get("pass_env", [])
+    expected = "a list of environment variable names"
+    if not isinstance(names, list):
+        raise _bad(source, "[tools] pass_env", expected, names)
+    for index, name in enumerate(names, 1):
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise _bad(
+                source,
+                f"[tools] pass_env: item {index}",
+                "an environment variable name (letters, digits, _)",
+                name,
+            )
+    return ToolsConfig(pass_env=tuple(dict.fromkeys(names)))
+
+
+def _positive_number(source: str, setting: str, value: object) -> float:
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    ):
+        return float(value)
+    raise _bad(source, setting, "a positive number of seconds", value)
+
+
+def _positive_int(source: str, setting: str, value: object, unit: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    raise _bad(source, setting, f"a positive whole number of {unit}", value)
+
+
+def _bad(source: str, setting: str, expected: str, value: object) -> ProjectConfigError:
+    return ProjectConfigError(f"{source}: {setting}: expected {expected}, got {show_value(value)}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())

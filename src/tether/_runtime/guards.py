@@ -1,0 +1,407 @@
+"""The runtime's guards: authorization before effects, stop conditions, the completion gate.
+
+:class:`Guards` is the imperative shell around the pure rules of
+:mod:`tether.core.policy`, :mod:`tether.core.stops` and
+:mod:`tether.core.gate`. It owns the durable records those rules need, all in the
+workspace's ``effects.db``: authorization decisions (recorded before the call starts, so
+a call decided before a crash is not asked again), failed calls with the artifact version
+they failed on (so ``repeated_failure`` holds across a resume), and verification evidence.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Final
+
+from tether import _faults as faults
+from tether._completion.artifact import ArtifactScanner
+from tether._completion.failures import FailureStore, ToolFailure
+from tether._completion.verify import Verifier, workspace_scanner
+from tether._effects.authorization import Authorization, AuthorizationStore, call_key
+from tether._project import ProjectConfig
+from tether._tools.base import Tool, ToolResult
+from tether._wsdb.sqlite import EffectsDB
+from tether.core.canonical import canonical_json, sha256_digest
+from tether.core.gate import (
+    CompletionCheck,
+    CompletionStatus,
+    name_files,
+    unconfigured_check,
+)
+from tether.core.policy import (
+    NO_TERMINAL_REASON,
+    Decision,
+    Policy,
+    PolicyVerdict,
+    ToolKind,
+    decide,
+)
+from tether.core.state import Replay, SessionState
+from tether.core.stops import FailedCall, StopError, describe_call, repeated_failure
+from tether.errors import ArtifactError, CanonicalizationError
+
+__all__ = [
+    "AUTHORIZED",
+    "LOST_RECORD_RULE",
+    "AuthorizationRequest",
+    "Authorizer",
+    "EarlierDecision",
+    "Guards",
+    "arguments_digest",
+    "follow_up_prompt",
+    "is_failure",
+    "run_range",
+]
+
+AUTHORIZED = faults.register(
+    "authorized", "an authorization decision is durable; the call has not started"
+)
+MAX_SUMMARY: Final = 500
+LOST_RECORD_RULE: Final = (
+    "no authorization record: one may have been lost with the effects database"
+)
+"""The rule of a call that needs a decision because its record may have been lost."""
+
+
+class EarlierDecision(StrEnum):
+    """Whether an earlier process may have recorded a decision for a call."""
+
+    NONE = "none"
+    """The call is new to this process's view of the log: nobody can have decided it."""
+    RECORDED = "recorded"
+    """A crashed process may have decided it; its record is in ``effects.db`` if it did."""
+    UNKNOWN = "unknown"
+    """A crashed process may have decided it, and ``effects.db`` is missing or replaced:
+    the absence of a record proves nothing."""
+
+
+@dataclass(frozen=True)
+class AuthorizationRequest:
+    """What the terminal asks about: one tool call the policy says to ``ask`` for."""
+
+    tool_name: str
+    arguments: Mapping[str, Any]
+    summary: str
+    rule: str
+    reason: str | None
+
+
+Authorizer = Callable[[AuthorizationRequest], bool]
+"""Asks a person; ``True`` allows the call. Called only for ``ask`` decisions."""
+
+
+def is_failure(result: ToolResult) -> bool:
+    """A call that failed: an error result, or a command that exited non-zero (``bash``
+    reports that as a successful call with ``exit_code`` in its metadata)."""
+    code = result.metadata.get("exit_code")
+    return result.is_error or (isinstance(code, int) and code != 0)
+
+
+def arguments_digest(arguments: Mapping[str, Any]) -> str:
+    """The canonical digest of a call's arguments: same arguments, same digest, whatever
+    the order of members at any depth (``10`` and ``10.0`` are the same number)."""
+    try:
+        return sha256_digest(canonical_json(dict(arguments), allow_scalars=True))
+    except CanonicalizationError:  # e.g. a non-finite number: a stable, sorted fallback
+        text = json.dumps(arguments, sort_keys=True, default=repr, allow_nan=True)
+        return sha256_digest(text.encode("utf-8", "surrogatepass"))
+
+
+def call_summary(tool_name: str, arguments: Mapping[str, Any]) -> str:
+    """What the call does, as a person reads it: the command of bash, the path of a file
+    tool, else the tool and its arguments."""
+    command = arguments.get("command")
+    path = arguments.get("path")
+    if tool_name == "bash" and isinstance(command, str):
+        text = command
+    elif tool_name in ("write", "edit") and isinstance(path, str):
+        text = f"{tool_name} {path}"
+    else:
+        text = describe_call(tool_name, arguments)
+    return text if len(text) <= MAX_SUMMARY else text[: MAX_SUMMARY - 1] + "…"
+
+
+def denial_text(who: str, rule: str, reason: str | None) -> str:
+    """The error result the model receives for a denied call."""
+    why = f": {reason}" if reason else ""
+    return (
+        f"Error: permission denied: this call was not authorized ({who}, {rule}{why}). "
+        "It did not run. This decision is final: do not try to reach the same effect "
+        "another way; ask the user instead."
+    )
+
+
+def follow_up_prompt(check: CompletionCheck) -> str:
+    """The prompt of a follow-up run asking the model to verify its work."""
+    if check.status is CompletionStatus.STALE and check.changed_files:
+        why = (
+            "the files changed since the last passing check "
+            f"({name_files(list(check.changed_files))})"
+        )
+    elif check.status is CompletionStatus.FAILED:
+        why = "the last check of the files as they are now did not pass"
+    else:
+        why = "there is no passing check of the files as they are now"
+    return (
+        f"Your work is not verified yet: {why}. Call the `verify` tool on the files as they "
+        "are now. If it fails, fix the cause and call `verify` again; finish only after it "
+        "passes, and do not edit files after the passing check."
+    )
+
+
+def _policy_is_empty(policy: Policy) -> bool:
+    return policy.default is None and not policy.tools and not policy.bash
+
+
+def run_range(state: SessionState, input_entry_id: str) -> range:
+    """Transcript positions of the run whose user entry is ``input_entry_id`` (after it)."""
+    ids = state.transcript_ids
+    try:
+        start = ids.index(input_entry_id)
+    except ValueError:
+        return range(0)
+    return range(start + 1, len(ids))
+
+
+class Guards:
+    """Authorization, stop conditions and verification for one agent and workspace."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        project: ProjectConfig,
+        effects: Callable[[], EffectsDB],
+        *,
+        authorize: Authorizer | None = None,
+        assume_yes: bool = False,
+        ask_by_default: bool | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.project = project
+        self._effects = effects
+        self._authorize = authorize
+        self.assume_yes = assume_yes
+        self.ask_by_default = authorize is not None if ask_by_default is None else ask_by_default
+        self._scanner: ArtifactScanner | None = None
+        self._verifier: Verifier | None = None
+
+    # ------------------------------------------------------------------ lazily opened
+
+    @property
+    def verifier(self) -> Verifier:
+        if self._verifier is None:
+            self._verifier = Verifier(
+                self.workspace, self.project, self._effects(), scanner=self._scanner
+            )
+            self._scanner = self._verifier.scanner
+        return self._verifier
+
+    def _version(self) -> str | None:
+        """The current artifact version, or ``None`` when it cannot be computed."""
+        if self._scanner is None:
+            self._scanner = workspace_scanner(self.workspace, self.project)
+        try:
+            return self._scanner.version().digest
+        except ArtifactError:
+            return None
+
+    # ------------------------------------------------------------------ authorization
+
+    def authorize(
+        self,
+        session_id: str,
+        assistant_entry_id: str,
+        tool_index: int,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        *,
+        earlier_decision: EarlierDecision = EarlierDecision.NONE,
+    ) -> tuple[Authorization | None, str | None]:
+        """Decide whether a validated call may start: the recorded decision (``None`` when
+        none was needed) and the denial text when the call may not start.
+
+        Every decision that comes from a rule, a person or ``--yes`` is recorded in
+        ``effects.db`` before this returns (first decision wins). A decision recorded
+        earlier for the same call (before a crash) is reused: the person is not asked
+        again. Only read-only tools and the implicit batch default (no policy, no
+        terminal) are allowed without a record.
+
+        ``earlier_decision`` says whether a crashed process may have decided the call
+        already: then its record is looked up even where no record is needed now (a person's
+        deny in the REPL stands on a resume in a pipe), and when that record may have been
+        lost (``UNKNOWN``) a missing one never counts as "allowed by default": the call is
+        asked about like in the REPL (no terminal → denied, ``--yes`` → allowed).
+        """
+        kind = ToolKind.READ_ONLY if tool.replay is Replay.SAFE else ToolKind.SIDE_EFFECT
+        interactive = self._authorize is not None
+        policy = self.project.policy
+
+        def verdict_of(ask_by_default: bool) -> PolicyVerdict:
+            return decide(
+                policy,
+                tool.name,
+                arguments,
+                kind=kind,
+                interactive=interactive,
+                assume_yes=self.assume_yes,
+                ask_by_default=ask_by_default,
+            )
+
+        verdict = verdict_of(self.ask_by_default and interactive)
+        # A person may have denied this call before the crash, in a record that is gone:
+        # "no record" must not mean "allowed by default"; ask as the REPL would instead.
+        lost = earlier_decision is EarlierDecision.UNKNOWN and kind is ToolKind.SIDE_EFFECT
+        if lost and verdict.decision is Decision.ALLOW:
+            asking = verdict_of(True)
+            if asking.rule != verdict.rule:  # only the built-in default allowed it
+                keep = asking.decision is Decision.ALLOW  # --yes answers the question
+                verdict = (
+                    asking
+                    if keep
+                    else PolicyVerdict(asking.decision, LOST_RECORD_RULE, asking.reason)
+                )
+        unrecorded = verdict.decision is Decision.ALLOW and (
+            (kind is ToolKind.READ_ONLY and tool.name not in policy.tools)
+            or (_policy_is_empty(policy) and not self.ask_by_default and not self.assume_yes)
+        )
+        if unrecorded and (kind is ToolKind.READ_ONLY or earlier_decision is EarlierDecision.NONE):
+            return None, None
+        store = AuthorizationStore(self._effects())
+        key = call_key(assistant_entry_id, tool_index)
+        earlier = store.get(session_id, key)
+        # A deny of the policy itself overrides an earlier decision; "nobody can be asked
+        # now" does not: the person already answered before the crash.
+        policy_denies = verdict.decision is Decision.DENY and verdict.reason != NO_TERMINAL_REASON
+        if earlier is not None and not policy_denies:
+            allowed = earlier.decision == Decision.ALLOW.value
+            text = denial_text(earlier.who, earlier.rule, earlier.reason)
+            return earlier, None if allowed else text
+        if unrecorded:  # looked up: nobody decided it before the crash
+            return None, None
+        summary = call_summary(tool.name, arguments)
+        decision = verdict.decision
+        # --yes only decides where the policy said ask (its verdict's rule says so).
+        who = "--yes" if verdict.rule.startswith("--yes") else "policy"
+        reason = verdict.reason
+        if decision is Decision.ASK:
+            assert self._authorize is not None
+            request = AuthorizationRequest(tool.name, arguments, summary, verdict.rule, reason)
+            allowed = self._authorize(request)
+            decision = Decision.ALLOW if allowed else Decision.DENY
+            who = "user"
+            reason = "approved at the terminal" if allowed else "declined at the terminal"
+        recorded = store.record(
+            session_id=session_id,
+            call_key=key,
+            tool_name=tool.name,
+            arguments_digest=arguments_digest(arguments),
+            summary=summary,
+            decision=decision.value,
+            who=who,
+            rule=verdict.rule,
+            reason=reason,
+        )
+        faults.hit(AUTHORIZED)
+        if policy_denies:
+            return recorded, denial_text("policy", verdict.rule, verdict.reason)
+        if recorded.decision == Decision.DENY.value:
+            return recorded, denial_text(recorded.who, recorded.rule, recorded.reason)
+        return recorded, None
+
+    # ------------------------------------------------------------------ stop conditions
+
+    def failed_call(
+        self,
+        state: SessionState,
+        *,
+        session_id: str,
+        input_entry_id: str,
+        tool_started_id: str,
+        result_entry_id: str,
+        tool_name: str,
+        arguments: Mapping[str, Any],
+    ) -> StopError | None:
+        """Record a call that ended in an error result (``state`` already holds the
+        result); the ``repeated_failure`` stop if the call right before it in this run was
+        the same call failing on the same files."""
+        failures = FailureStore(self._effects())
+        current = FailedCall(
+            tool_name,
+            arguments_digest(arguments),
+            self._version(),
+            describe_call(tool_name, arguments),
+        )
+        failures.record(
+            tool_started_id=tool_started_id,
+            session_id=session_id,
+            tool_name=tool_name,
+            arguments_digest=current.arguments_digest,
+            artifact_version=current.artifact_version,
+            result_entry_id=result_entry_id,
+        )
+        previous_id = _previous_tool_result(state, input_entry_id, result_entry_id)
+        if previous_id is None:
+            return None
+        earlier: ToolFailure | None = failures.by_result_entry(previous_id)
+        if earlier is None:
+            return None
+        previous = FailedCall(earlier.tool_name, earlier.arguments_digest, earlier.artifact_version)
+        return repeated_failure(previous, current)
+
+    # ------------------------------------------------------------------ completion gate
+
+    def changed_files_in_run(
+        self, state: SessionState, input_entry_id: str, tools: Callable[[str], Tool | None]
+    ) -> bool:
+        """Whether the run called a tool that can change files (anything not replay-safe:
+        write, edit, bash, effect tools)."""
+        transcript = state.transcript
+        for position in run_range(state, input_entry_id):
+            message = transcript[position]
+            if message.get("role") != "assistant":
+                continue
+            for call in message.get("tool_calls") or ():
+                name = call.get("function", {}).get("name")
+                tool = tools(name) if isinstance(name, str) else None
+                if tool is None or tool.replay is not Replay.SAFE:
+                    return True
+        return False
+
+    def assess(self) -> CompletionCheck:
+        """The completion verdict for the files as they are now."""
+        if self.project.verify.command is None:
+            return unconfigured_check()  # without opening effects.db or scanning
+        try:
+            return self.verifier.assess()
+        except ArtifactError as exc:
+            return CompletionCheck(
+                CompletionStatus.MISSING,
+                None,
+                f"unverified: the artifact version cannot be computed: {exc}",
+                command=self.project.verify.command,
+            )
+
+
+def _previous_tool_result(
+    state: SessionState, input_entry_id: str, result_entry_id: str
+) -> str | None:
+    """The id of the tool result right before ``result_entry_id`` in this run, if the
+    entries between them are only assistant messages (the calls are consecutive)."""
+    ids = state.transcript_ids
+    transcript = state.transcript
+    span = run_range(state, input_entry_id)
+    try:
+        position = ids.index(result_entry_id, span.start)
+    except ValueError:
+        return None
+    for earlier in range(position - 1, span.start - 1, -1):
+        role = transcript[earlier].get("role")
+        if role == "tool":
+            return ids[earlier]
+        if role != "assistant":
+            return None
+    return None

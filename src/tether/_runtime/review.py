@@ -1,0 +1,87 @@
+"""Applying a review decision to the session log (``tether review resolve``).
+
+The decision is recorded in ``effects.db`` first (durable), then the result it
+implies is appended to the session: ``applied``/``notApplied`` → the started call's
+result entry (spec 7.3); ``abort`` → ``abortRequested`` (the next resume records the
+call as interrupted and finishes the run as aborted). A crash between the two steps
+is harmless: the next resume finds the resolved item and appends the same result.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from tether._effects.journal import ActionJournal
+from tether._effects.recovery import RecoveryAction, decision_for_review
+from tether._effects.review import ReviewDecision, ReviewItem, ReviewStore
+from tether._runtime.facts import abort_requested_record, started_result_entry
+from tether._stores.file import Durability, SessionStore
+from tether._wsdb.sqlite import EffectsDB
+from tether.core.state import RunOperation, ToolStatus
+
+
+@dataclass(frozen=True)
+class ReviewOutcome:
+    item: ReviewItem
+    appended: str  # "result", "abortRequested" or "nothing" (the call was no longer pending)
+
+
+def resolve_review(
+    workspace: str | os.PathLike[str],
+    item_id: int | str,
+    decision: ReviewDecision | str,
+    note: str | None = None,
+    *,
+    sessions_dir: str | os.PathLike[str] | None = None,
+    durability: Durability | str = Durability.DURABLE,
+) -> ReviewOutcome:
+    """Record a reviewer's decision and append the result it implies."""
+    root = Path(os.path.realpath(workspace))
+    db = EffectsDB.open_workspace(root)
+    try:
+        reviews = ReviewStore(db)
+        item = reviews.get(item_id)
+        # Take the session's writer lock before deciding, so no run is mid-flight.
+        with SessionStore.open(
+            item.session_id, workspace=root, sessions_dir=sessions_dir, durability=durability
+        ) as store:
+            item = reviews.resolve(item.id, decision, note)
+            implied = decision_for_review(item, ActionJournal(db).get(item.operation_id))
+            operation = store.state.operation
+            pending = None
+            if isinstance(operation, RunOperation):
+                pending = next(
+                    (
+                        t
+                        for t in operation.tool_calls
+                        if t.tool_started_id == item.operation_id and t.status is ToolStatus.PENDING
+                    ),
+                    None,
+                )
+            if pending is None or not isinstance(operation, RunOperation):
+                return ReviewOutcome(item, "nothing")
+            if implied.action is RecoveryAction.COMPLETE and implied.content is not None:
+                store.commit(
+                    [
+                        started_result_entry(
+                            result_entry_id=pending.result_entry_id,
+                            step_id=pending.step_id,
+                            tool_started_id=pending.tool_started_id,
+                            tool_name=pending.tool_name,
+                            call_id=pending.tool_call_id,
+                            content=implied.content,
+                            is_error=implied.is_error,
+                        )
+                    ]
+                )
+                return ReviewOutcome(item, "result")
+            if implied.action is RecoveryAction.ABORT and not operation.abort_requested:
+                store.commit(
+                    [abort_requested_record(operation.operation_id, "run", pending.tool_call_id)]
+                )
+                return ReviewOutcome(item, "abortRequested")
+            return ReviewOutcome(item, "nothing")
+    finally:
+        db.close()

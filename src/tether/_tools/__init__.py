@@ -1,0 +1,45 @@
+"""Tools: the contract (:mod:`.base`), confinement (:mod:`.workspace`), the built-ins."""
+
+from tether._tools.base import (
+    FunctionTool,
+    Rejection,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+    ValidatedCall,
+    tool,
+)
+from tether._tools.builtin import (
+    BashTool,
+    EditTool,
+    FileChange,
+    ReadTool,
+    WriteTool,
+    apply_change,
+    builtin_tools,
+    plan_edit,
+    plan_write,
+)
+from tether._tools.workspace import resolve_in_workspace
+
+__all__ = [
+    "BashTool",
+    "EditTool",
+    "FileChange",
+    "FunctionTool",
+    "ReadTool",
+    "Rejection",
+    "Tool",
+    "ToolContext",
+    "ToolRegistry",
+    "ToolResult",
+    "ValidatedCall",
+    "WriteTool",
+    "apply_change",
+    "builtin_tools",
+    "plan_edit",
+    "plan_write",
+    "resolve_in_workspace",
+    "tool",
+]

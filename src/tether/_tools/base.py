@@ -1,0 +1,455 @@
+"""The tool contract: what a tool is, how it is declared, and how a call is validated.
+
+A :class:`Tool` has a model-facing definition (``name``, ``description``, ``parameters``),
+a trusted replay declaration (``replay``, ``replay_key``, spec 8.5) and a :meth:`Tool.run`
+method. The executor (elsewhere) drives one call at a time, sequentially (spec 15.1)::
+
+    outcome = registry.validate(name, call["function"]["arguments"])
+    if isinstance(outcome, Rejection):      # pre-execution synthetic result (spec 7.4)
+        ... append entry with outcome.reason / outcome.content
+    else:                                   # ValidatedCall
+        ... append toolStarted with outcome.arguments, outcome.declaration.replay, .replay_key
+        result = outcome.tool.run(outcome.arguments, context)
+        ... append the result entry: "error" if result.is_error else "success"
+
+Trust rules for replay declarations (spec 8.5, 14.4 rule 9):
+
+* Only the built-in tools of :mod:`tether._tools.builtin` may use ``builtin:`` replay keys;
+  any other tool using one is a :class:`~tether.errors.ConfigurationError`.
+* A tool named ``read`` that is not the built-in read tool is never replay-safe: its
+  ``replay`` is forced to ``never`` whatever it declares.
+* Any other user tool MAY declare ``replay = Replay.SAFE`` for its own name: it promises that
+  running it again with the same arguments after a crash is harmless. Its key defaults to
+  ``user:<name>:v1``; bump the version whenever the tool's effect changes, so that a session
+  started with the old implementation is blocked instead of replayed (spec 14.4 rule 9).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final, Literal, overload
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError, ValidationError, best_match
+
+from tether._tools.workspace import ProtectedState
+from tether.core.canonical import tool_definition_digest
+from tether.core.contents import INVALID_ARGUMENTS, SYNTHETIC_CONTENT, UNKNOWN_TOOL
+from tether.core.planner import ToolDeclaration, parse_tool_arguments
+from tether.core.state import Replay
+from tether.errors import ConfigurationError
+
+__all__ = [
+    "BUILTIN_MODULE",
+    "BUILTIN_MODULES",
+    "TOOL_NAME_PATTERN",
+    "FunctionTool",
+    "Rejection",
+    "RejectionReason",
+    "Tool",
+    "ToolContext",
+    "ToolRegistry",
+    "ToolResult",
+    "ValidatedCall",
+    "tool",
+]
+
+TOOL_NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""Tool names accepted by the providers' function-calling APIs."""
+
+BUILTIN_MODULE: Final = "tether._tools.builtin"
+"""Only classes defined in this module (or in :data:`BUILTIN_MODULES`) may use ``builtin:``
+replay keys."""
+BUILTIN_MODULES: Final = frozenset({BUILTIN_MODULE, "tether._completion.verify"})
+"""Every module whose tool classes are tether's own: the file tools and ``verify``."""
+
+_BUILTIN_PREFIX: Final = "builtin:"
+
+
+# =========================================================================== values
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a tool call produced.
+
+    ``content`` is the tool message the model sees. ``is_error`` selects the result type of
+    the entry (``{"type":"error"}`` instead of ``{"type":"success"}``, spec 7.3).
+    ``metadata`` is for tether itself (bytes written, exit code, hashes, …); it is never sent
+    to the model. It is copied into a read-only mapping.
+    """
+
+    content: str
+    is_error: bool = False
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.content, str):
+            raise TypeError(f"ToolResult.content must be str, got {type(self.content).__name__}")
+        object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
+
+    @classmethod
+    def error(cls, content: str, **metadata: Any) -> ToolResult:
+        """An expected failure reported to the model (``is_error=True``)."""
+        return cls(content, is_error=True, metadata=metadata)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Everything a tool may depend on besides its arguments.
+
+    * ``workspace`` — the real path of the workspace (already resolved); file tools never
+      touch anything outside it, and ``bash`` runs with it as working directory.
+    * ``operation_id`` — stable identity of this call across crashes: the ``toolStarted``
+      fact id. A replay of the same call gets the same value.
+    * ``cancel`` — set when the user aborts; long-running tools poll it and stop.
+    * ``timeout`` — upper bound in seconds for the call, or ``None`` for the tool's default.
+    * ``session_id`` — the session the call belongs to (``None`` outside a session).
+    * ``protected`` — tether's own state, which the file tools never read or change: the
+      agent passes its actual layout (its sessions directory wherever it is); ``None``
+      means the default layout of ``workspace`` (``<workspace>/.tether``, sessions in
+      it), for contexts made by hand. See :meth:`protected_state`.
+    """
+
+    workspace: Path
+    operation_id: str
+    cancel: threading.Event = field(default_factory=threading.Event)
+    timeout: float | None = None
+    session_id: str | None = None
+    protected: ProtectedState | None = None
+
+    def protected_state(self) -> ProtectedState:
+        """``protected``, or the default layout of ``workspace`` when it is ``None``."""
+        if self.protected is not None:
+            return self.protected
+        return ProtectedState.for_workspace(self.workspace)
+
+    def __post_init__(self) -> None:
+        if not self.workspace.is_absolute():
+            raise ValueError(f"ToolContext.workspace must be absolute, got {self.workspace}")
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError(f"ToolContext.timeout must be positive, got {self.timeout!r}")
+
+
+# =========================================================================== tools
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or TOOL_NAME_PATTERN.fullmatch(name) is None:
+        raise ConfigurationError(
+            f"invalid tool name {name!r}: use 1-64 letters, digits, '_' or '-'"
+        )
+    return name
+
+
+def _check_parameters(name: str, parameters: object) -> dict[str, Any]:
+    if not isinstance(parameters, Mapping):
+        raise ConfigurationError(f"tool {name!r}: parameters must be a JSON Schema object")
+    if parameters.get("type") != "object":
+        raise ConfigurationError(f'tool {name!r}: parameters must have "type": "object"')
+    try:
+        Draft202012Validator.check_schema(parameters)
+    except SchemaError as exc:
+        raise ConfigurationError(
+            f"tool {name!r}: parameters are not a valid JSON Schema: {exc.message}"
+        ) from None
+    return copy.deepcopy(dict(parameters))
+
+
+class Tool(ABC):
+    """Base class of every tool.
+
+    Subclasses set ``name``, ``description`` and ``parameters`` (as class attributes or in
+    ``__init__`` before calling ``super().__init__()``), optionally ``replay`` and
+    ``replay_key``, and implement :meth:`run`.
+
+    Construction validates the definition: the name, a ``"type": "object"`` parameter
+    schema that is valid JSON Schema (Draft 2020-12) and stays within the keyword subset of
+    spec 10.5 (:class:`~tether.errors.CanonicalizationError` names an unsupported keyword),
+    and the replay declaration (see the module docstring). The definition is deep-copied
+    and its digest computed once, so later mutation of the caller's dicts changes nothing.
+
+    ``run`` reports expected failures as ``ToolResult(is_error=True)``. Unexpected
+    exceptions propagate: deciding what they mean is the executor's business.
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    replay: Replay = Replay.NEVER
+    replay_key: str = ""
+
+    _definition: dict[str, Any]
+    _digest: str
+    _validator: Draft202012Validator
+
+    def __init__(self) -> None:
+        name = _check_name(getattr(self, "name", None))
+        description = getattr(self, "description", None)
+        if not isinstance(description, str):
+            raise ConfigurationError(f"tool {name!r}: description must be a string")
+        parameters = _check_parameters(name, getattr(self, "parameters", None))
+        definition = {"name": name, "description": description, "parameters": parameters}
+        digest = tool_definition_digest(definition)  # raises CanonicalizationError
+        replay = self.replay
+        if not isinstance(replay, Replay):
+            raise ConfigurationError(f"tool {name!r}: replay must be a Replay, got {replay!r}")
+        key = self.replay_key or f"user:{name}:v1"
+        if not isinstance(key, str):
+            raise ConfigurationError(f"tool {name!r}: replay_key must be a string")
+        builtin = type(self).__module__ in BUILTIN_MODULES
+        if key.startswith(_BUILTIN_PREFIX) and not builtin:
+            raise ConfigurationError(
+                f"tool {name!r}: replay key {key!r} is reserved for tether's built-in tools"
+            )
+        if name == "read" and not builtin:
+            replay = Replay.NEVER  # spec: a user tool named read is never replay-safe
+        self.name = name
+        self.description = description
+        self.parameters = MappingProxyType(copy.deepcopy(parameters))
+        self.replay = replay
+        self.replay_key = key
+        self._definition = definition
+        self._digest = digest
+        self._validator = Draft202012Validator(parameters)
+
+    def definition(self) -> dict[str, Any]:
+        """The model-facing definition ``{"name", "description", "parameters"}`` (a copy)."""
+        return copy.deepcopy(self._definition)
+
+    def definition_digest(self) -> str:
+        """``definitionDigest`` of :meth:`definition` (spec 10.5)."""
+        return self._digest
+
+    def declaration(self) -> ToolDeclaration:
+        """The trusted declaration the planner sees (an item of ``current.tools``)."""
+        return ToolDeclaration(self.name, self._digest, self.replay, self.replay_key)
+
+    def validation_errors(self, arguments: Mapping[str, Any]) -> list[str]:
+        """Schema violations of ``arguments`` (empty when valid), most relevant first."""
+        errors = list(self._validator.iter_errors(arguments))
+        if not errors:
+            return []
+        first = best_match(errors)
+        rest = [e for e in errors if e is not first]
+        return [_describe(first), *(_describe(e) for e in rest)]
+
+    @abstractmethod
+    def run(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        """Execute the call with schema-valid ``arguments``."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} replay={self.replay.value}>"
+
+
+def _describe(error: ValidationError) -> str:
+    where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    message = error.message if len(error.message) <= 200 else error.message[:197] + "..."
+    return f"arguments{where}: {message}"
+
+
+ToolFunction = Callable[[Mapping[str, Any], ToolContext], "ToolResult | str"]
+"""A plain function usable as a tool: ``(arguments, context) -> ToolResult | str``."""
+
+
+class FunctionTool(Tool):
+    """A tool made of a function and a schema; a ``str`` return value is a success result."""
+
+    def __init__(
+        self,
+        function: ToolFunction,
+        *,
+        name: str,
+        description: str,
+        parameters: Mapping[str, Any],
+        replay: Replay = Replay.NEVER,
+        replay_key: str | None = None,
+    ) -> None:
+        self.function = function
+        self.name = name
+        self.description = description
+        self.parameters = parameters
+        self.replay = replay
+        self.replay_key = replay_key or ""
+        super().__init__()
+
+    def run(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        result = self.function(arguments, context)
+        if isinstance(result, str):
+            return ToolResult(result)
+        if not isinstance(result, ToolResult):
+            raise TypeError(
+                f"tool {self.name!r} returned {type(result).__name__}, expected ToolResult or str"
+            )
+        return result
+
+
+@overload
+def tool(function: ToolFunction, /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    replay: Replay = Replay.NEVER,
+    replay_key: str | None = None,
+) -> Callable[[ToolFunction], FunctionTool]: ...
+
+
+def tool(
+    function: ToolFunction | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: Mapping[str, Any] | None = None,
+    replay: Replay = Replay.NEVER,
+    replay_key: str | None = None,
+) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
+    """Make a :class:`FunctionTool` from ``function(arguments, context)``.
+
+    ``name`` defaults to the function's name, ``description`` to its docstring (dedented)
+    and ``parameters`` to an object schema without properties (no arguments)::
+
+        @tool(parameters={"type": "object", "properties": {"n": {"type": "integer"}},
+                          "required": ["n"], "additionalProperties": False})
+        def square(arguments, context):
+            \"\"\"Square an integer.\"\"\"
+            return str(arguments["n"] ** 2)
+    """
+
+    def wrap(fn: ToolFunction) -> FunctionTool:
+        return FunctionTool(
+            fn,
+            name=name if name is not None else getattr(fn, "__name__", ""),
+            description=(description if description is not None else inspect.getdoc(fn) or ""),
+            parameters=(
+                parameters
+                if parameters is not None
+                else {"type": "object", "properties": {}, "additionalProperties": False}
+            ),
+            replay=replay,
+            replay_key=replay_key,
+        )
+
+    if function is not None:
+        return wrap(function)
+    return wrap
+
+
+# =========================================================================== registry
+
+
+RejectionReason = Literal["unknownTool", "invalidArguments"]
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedCall:
+    """A call that may run: the tool, the effective arguments and the trusted declaration.
+
+    ``arguments`` is what ``toolStarted.arguments`` records; ``declaration.replay`` and
+    ``declaration.replay_key`` are ``toolStarted.replay`` / ``replayKey``.
+    """
+
+    tool: Tool
+    arguments: dict[str, Any]
+    declaration: ToolDeclaration
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A call that must not run; answer it with a pre-execution synthetic result (7.4).
+
+    ``content`` is the fixed text of spec 7.6 for ``reason``; ``detail`` says what exactly
+    was wrong, for logs and the user (never for the session log's tool message).
+    """
+
+    reason: RejectionReason
+    content: str
+    detail: str
+
+
+class ToolRegistry:
+    """The tools of one runtime, in model-facing order, with unique names."""
+
+    def __init__(self, tools: Sequence[Tool]) -> None:
+        by_name: dict[str, Tool] = {}
+        for item in tools:
+            if not isinstance(item, Tool):
+                raise ConfigurationError(f"not a Tool: {item!r}")
+            if not hasattr(item, "_digest"):
+                raise ConfigurationError(
+                    f"tool {type(item).__name__} was not initialised (call super().__init__())"
+                )
+            if item.name in by_name:
+                raise ConfigurationError(f"duplicate tool name {item.name!r}")
+            by_name[item.name] = item
+        self._tools: dict[str, Tool] = by_name
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tools)
+
+    def definitions(self) -> list[dict[str, Any]]:
+        """Model-facing definitions, in order (what the adapter sends to the provider)."""
+        return [t.definition() for t in self._tools.values()]
+
+    def snapshot_tools(self) -> list[dict[str, str]]:
+        """``configurationSnapshot.tools``: ``[{"name", "definitionDigest"}, …]`` (10.2)."""
+        return [{"name": t.name, "definitionDigest": t.definition_digest()} for t in self]
+
+    def declarations(self) -> list[ToolDeclaration]:
+        """The planner's ``current.tools`` (spec 14.1), in order."""
+        return [t.declaration() for t in self._tools.values()]
+
+    def validate(self, name: str, arguments_text: object) -> ValidatedCall | Rejection:
+        """Decide whether a model's call may run (spec 14.4 rule 9, then the schema).
+
+        Unknown name → ``unknownTool``. Arguments that are not strict JSON text of an
+        object (:func:`~tether.core.planner.parse_tool_arguments`), or that violate
+        the tool's parameter schema (JSON Schema Draft 2020-12) → ``invalidArguments``.
+        """
+        found = self._tools.get(name) if isinstance(name, str) else None
+        if found is None:
+            return Rejection(
+                UNKNOWN_TOOL, SYNTHETIC_CONTENT[UNKNOWN_TOOL], f"no tool named {name!r}"
+            )
+        arguments = parse_tool_arguments(arguments_text)
+        if arguments is None:
+            return Rejection(
+                INVALID_ARGUMENTS,
+                SYNTHETIC_CONTENT[INVALID_ARGUMENTS],
+                f"tool {name!r}: arguments are not a JSON object",
+            )
+        problems = found.validation_errors(arguments)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            return Rejection(
+                INVALID_ARGUMENTS,
+                SYNTHETIC_CONTENT[INVALID_ARGUMENTS],
+                f"tool {name!r}: {problems[0]}{more}",
+            )
+        return ValidatedCall(found, arguments, found.declaration())

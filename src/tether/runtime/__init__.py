@@ -1,6 +1,0 @@
-"""The agent runtime: the executor that carries out recovery plans (run, resume, abort,
-compact) and the progress events it reports."""
-
-from tether.runtime.executor import Agent, RunResult, RunStatus
-
-__all__ = ["Agent", "RunResult", "RunStatus"]

@@ -131,7 +131,9 @@ def test_concurrent_openers_agree_on_one_identity(ws: Path) -> None:
 
     def opener() -> None:
         barrier.wait()
-        with EffectsDB.open_workspace(ws) as db:
+        # Six first opens each migrate under BEGIN IMMEDIATE, one after another: on a loaded
+        # machine the default 5 s wait is not enough for the last one; the point is the id.
+        with EffectsDB.open_workspace(ws, busy_timeout=60) as db:
             seen.append(db.identity)
 
     threads = [threading.Thread(target=opener) for _ in range(6)]

@@ -42,8 +42,6 @@ from tether._inputs import read_optional_file
 from tether._models.base import ModelAdapter, ModelRequest, ModelResponse
 from tether._project import BudgetConfig, ProjectConfig, load_project_config
 from tether._runtime import boundaries, events
-from tether._runtime.facts import abort_requested_record
-from tether._runtime.facts import started_result_entry as _started_result_entry
 from tether._runtime.guards import (
     Authorizer,
     EarlierDecision,
@@ -58,6 +56,7 @@ from tether._tools.base import Rejection, Tool, ToolContext, ToolRegistry, ToolR
 from tether._tools.builtin import builtin_tools
 from tether._tools.workspace import ProtectedState
 from tether._wsdb.sqlite import EffectsDB
+from tether.core import facts
 from tether.core.canonical import source_digest
 from tether.core.compaction import COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, plan_split
 from tether.core.configuration import AgentConfiguration, environment_identity, explain_blocked
@@ -372,23 +371,8 @@ class Agent:
             entry_id = new_uuid7()
             store.commit(
                 [
-                    {
-                        "kind": "entry",
-                        "id": entry_id,
-                        "entry": {
-                            "type": "message",
-                            "message": {"role": "user", "content": prompt},
-                        },
-                    },
-                    {
-                        "kind": "record",
-                        "record": {
-                            "type": "runStarted",
-                            "operationId": new_uuid7(),
-                            "operationKind": "run",
-                            "inputEntryId": entry_id,
-                        },
-                    },
+                    facts.user_entry(entry_id=entry_id, content=prompt),
+                    facts.run_started(operation_id=new_uuid7(), input_entry_id=entry_id),
                 ]
             )
             faults.hit(boundaries.RUN_ACCEPTED)
@@ -423,21 +407,17 @@ class Agent:
                 )
             compacted, retained = split
             ids = state.transcript_ids
+            assert state.context_boundary is not None  # a split needs complete turns
             store.commit(
                 [
-                    {
-                        "kind": "record",
-                        "record": {
-                            "type": "compactionStarted",
-                            "operationId": new_uuid7(),
-                            "operationKind": "compaction",
-                            "inputThroughEntryId": state.context_boundary,
-                            "resultEntryId": new_uuid7(),
-                            "compactedEntryIds": list(compacted),
-                            "retainedEntryIds": list(retained),
-                            "sourceDigest": source_digest(zip(ids, state.transcript, strict=True)),
-                        },
-                    }
+                    facts.compaction_started(
+                        operation_id=new_uuid7(),
+                        input_through_entry_id=state.context_boundary,
+                        result_entry_id=new_uuid7(),
+                        compacted_entry_ids=compacted,
+                        retained_entry_ids=retained,
+                        source_digest=source_digest(zip(ids, state.transcript, strict=True)),
+                    )
                 ]
             )
             faults.hit(boundaries.RUN_ACCEPTED)
@@ -677,20 +657,16 @@ class Agent:
         operation = state.operation
         assert isinstance(operation, RunOperation)
         error = stop.to_json()
-        facts = self._synthetic_facts(state, unanswered_calls(state))
-        facts.append(
-            {
-                "kind": "record",
-                "record": {
-                    "type": "operationFinished",
-                    "operationId": operation.operation_id,
-                    "operationKind": operation.kind,
-                    "outcome": "failed",
-                    "error": error,
-                },
-            }
+        answers = self._synthetic_facts(state, unanswered_calls(state))
+        answers.append(
+            facts.operation_finished(
+                operation_id=operation.operation_id,
+                operation_kind=operation.kind,
+                outcome="failed",
+                error=error,
+            )
         )
-        store.commit(facts)
+        store.commit(answers)
         faults.hit(boundaries.OPERATION_FINISHED)
         self._emit(events.OperationFinished(operation=operation.kind, outcome="failed"))
         outcome["status"] = RunStatus.FAILED
@@ -729,10 +705,10 @@ class Agent:
         pending = _pending_tool(operation) if isinstance(operation, RunOperation) else None
         store.commit(
             [
-                abort_requested_record(
-                    operation.operation_id,
-                    operation.kind,
-                    pending.tool_call_id if pending is not None else None,
+                facts.abort_requested(
+                    operation_id=operation.operation_id,
+                    operation_kind=operation.kind,
+                    tool_call_id=pending.tool_call_id if pending is not None else None,
                 )
             ]
         )
@@ -746,19 +722,18 @@ class Agent:
     ) -> None:
         operation = state.operation
         assert not isinstance(operation, IdleOperation)
-        record: dict[str, Any] = {
-            "type": "operationFinished",
-            "operationId": operation.operation_id,
-            "operationKind": operation.kind,
-            "outcome": plan.outcome.value,
-        }
-        if plan.completion is not None:
-            record["completion"] = plan.completion.value
-        if plan.final_entry_id is not None:
-            record["finalEntryId"] = plan.final_entry_id
-        if plan.error is not None:
-            record["error"] = plan.error.to_json()
-        store.commit([{"kind": "record", "record": record}])
+        store.commit(
+            [
+                facts.operation_finished(
+                    operation_id=operation.operation_id,
+                    operation_kind=operation.kind,
+                    outcome=plan.outcome.value,
+                    completion=plan.completion.value if plan.completion is not None else None,
+                    final_entry_id=plan.final_entry_id,
+                    error=plan.error.to_json() if plan.error is not None else None,
+                )
+            ]
+        )
         faults.hit(boundaries.OPERATION_FINISHED)
         self._emit(events.OperationFinished(operation=operation.kind, outcome=plan.outcome.value))
         outcome["status"] = RunStatus(plan.outcome.value)
@@ -925,7 +900,7 @@ class Agent:
 
     def _commit_result(self, store: SessionStore, **entry: Any) -> None:
         """Append a started call's result entry (spec 7.3) and report it."""
-        store.commit([_started_result_entry(**entry)])
+        store.commit([facts.started_result_entry(**entry)])
         faults.hit(boundaries.AFTER_RESULT)
         self._emit(
             events.ToolFinished(
@@ -970,20 +945,16 @@ class Agent:
         configuration = self.configuration
         store.commit(
             [
-                {
-                    "kind": "record",
-                    "record": {
-                        "type": "stepAttempt",
-                        "operationId": operation.operation_id,
-                        "stepId": step_id,
-                        "attemptId": attempt_id,
-                        "stepKind": plan.step_kind.value,
-                        "attempt": plan.attempt,
-                        "contextThroughEntryId": plan.context_through_entry_id,
-                        "configurationSnapshot": configuration.snapshot,
-                        "configurationDigest": configuration.digest,
-                    },
-                }
+                facts.step_attempt(
+                    operation_id=operation.operation_id,
+                    step_id=step_id,
+                    attempt_id=attempt_id,
+                    step_kind=plan.step_kind.value,
+                    attempt=plan.attempt,
+                    context_through_entry_id=plan.context_through_entry_id,
+                    configuration_snapshot=configuration.snapshot,
+                    configuration_digest=configuration.digest,
+                )
             ]
         )
         faults.hit(boundaries.ATTEMPT_RECORDED)
@@ -1036,26 +1007,18 @@ class Agent:
         error = {"code": exc.code, "message": exc.message}
         store.commit(
             [
-                {
-                    "kind": "record",
-                    "record": {
-                        "type": "stepFailed",
-                        "operationId": operation.operation_id,
-                        "stepId": step_id,
-                        "attemptId": attempt_id,
-                        "error": error,
-                    },
-                },
-                {
-                    "kind": "record",
-                    "record": {
-                        "type": "operationFinished",
-                        "operationId": operation.operation_id,
-                        "operationKind": operation.kind,
-                        "outcome": "failed",
-                        "error": error,
-                    },
-                },
+                facts.step_failed(
+                    operation_id=operation.operation_id,
+                    step_id=step_id,
+                    attempt_id=attempt_id,
+                    error=error,
+                ),
+                facts.operation_finished(
+                    operation_id=operation.operation_id,
+                    operation_kind=operation.kind,
+                    outcome="failed",
+                    error=error,
+                ),
             ]
         )
         faults.hit(boundaries.OPERATION_FINISHED)
@@ -1067,13 +1030,9 @@ class Agent:
     def _usage_fact(
         self, operation_id: str, response: ModelResponse, attempt_id: str
     ) -> dict[str, Any]:
-        usage = response.usage
-        return {
-            "kind": "usage",
-            "operationId": operation_id,
-            "attemptId": attempt_id,
-            "usage": usage.to_json(),
-        }
+        return facts.usage(
+            operation_id=operation_id, counters=response.usage.to_json(), attempt_id=attempt_id
+        )
 
     def _emit_usage(self, response: ModelResponse) -> None:
         usage = response.usage
@@ -1096,16 +1055,12 @@ class Agent:
     ) -> None:
         store.commit(
             [
-                {
-                    "kind": "entry",
-                    "entry": {
-                        "type": "message",
-                        "stepId": step_id,
-                        "attemptId": attempt_id,
-                        "stopReason": response.stop_reason.value,
-                        "message": response.to_message(),
-                    },
-                },
+                facts.assistant_entry(
+                    step_id=step_id,
+                    attempt_id=attempt_id,
+                    stop_reason=response.stop_reason.value,
+                    message=response.to_message(),
+                ),
                 self._usage_fact(operation.operation_id, response, attempt_id),
             ]
         )
@@ -1134,21 +1089,18 @@ class Agent:
             through = split[0][-1] if split is not None else ids[0]
         start = ids.index(through) + 1
         tail = [
-            {"sourceEntryId": ids[i], "message": state.transcript[i]} for i in range(start, end)
+            facts.retained_item(source_entry_id=ids[i], message=state.transcript[i])
+            for i in range(start, end)
         ]
         store.commit(
             [
-                {
-                    "kind": "entry",
-                    "id": operation.result_entry_id,
-                    "entry": {
-                        "type": "compaction",
-                        "operationId": operation.operation_id,
-                        "summary": response.content or "",
-                        "compactedThroughEntryId": through,
-                        "retainedTail": tail,
-                    },
-                },
+                facts.compaction_entry(
+                    entry_id=operation.result_entry_id,
+                    operation_id=operation.operation_id,
+                    summary=response.content or "",
+                    compacted_through_entry_id=through,
+                    retained_tail=tail,
+                ),
                 self._usage_fact(operation.operation_id, response, attempt_id),
             ]
         )
@@ -1162,16 +1114,12 @@ class Agent:
         assert step is not None
         store.commit(
             [
-                {
-                    "kind": "record",
-                    "record": {
-                        "type": "stepFailed",
-                        "operationId": operation.operation_id,
-                        "stepId": step.step_id,
-                        "attemptId": step.attempt_id,
-                        "error": ABORTED_ERROR.to_json(),
-                    },
-                }
+                facts.step_failed(
+                    operation_id=operation.operation_id,
+                    step_id=step.step_id,
+                    attempt_id=step.attempt_id,
+                    error=ABORTED_ERROR.to_json(),
+                )
             ]
         )
 
@@ -1195,13 +1143,14 @@ class Agent:
         if isinstance(validated, Rejection):
             store.commit(
                 [
-                    _pre_execution_entry(
+                    facts.pre_execution_entry(
                         step_id=operation.step.step_id,
                         assistant_entry_id=plan.assistant_entry_id,
                         tool_index=plan.tool_index,
                         call_id=call["id"],
                         tool_name=plan.tool_name,
                         reason=validated.reason,
+                        content=SyntheticReason(validated.reason).content,
                     )
                 ],
             )
@@ -1224,31 +1173,27 @@ class Agent:
             )
         started_id = new_uuid7()
         result_id = new_uuid7()
-        facts: list[dict[str, Any]] = [
-            {
-                "kind": "record",
-                "id": started_id,
-                "record": {
-                    "type": "toolStarted",
-                    "operationId": operation.operation_id,
-                    "stepId": operation.step.step_id,
-                    "assistantEntryId": plan.assistant_entry_id,
-                    "toolIndex": plan.tool_index,
-                    "toolCallId": call["id"],
-                    "toolName": plan.tool_name,
-                    "arguments": validated.arguments,
-                    "replay": validated.declaration.replay.value,
-                    "replayKey": validated.declaration.replay_key,
-                    "environmentIdentity": self.environment,
-                    "resultEntryId": result_id,
-                },
-            }
+        intent = [
+            facts.tool_started(
+                fact_id=started_id,
+                operation_id=operation.operation_id,
+                step_id=operation.step.step_id,
+                assistant_entry_id=plan.assistant_entry_id,
+                tool_index=plan.tool_index,
+                tool_call_id=call["id"],
+                tool_name=plan.tool_name,
+                arguments=validated.arguments,
+                replay=validated.declaration.replay.value,
+                replay_key=validated.declaration.replay_key,
+                environment_identity=self.environment,
+                result_entry_id=result_id,
+            )
         ]
         if denial is not None:
             # A denied call never runs: its intent and its error result are one
             # transaction, so no crash can leave it pending (and replayable).
-            facts.append(
-                _started_result_entry(
+            intent.append(
+                facts.started_result_entry(
                     result_entry_id=result_id,
                     step_id=operation.step.step_id,
                     tool_started_id=started_id,
@@ -1258,7 +1203,7 @@ class Agent:
                     is_error=True,
                 )
             )
-            store.commit(facts)
+            store.commit(intent)
             self._emit(events.ToolSkipped(name=plan.tool_name, call_id=call["id"], reason="denied"))
             self._note_failure(store, started_id, result_id, plan.tool_name, validated.arguments)
             return
@@ -1277,7 +1222,7 @@ class Agent:
                 validated.arguments,
                 protected=self.protected,
             )
-        store.commit(facts)
+        store.commit(intent)
         faults.hit(boundaries.BEFORE_EFFECT)
         started = store.state.operation
         assert isinstance(started, RunOperation)
@@ -1400,42 +1345,36 @@ class Agent:
         """The entries of synthetic results (spec 15: interrupted → started form, the
         other reasons → pre-execution form); each is reported as a skipped call."""
         operation = state.operation
-        facts: list[dict[str, Any]] = []
+        out: list[dict[str, Any]] = []
         if not results:
-            return facts
+            return out
         assert isinstance(operation, RunOperation) and operation.step is not None
         for item in results:
             if item.reason is SyntheticReason.INTERRUPTED:
                 tool_state = next(
                     t for t in operation.tool_calls if t.tool_started_id == item.tool_started_id
                 )
-                facts.append(
-                    {
-                        "kind": "entry",
-                        "id": item.result_entry_id,
-                        "entry": {
-                            "type": "message",
-                            "stepId": tool_state.step_id,
-                            "toolStartedId": item.tool_started_id,
-                            "toolName": item.tool_name,
-                            "message": {
-                                "role": "tool",
-                                "content": item.content,
-                                "tool_call_id": item.tool_call_id,
-                            },
-                            "result": {"type": "synthetic", "reason": "interrupted"},
-                        },
-                    }
+                assert item.tool_started_id is not None and item.result_entry_id is not None
+                out.append(
+                    facts.interrupted_result_entry(
+                        result_entry_id=item.result_entry_id,
+                        step_id=tool_state.step_id,
+                        tool_started_id=item.tool_started_id,
+                        tool_name=item.tool_name,
+                        call_id=item.tool_call_id,
+                        content=item.content,
+                    )
                 )
             else:
-                facts.append(
-                    _pre_execution_entry(
+                out.append(
+                    facts.pre_execution_entry(
                         step_id=operation.step.step_id,
                         assistant_entry_id=item.assistant_entry_id,
                         tool_index=item.tool_index,
                         call_id=item.tool_call_id,
                         tool_name=item.tool_name,
                         reason=item.reason.value,
+                        content=item.content,
                     )
                 )
             self._emit(
@@ -1443,7 +1382,7 @@ class Agent:
                     name=item.tool_name, call_id=item.tool_call_id, reason=item.reason.value
                 )
             )
-        return facts
+        return out
 
 
 class _Aborted:
@@ -1508,33 +1447,6 @@ def _assistant_call(state: SessionState, entry_id: str, index: int) -> Mapping[s
             call: Mapping[str, Any] = state.transcript[position]["tool_calls"][index]
             return call
     raise LookupError(f"assistant entry {entry_id} is not in the transcript")
-
-
-def _pre_execution_entry(
-    *,
-    step_id: str,
-    assistant_entry_id: str,
-    tool_index: int,
-    call_id: str,
-    tool_name: str,
-    reason: str,
-) -> dict[str, Any]:
-    return {
-        "kind": "entry",
-        "entry": {
-            "type": "message",
-            "stepId": step_id,
-            "assistantEntryId": assistant_entry_id,
-            "toolIndex": tool_index,
-            "toolName": tool_name,
-            "message": {
-                "role": "tool",
-                "content": SyntheticReason(reason).content,
-                "tool_call_id": call_id,
-            },
-            "result": {"type": "synthetic", "reason": reason},
-        },
-    }
 
 
 __all__ = ["Agent", "RunResult", "RunStatus"]

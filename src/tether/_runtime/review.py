@@ -16,9 +16,9 @@ from pathlib import Path
 from tether._effects.journal import ActionJournal
 from tether._effects.recovery import RecoveryAction, decision_for_review
 from tether._effects.review import ReviewDecision, ReviewItem, ReviewStore
-from tether._runtime.facts import abort_requested_record, started_result_entry
 from tether._stores.file import Durability, SessionStore
 from tether._wsdb.sqlite import EffectsDB
+from tether.core import facts
 from tether.core.state import RunOperation, ToolStatus
 
 
@@ -65,7 +65,7 @@ def resolve_review(
             if implied.action is RecoveryAction.COMPLETE and implied.content is not None:
                 store.commit(
                     [
-                        started_result_entry(
+                        facts.started_result_entry(
                             result_entry_id=pending.result_entry_id,
                             step_id=pending.step_id,
                             tool_started_id=pending.tool_started_id,
@@ -79,7 +79,13 @@ def resolve_review(
                 return ReviewOutcome(item, "result")
             if implied.action is RecoveryAction.ABORT and not operation.abort_requested:
                 store.commit(
-                    [abort_requested_record(operation.operation_id, "run", pending.tool_call_id)]
+                    [
+                        facts.abort_requested(
+                            operation_id=operation.operation_id,
+                            operation_kind="run",
+                            tool_call_id=pending.tool_call_id,
+                        )
+                    ]
                 )
                 return ReviewOutcome(item, "abortRequested")
             return ReviewOutcome(item, "nothing")

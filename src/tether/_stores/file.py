@@ -36,6 +36,7 @@ from tether import _faults as faults
 from tether._dirs import DirectoryError, make_directories, sync_directory
 from tether._ids import new_uuid7
 from tether._stores.locking import LOCK_SUFFIX, WriterLock, record_locked
+from tether.core import facts
 from tether.core.reducer import PendingTransaction, Reducer
 from tether.core.state import SessionState
 from tether.errors import (
@@ -63,7 +64,7 @@ __all__ = [
     "sessions_dir_for",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = facts.VERSION
 LOG_SUFFIX = ".jsonl"
 
 BEFORE_WRITE = faults.register(
@@ -568,16 +569,14 @@ class SessionStore:
         _make_dirs(sdir, default_layout=sessions_dir is None, durable=mode is Durability.DURABLE)
         session_id = ids()
         created = clock()
-        header = {
-            "kind": "header",
-            "version": FORMAT_VERSION,
-            "id": session_id,
-            "createdAt": created,
-            "cwd": os.path.abspath(workspace),
-            "provider": provider,
-            "model": model,
-            "environmentIdentity": environment_identity,
-        }
+        header = facts.header(
+            session_id=session_id,
+            created_at=created,
+            cwd=os.path.abspath(workspace),
+            provider=provider,
+            model=model,
+            environment_identity=environment_identity,
+        )
         try:
             line = orjson.dumps(header, option=orjson.OPT_STRICT_INTEGER)
         except orjson.JSONEncodeError as exc:

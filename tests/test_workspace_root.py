@@ -283,3 +283,36 @@ def test_a_vanished_current_directory_is_one_line_exit_2(tmp_path: Path) -> None
     )
     assert result.returncode == 2
     assert result.stderr == "error: the current directory no longer exists\n"
+
+
+def test_the_tether_folder_is_ignored_by_git(tmp_path: Path) -> None:
+    # `git add .` in a workspace must not pick up transcripts or the effects database.
+    import shutil
+
+    from tether._stores.file import SessionStore
+    from tether._wsdb.sqlite import EffectsDB
+
+    for make in ("store", "database"):
+        ws = tmp_path / make
+        ws.mkdir()
+        if make == "store":
+            SessionStore.create(ws, provider="p", model="m", environment_identity="e").close()
+        else:
+            EffectsDB.open_workspace(ws).close()
+        ignore = ws / ".tether" / ".gitignore"
+        assert ignore.read_text().splitlines()[-1] == "*"
+        if shutil.which("git"):
+            subprocess.run(["git", "init", "-q", str(ws)], check=True)
+            listed = subprocess.run(
+                ["git", "-C", str(ws), "ls-files", "--others", "--exclude-standard"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            assert listed.stdout == "", listed.stdout
+    # A .gitignore the user put there is never replaced.
+    ws = tmp_path / "own"
+    (ws / ".tether").mkdir(parents=True)
+    (ws / ".tether" / ".gitignore").write_text("mine\n")
+    EffectsDB.open_workspace(ws).close()
+    assert (ws / ".tether" / ".gitignore").read_text() == "mine\n"

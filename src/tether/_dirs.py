@@ -16,7 +16,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["DirectoryError", "make_directories", "sync_directory"]
+__all__ = [
+    "STATE_DIR_NAME",
+    "DirectoryError",
+    "ignore_in_git",
+    "make_directories",
+    "sync_directory",
+]
+
+STATE_DIR_NAME = ".tether"
+"""The workspace's own state folder (sessions, effects.db, caches)."""
 
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -83,3 +92,30 @@ def make_directories(
         if durable:
             sync_directory(directory.parent)
     return created
+
+
+def ignore_in_git(created: list[Path]) -> None:
+    """Give each ``.tether`` folder among ``created`` a ``.gitignore`` of ``*``.
+
+    The folder holds transcripts, the effects database and caches: nothing to commit, and
+    easy to commit by accident with ``git add .``. Written only when tether made the folder
+    (a user's own ``.gitignore`` there is never replaced); best effort, since git hygiene
+    must never fail a run. Synced with the folder's next ``fsync`` like any entry of it.
+    """
+    for directory in created:
+        if directory.name != STATE_DIR_NAME:
+            continue
+        try:
+            fd = os.open(
+                directory / ".gitignore",
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o644,
+            )
+        except OSError:
+            continue
+        try:
+            os.write(fd, b"# tether's own state (sessions, effects.db): never commit it\n*\n")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)

@@ -33,7 +33,7 @@ from typing import Any, NoReturn, Protocol, Self
 import orjson
 
 from tether import _faults as faults
-from tether._dirs import DirectoryError, make_directories, sync_directory
+from tether._dirs import DirectoryError, ignore_in_git, make_directories, sync_directory
 from tether._ids import new_uuid7
 from tether._stores.locking import LOCK_SUFFIX, WriterLock, record_locked
 from tether.core import facts
@@ -1004,6 +1004,7 @@ def _make_dirs(sessions_dir: Path, *, default_layout: bool, durable: bool) -> No
             raise ConfigurationError(f"workspace {base} is not a directory")
     try:
         created = make_directories(sessions_dir, mode=0o700, base=base, durable=durable)
+        ignore_in_git(created)
         if durable:
             _sync_owned_parents(sessions_dir, default_layout=default_layout, done=created)
     except DirectoryError as exc:

@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from tether._dirs import DirectoryError, make_directories, sync_directory
+from tether._dirs import DirectoryError, ignore_in_git, make_directories, sync_directory
 from tether.errors import EffectsDatabaseError
 
 __all__ = [
@@ -270,7 +270,7 @@ def _prepare_file(path: Path) -> None:
     """
     parent = path.parent
     try:
-        make_directories(parent, mode=0o700, durable=True)
+        ignore_in_git(make_directories(parent, mode=0o700, durable=True))
     except DirectoryError as exc:
         raise EffectsDatabaseError(
             str(path), f"cannot {exc.op} directory {exc.path}: {exc.strerror or exc}"

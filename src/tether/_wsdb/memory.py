@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from tether._completion.check import CheckOutcome
-from tether._completion.evidence import Verification, verification_status
+from tether._completion.evidence import Verification, new_verification
 from tether._completion.failures import ToolFailure
 from tether._effects.authorization import Authorization, _truncate
 from tether._effects.journal import (
@@ -46,7 +46,6 @@ from tether._effects.review import (
     _loads,
     _parse_item_id,
 )
-from tether._ids import new_uuid7
 from tether._wsdb.sqlite import format_ms
 from tether.errors import EffectsDatabaseError, ReviewItemNotFound, ReviewItemResolved
 
@@ -562,27 +561,8 @@ class _Verifications:
         outcome: CheckOutcome,
         manifest: tuple[str, bytes] | None = None,
     ) -> Verification:
-        verification = Verification(
-            id=new_uuid7(),
-            session_id=session_id,
-            tool_started_id=tool_started_id,
-            command=outcome.command,
-            exit_status=outcome.exit_status,
-            timed_out=outcome.timed_out,
-            error=outcome.error,
-            output_digest=outcome.output_digest,
-            output_tail=outcome.output_tail,
-            version_start=outcome.version_start,
-            version_end=outcome.version_end,
-            started_at_ms=outcome.started_at_ms,
-            duration_ms=outcome.duration_ms,
-            status=verification_status(
-                outcome.exit_status,
-                outcome.timed_out,
-                outcome.error,
-                outcome.version_start,
-                outcome.version_end,
-            ),
+        verification = new_verification(
+            outcome, session_id=session_id, tool_started_id=tool_started_id
         )
         tables, lock = self._db.use()
         with lock:

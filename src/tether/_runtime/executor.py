@@ -15,7 +15,8 @@ The executor reads nothing of the outside world itself: the composition root
 workspace-database openers, the tools, the guards and the configuration. It is typed
 against the seams only (:mod:`tether._stores.protocol`, :mod:`tether._wsdb.protocol`). How a
 call runs and how its pending state is recovered follows from the tool's declared
-:class:`~tether._tools.base.RecoveryKind` (:data:`RUNNERS`), never from its class or name.
+:class:`~tether._tools.base.RecoveryKind` (:data:`tether._runtime.runners.RUNNERS`), never
+from its class or name.
 The result of a call is derived from the final state (:mod:`tether._runtime.results`).
 """
 
@@ -28,13 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from tether import _faults as faults
-from tether._effects.contract import LookupStatus, as_lookup, safe_lookup
-from tether._effects.journal import (
-    PreparedChange,
-    journaled_resume,
-    prepare_journaled,
-    run_prepared,
-)
+from tether._effects.journal import PreparedChange
 from tether._effects.recovery import RecoveryAction, RecoveryDecision, reconcile_pending
 from tether._models.base import ModelRequest, ModelResponse
 from tether._runtime import boundaries, events
@@ -42,8 +37,9 @@ from tether._runtime.compose import Composition
 from tether._runtime.guards import follow_up_prompt, is_failure, run_range
 from tether._runtime.masking import mask_commits
 from tether._runtime.results import RunResult, RunStatus, finished_details
+from tether._runtime.runners import RUNNERS, CallSite
 from tether._stores.protocol import SessionStoreProtocol
-from tether._tools.base import RecoveryKind, Rejection, Tool, ToolContext, ToolResult
+from tether._tools.base import RecoveryKind, Rejection, Tool, ToolContext
 from tether.core import facts
 from tether.core.canonical import source_digest
 from tether.core.compaction import COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, plan_split
@@ -83,7 +79,7 @@ from tether.core.state import (
 from tether.core.stops import StopError, budget_exhausted
 from tether.errors import ConfigurationError, ModelError
 
-__all__ = ["HANDLERS", "MAX_FOLLOW_UPS", "RUNNERS", "Executor", "RunResult", "RunStatus"]
+__all__ = ["HANDLERS", "MAX_FOLLOW_UPS", "Executor", "RunResult", "RunStatus"]
 
 MAX_FOLLOW_UPS: Final = 2
 """Follow-up runs ``require_verified`` starts at most, asking the model to verify."""
@@ -131,6 +127,7 @@ class Executor:
         self.masker = parts.masker
         self._guards = parts.guards
         self._evidence = parts.evidence
+        self._calls = CallSite(parts.workspace, parts.protected, parts.evidence)
         self._clock = parts.clock
         self._ids = parts.ids
         self._on_event = parts.on_event
@@ -907,7 +904,9 @@ class Executor:
         # 3. what the tool's recovery kind records before toolStarted (a journaled file
         # change: its planned change in the journal, boundary journal.intent_prepared)
         runner = RUNNERS[validated.tool.recovery]
-        prepared = runner.prepare(self, store, validated.tool, started_id, validated.arguments)
+        prepared = runner.prepare(
+            self._calls, store, validated.tool, started_id, validated.arguments
+        )
         # 4. commit toolStarted → before_effect
         store.commit(intent)
         faults.hit(boundaries.BEFORE_EFFECT)
@@ -934,7 +933,7 @@ class Executor:
             session_id=store.session_id,
             protected=self.protected,
         )
-        result = RUNNERS[tool.recovery].run(self, store, tool, arguments, context, prepared)
+        result = RUNNERS[tool.recovery].run(self._calls, store, tool, arguments, context, prepared)
         faults.hit(boundaries.AFTER_EFFECT)
         if result is None or (self._cancel.is_set() and result.metadata.get("aborted")):
             # The tool was killed by an abort, or its outcome is not known (an effect tool
@@ -977,102 +976,6 @@ class Executor:
             tool_name=tool_name,
             arguments=arguments,
         )
-
-    # ---- by recovery kind (RUNNERS)
-
-    def _prepare_nothing(
-        self,
-        store: SessionStoreProtocol,
-        tool: Tool,
-        started_id: str,
-        arguments: Mapping[str, Any],
-    ) -> None:
-        return None
-
-    def _prepare_journaled(
-        self,
-        store: SessionStoreProtocol,
-        tool: Tool,
-        started_id: str,
-        arguments: Mapping[str, Any],
-    ) -> PreparedChange:
-        """The journal's intent is durable before toolStarted: a started call without a
-        journal row can then only mean lost evidence, never "not applied"."""
-        db = self._evidence.db()
-        self._evidence.check(store)  # bound before its first evidence
-        return prepare_journaled(
-            tool,
-            self.workspace,
-            db.journal,
-            store.session_id,
-            started_id,
-            arguments,
-            protected=self.protected,
-        )
-
-    def _run_journaled(
-        self,
-        store: SessionStoreProtocol,
-        tool: Tool,
-        arguments: Mapping[str, Any],
-        context: ToolContext,
-        prepared: PreparedChange | None,
-    ) -> ToolResult | None:
-        journal = self._evidence.db().journal
-        if prepared is not None:
-            return run_prepared(self.workspace, journal, prepared, protected=context.protected)
-        # A re-execution that reconciliation decided: only from the recorded intent (None
-        # without one: left pending, the next reconciliation reviews it).
-        return journaled_resume(
-            tool,
-            self.workspace,
-            journal,
-            store.session_id,
-            context.operation_id,
-            arguments,
-            protected=context.protected,
-        )
-
-    def _run_tool(
-        self,
-        store: SessionStoreProtocol,
-        tool: Tool,
-        arguments: Mapping[str, Any],
-        context: ToolContext,
-        prepared: PreparedChange | None,
-    ) -> ToolResult | None:
-        """Run the tool; a raise is its :meth:`~Tool.failure_result` (``None``: unknown)."""
-        try:
-            return tool.run(arguments, context)
-        except Exception as exc:  # a tool's own failure must not lose the session
-            return tool.failure_result(f"{type(exc).__name__}: {exc}")
-
-    def _run_looked_up(
-        self,
-        store: SessionStoreProtocol,
-        tool: Tool,
-        arguments: Mapping[str, Any],
-        context: ToolContext,
-        prepared: PreparedChange | None,
-    ) -> ToolResult | None:
-        """Run the tool; when a raise leaves the outcome unknown, ask the service."""
-        try:
-            return tool.run(arguments, context)
-        except Exception as exc:  # a tool's own failure must not lose the session
-            failure = f"{type(exc).__name__}: {exc}"
-            known = tool.failure_result(failure)
-            if known is not None:
-                return known
-        # The raise says nothing arrived, not that nothing happened. Ask the service.
-        lookup = safe_lookup(as_lookup(tool), context.operation_id)
-        if lookup.status is LookupStatus.COMMITTED and lookup.result is not None:
-            return lookup.result
-        if lookup.status is LookupStatus.NOT_FOUND:
-            return ToolResult.error(
-                f"Error: {tool.name} failed ({failure}); the service has no record of "
-                "the operation, so it did not take effect."
-            )
-        return None
 
     # ---- synthetic results
 
@@ -1139,29 +1042,6 @@ HANDLERS: Final[Mapping[type, _Handler]] = {
     Blocked: Executor._blocked,
 }
 """Plan type → the handler that carries it out (a result ends the drive)."""
-
-_Prepare = Callable[[Executor, SessionStoreProtocol, Tool, str, Mapping[str, Any]], Any]
-_Run = Callable[
-    [Executor, SessionStoreProtocol, Tool, Mapping[str, Any], ToolContext, Any],
-    ToolResult | None,
-]
-
-
-@dataclass(frozen=True, slots=True)
-class Runner:
-    """How calls of one recovery kind run: ``prepare`` before ``toolStarted`` is committed
-    (what recovery needs recorded first), ``run`` after it (``None``: outcome unknown)."""
-
-    prepare: _Prepare
-    run: _Run
-
-
-RUNNERS: Final[Mapping[RecoveryKind, Runner]] = {
-    RecoveryKind.NONE: Runner(Executor._prepare_nothing, Executor._run_tool),
-    RecoveryKind.JOURNALED: Runner(Executor._prepare_journaled, Executor._run_journaled),
-    RecoveryKind.LOOKUP: Runner(Executor._prepare_nothing, Executor._run_looked_up),
-}
-"""A tool's declared recovery kind → how its calls run."""
 
 
 class _Aborted:

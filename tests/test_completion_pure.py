@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from tether._completion.artifact import ArtifactVersion
 from tether._completion.evidence import Verification, VerificationStatus, verification_status
+from tether._completion.verify import VerifyTool
 from tether._runtime.guards import (
     MAX_SUMMARY,
     _previous_tool_result,
@@ -33,6 +34,7 @@ from tether._runtime.guards import (
     is_failure,
 )
 from tether._tools.base import ToolResult
+from tether._tools.builtin import BashTool, EditTool, ReadTool, WriteTool
 from tether.core.gate import (
     MAX_NAMED_FILES,
     CompletionCheck,
@@ -889,33 +891,37 @@ def test_arguments_digest_distinguishes_property(a: dict[str, Any], b: dict[str,
 # --------------------------------------------------------------------------- guards: summary
 
 
+# Each tool gives its own summary (Tool.approval_summary); call_summary bounds it.
+_VERIFY = VerifyTool(lambda: pytest.fail("a summary needs no verifier"))
+
+
 def test_call_summary_of_bash_is_the_command() -> None:
-    assert call_summary("bash", {"command": "make test", "timeout": 5}) == "make test"
+    assert call_summary(BashTool(), {"command": "make test", "timeout": 5}) == "make test"
 
 
 def test_call_summary_of_file_tools_is_tool_and_path() -> None:
-    assert call_summary("write", {"path": "src/a.py", "content": "x" * 999}) == "write src/a.py"
-    assert call_summary("edit", {"path": "b.txt", "old": "a", "new": "b"}) == "edit b.txt"
+    assert call_summary(WriteTool(), {"path": "src/a.py", "content": "x" * 999}) == "write src/a.py"
+    assert call_summary(EditTool(), {"path": "b.txt", "old": "a", "new": "b"}) == "edit b.txt"
 
 
 def test_call_summary_of_other_tools_describes_the_call() -> None:
-    assert call_summary("read", {"path": "a.py"}) == 'read {"path":"a.py"}'
-    assert call_summary("verify", {}) == "verify {}"
+    assert call_summary(ReadTool(), {"path": "a.py"}) == 'read {"path":"a.py"}'
+    assert call_summary(_VERIFY, {}) == "verify {}"
     # bash without a string command and write without a string path fall back too
-    assert call_summary("bash", {"command": ["make"]}) == 'bash {"command":["make"]}'
-    assert call_summary("write", {"content": "x"}) == 'write {"content":"x"}'
-    assert call_summary("edit", {"path": 3}) == 'edit {"path":3}'
+    assert call_summary(BashTool(), {"command": ["make"]}) == 'bash {"command":["make"]}'
+    assert call_summary(WriteTool(), {"content": "x"}) == 'write {"content":"x"}'
+    assert call_summary(EditTool(), {"path": 3}) == 'edit {"path":3}'
 
 
 def test_call_summary_truncates_at_500() -> None:
     command = "echo " + "y" * 1000
-    text = call_summary("bash", {"command": command})
+    text = call_summary(BashTool(), {"command": command})
     assert len(text) == MAX_SUMMARY == 500
     assert text == command[:499] + "…"
     exact = "z" * 500
-    assert call_summary("bash", {"command": exact}) == exact
+    assert call_summary(BashTool(), {"command": exact}) == exact
     path = "d/" * 300
-    written = call_summary("write", {"path": path})
+    written = call_summary(WriteTool(), {"path": path})
     assert len(written) == 500
     assert written.endswith("…")
     assert written.startswith("write d/d/")

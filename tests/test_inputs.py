@@ -35,7 +35,8 @@ from tether._inputs import (
     value_deeper_than,
 )
 from tether._project import load_project_config
-from tether._runtime.executor import MAX_AGENTS_BYTES, Agent
+from tether._runtime import Agent
+from tether._runtime.compose import MAX_AGENTS_BYTES
 from tether.errors import (
     ConfigurationError,
     InputFileError,

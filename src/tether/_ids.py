@@ -21,6 +21,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 
 UUID7_PATTERN = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 """The ID rule of the session format (spec section 3)."""
@@ -121,3 +122,7 @@ def new_uuid7() -> str:
     """A fresh UUIDv7, strictly greater (as text and as a number) than the previous one
     returned in this process."""
     return _GENERATOR()
+
+
+IdSource = Callable[[], str]
+"""Where the runtime gets new ids from (:func:`new_uuid7` unless a test injects another)."""

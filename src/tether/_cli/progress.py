@@ -101,7 +101,7 @@ def continue_lines(
 ) -> list[str]:
     """The closing lines: the commands that resume or continue the session.
 
-    ``status`` is the :class:`~tether._runtime.executor.RunStatus` value of the last call;
+    ``status`` is the :class:`~tether._runtime.results.RunStatus` value of the last call;
     ``location`` the flags that find the session from the current directory.
     """
     lines = [f"resume with: {resume_command(session_id, location)}"]

@@ -44,7 +44,7 @@ from tether._cli.run_cmd import (
 )
 
 if TYPE_CHECKING:
-    from tether._runtime.executor import Agent, RunResult
+    from tether._runtime import Agent, RunResult
 
 PROMPT = "› "
 MAX_LINE_CHARS = 1 << 20

@@ -1,7 +1,7 @@
 """``tether run PROMPT``: one agent run (optionally continuing a session).
 
 Also the plumbing shared with ``tether resume`` and the REPL: the common agent flags,
-building the :class:`~tether._runtime.executor.Agent`, the SIGINT handling around an
+building the :class:`~tether._runtime.agent.Agent`, the SIGINT handling around an
 agent call, and the mapping of a :class:`RunResult` to an exit status.
 
 Exit status: 0 completed (or nothing to do), 1 the run failed (the model request failed,
@@ -40,7 +40,7 @@ from tether.errors import SessionCorruption, TetherError
 
 if TYPE_CHECKING:  # the runtime and the adapters pull in the model SDKs: import them lazily
     from tether._models import ModelAdapter, ModelRequest, ModelResponse
-    from tether._runtime.executor import Agent, RunResult
+    from tether._runtime import Agent, RunResult
 
 EXIT_FAILED = 1
 EXIT_BLOCKED = 65
@@ -303,7 +303,7 @@ def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
     from tether._cli.authorize import terminal_authorizer
     from tether._models import load_model
     from tether._project import load_project_config
-    from tether._runtime.executor import Agent
+    from tether._runtime import Agent
 
     progress.location = location_flags(settings)
     # One root for the policy (tether.toml), the state (.tether/) and the tools: started

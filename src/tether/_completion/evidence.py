@@ -33,6 +33,7 @@ __all__ = [
     "Verification",
     "VerificationStatus",
     "VerificationStore",
+    "new_verification",
     "verification_status",
 ]
 
@@ -105,6 +106,34 @@ class Verification:
         }
 
 
+def new_verification(
+    outcome: CheckOutcome, *, session_id: str | None, tool_started_id: str | None
+) -> Verification:
+    """The verification to record for one check run (a new id; the status from the facts)."""
+    return Verification(
+        id=new_uuid7(),
+        session_id=session_id,
+        tool_started_id=tool_started_id,
+        command=outcome.command,
+        exit_status=outcome.exit_status,
+        timed_out=outcome.timed_out,
+        error=outcome.error,
+        output_digest=outcome.output_digest,
+        output_tail=outcome.output_tail,
+        version_start=outcome.version_start,
+        version_end=outcome.version_end,
+        started_at_ms=outcome.started_at_ms,
+        duration_ms=outcome.duration_ms,
+        status=verification_status(
+            outcome.exit_status,
+            outcome.timed_out,
+            outcome.error,
+            outcome.version_start,
+            outcome.version_end,
+        ),
+    )
+
+
 _COLUMNS: Final = (
     "id, session_id, tool_started_id, command, exit_status, timed_out, error, output_digest, "
     "output_tail, version_start, version_end, started_at_ms, duration_ms, status"
@@ -147,27 +176,8 @@ class VerificationStore:
     ) -> Verification:
         """Record one check run (and optionally the manifest ``(version, bytes)`` of its
         starting version) in one transaction, durable before it returns."""
-        verification = Verification(
-            id=new_uuid7(),
-            session_id=session_id,
-            tool_started_id=tool_started_id,
-            command=outcome.command,
-            exit_status=outcome.exit_status,
-            timed_out=outcome.timed_out,
-            error=outcome.error,
-            output_digest=outcome.output_digest,
-            output_tail=outcome.output_tail,
-            version_start=outcome.version_start,
-            version_end=outcome.version_end,
-            started_at_ms=outcome.started_at_ms,
-            duration_ms=outcome.duration_ms,
-            status=verification_status(
-                outcome.exit_status,
-                outcome.timed_out,
-                outcome.error,
-                outcome.version_start,
-                outcome.version_end,
-            ),
+        verification = new_verification(
+            outcome, session_id=session_id, tool_started_id=tool_started_id
         )
         now = self.db.now_ms()
         with self.db.transaction() as conn:

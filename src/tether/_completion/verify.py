@@ -2,8 +2,9 @@
 
 :class:`Verifier` is the imperative shell around the pure pieces: it computes artifact
 versions (:mod:`~tether._completion.artifact`), runs ``[verify] command`` through
-:func:`~tether._completion.check.run_check`, records every run in ``effects.db``
-(:class:`~tether._completion.evidence.VerificationStore`, with the manifest of a passing
+:func:`~tether._completion.check.run_check`, records every run in the workspace database
+(:attr:`~tether._wsdb.protocol.WorkspaceDB.verifications`; in ``effects.db`` the
+:class:`~tether._completion.evidence.VerificationStore`, with the manifest of a passing
 version so that later verdicts can name the files changed since), and asks the pure
 :func:`~tether.core.gate.assess_completion` for the verdict.
 
@@ -22,10 +23,10 @@ from typing import Any, Final
 
 from tether._completion.artifact import ArtifactScanner, ArtifactVersion
 from tether._completion.check import run_check
-from tether._completion.evidence import Verification, VerificationStatus, VerificationStore
+from tether._completion.evidence import Verification, VerificationStatus
 from tether._project import ProjectConfig
 from tether._tools.base import Tool, ToolContext, ToolResult
-from tether._wsdb.sqlite import EffectsDB
+from tether._wsdb.protocol import WorkspaceDB
 from tether.core.gate import (
     CompletionCheck,
     assess_completion,
@@ -68,13 +69,13 @@ class Verifier:
         self,
         workspace: str | os.PathLike[str],
         config: ProjectConfig,
-        db: EffectsDB,
+        db: WorkspaceDB,
         *,
         scanner: ArtifactScanner | None = None,
     ) -> None:
         self.workspace = Path(os.path.realpath(workspace))
         self.config = config
-        self.store = VerificationStore(db)
+        self.store = db.verifications
         self.scanner = scanner if scanner is not None else workspace_scanner(workspace, config)
 
     @property

@@ -5,16 +5,19 @@ review decision, no authorization. That is only sound if the record would be the
 before a session writes its first evidence to ``<workspace>/.tether/effects.db`` it records
 *which* database that is, on both sides:
 
-* on the session's side, a small sidecar next to its log in the sessions directory,
-  ``.<session id>.evidence.json`` (hidden, so session listings ignore it; mode ``0600``;
-  written to a temporary name, fsynced, renamed, directory fsynced)::
+* on the session's side, a small record the session store keeps beside the log
+  (:meth:`~tether._stores.protocol.SessionStoreProtocol.sidecar`; for the file store a
+  hidden file in the sessions directory, ``.<session id>.evidence.json``, mode ``0600``,
+  written to a temporary name, fsynced, renamed, directory fsynced:
+  :class:`~tether._stores.sidecar.FileSidecar`)::
 
       {"format": "tether.evidence-binding", "version": 1, "sessionId": "…",
        "effectsDb": "<the database's identity>", "database": "/w/.tether/effects.db",
        "boundAt": 1767000000000, "replaced": []}
 
   The session log is not touched: its format is a strict published contract;
-* in the database, a row of table ``sessions`` naming the session (written first, so a
+* in the workspace database (:class:`~tether._wsdb.protocol.WorkspaceDB`), a row of table
+  ``sessions`` naming the session (written first, so a
   crash between the two leaves a database that names a session without a sidecar, which
   is repaired, never the other way round).
 
@@ -33,17 +36,20 @@ from __future__ import annotations
 import errno
 import json
 import os
-import stat
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
-from tether._wsdb.sqlite import EffectsDB, format_ms
+from tether._stores.protocol import SessionSidecar
+from tether._stores.sidecar import FileSidecar, sidecar_path
+from tether._wsdb.protocol import WorkspaceDB
+from tether._wsdb.sqlite import format_ms
 from tether.errors import EffectsDatabaseError
 
 __all__ = [
     "BINDING_FORMAT",
+    "SIDECAR_NAME",
     "BindingState",
     "EvidenceCheck",
     "SessionBinding",
@@ -51,6 +57,7 @@ __all__ = [
     "binding_path",
     "check_session",
     "ensure_binding",
+    "has_binding",
     "judge_binding",
     "read_binding",
     "write_binding",
@@ -58,7 +65,6 @@ __all__ = [
 
 BINDING_FORMAT: Final = "tether.evidence-binding"
 _VERSION: Final = 1
-_SUFFIX: Final = ".evidence.json"
 _MAX_BYTES: Final = 64 * 1024
 _MAX_REPLACED: Final = 32
 """Earlier databases kept in the sidecar's history (the oldest are dropped)."""
@@ -216,80 +222,55 @@ def judge_binding(
     )
 
 
-# =========================================================================== sidecar I/O
+# =========================================================================== the session's side
+
+
+SIDECAR_NAME: Final = "evidence"
+"""The name of the session's record (:meth:`SessionStoreProtocol.sidecar`): for the file
+store, ``.<session id>.evidence.json`` next to the log."""
+
+SessionSide = SessionSidecar | str | os.PathLike[str]
+"""The session's record, or the sessions directory of a file store that holds it."""
 
 
 def binding_path(sessions_dir: str | os.PathLike[str], session_id: str) -> Path:
     """``<sessions dir>/.<session id>.evidence.json``."""
-    return Path(sessions_dir) / f".{session_id}{_SUFFIX}"
+    return sidecar_path(sessions_dir, session_id, SIDECAR_NAME)
 
 
-def read_binding(
-    sessions_dir: str | os.PathLike[str], session_id: str
-) -> tuple[SessionBinding | None, str | None]:
+def _side(side: SessionSide, session_id: str) -> SessionSidecar:
+    if isinstance(side, str | os.PathLike):
+        return FileSidecar(binding_path(side, session_id), _MAX_BYTES)
+    return side
+
+
+def read_binding(side: SessionSide, session_id: str) -> tuple[SessionBinding | None, str | None]:
     """``(binding, None)``, ``(None, None)`` when there is none, or ``(None, why)`` when
     it cannot be read (a link, not a regular file, too large, not a valid record)."""
-    path = binding_path(sessions_dir, session_id)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None, None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            return None, f"{path} is a symbolic link"
-        return None, f"{path}: {exc.strerror or exc}"
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None, f"{path} is not a regular file"
-        if info.st_size > _MAX_BYTES:
-            return None, f"{path} is larger than {_MAX_BYTES} bytes"
-        data = os.read(fd, _MAX_BYTES + 1)
-    except OSError as exc:
-        return None, f"{path}: {exc.strerror or exc}"
-    finally:
-        os.close(fd)
+    sidecar = _side(side, session_id)
+    data, problem = sidecar.read()
+    if data is None:
+        return None, problem
     try:
         return SessionBinding.from_json(json.loads(data), session_id), None
     except ValueError as exc:
-        return None, f"{path}: {exc}"
+        return None, f"{sidecar.location}: {exc}"
 
 
-def write_binding(sessions_dir: str | os.PathLike[str], binding: SessionBinding) -> Path:
-    """Write the sidecar atomically and durably (temp file, fsync, rename, directory fsync).
+def write_binding(side: SessionSide, binding: SessionBinding) -> Path:
+    """Write the session's record atomically and durably; returns where it is (its path;
+    for a store without files, its location as a path).
 
-    Only the session's writer calls this (it holds the session lock), so one temporary name
-    per session is enough. Raises :class:`~tether.errors.EffectsDatabaseError` on failure.
+    Only the session's writer calls this (it holds the session lock). Raises
+    :class:`~tether.errors.EffectsDatabaseError` on failure.
     """
-    final = binding_path(sessions_dir, binding.session_id)
-    temp = f"{final.name}.tmp"
+    sidecar = _side(side, binding.session_id)
     data = (json.dumps(binding.to_json(), sort_keys=True, separators=(",", ":")) + "\n").encode()
     try:
-        dir_fd = os.open(final.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        sidecar.write(data)
     except OSError as exc:
-        raise EffectsDatabaseError(str(final), _cannot(exc), _WHAT) from None
-    try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(temp, flags, 0o600, dir_fd=dir_fd)
-        try:
-            os.fchmod(fd, 0o600)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temp, final.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        os.fsync(dir_fd)
-    except OSError as exc:
-        try:
-            os.unlink(temp, dir_fd=dir_fd)
-        except OSError:
-            pass
-        raise EffectsDatabaseError(str(final), _cannot(exc), _WHAT) from None
-    finally:
-        os.close(dir_fd)
-    return final
+        raise EffectsDatabaseError(sidecar.location, _cannot(exc), _WHAT) from None
+    return Path(sidecar.location)
 
 
 def _cannot(exc: OSError) -> str:
@@ -297,32 +278,31 @@ def _cannot(exc: OSError) -> str:
     return f"cannot record which effects database holds the session's evidence ({why})"
 
 
+def has_binding(side: SessionSide, session_id: str) -> bool:
+    """Whether the session ever recorded which database holds its evidence (its record
+    exists; no database is opened to find out)."""
+    return _side(side, session_id).exists()
+
+
 # =========================================================================== checking and binding
 
 
-def _identity(db: EffectsDB) -> str:
+def _identity(db: WorkspaceDB) -> str:
     identity = db.identity
     if identity is None:
-        raise EffectsDatabaseError(str(db.path), "has no identity (schema older than version 3)")
+        raise EffectsDatabaseError(db.location, "has no identity (schema older than version 3)")
     return identity
 
 
-def _names(db: EffectsDB, session_id: str) -> bool:
-    found = db.query_one("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,))
-    return found is not None
-
-
-def check_session(
-    db: EffectsDB, sessions_dir: str | os.PathLike[str], session_id: str
-) -> EvidenceCheck:
-    """Read the session's sidecar and the database's identity and judge them (read only)."""
-    recorded, unreadable = read_binding(sessions_dir, session_id)
+def check_session(db: WorkspaceDB, side: SessionSide, session_id: str) -> EvidenceCheck:
+    """Read the session's record and the database's identity and judge them (read only)."""
+    recorded, unreadable = read_binding(side, session_id)
     return judge_binding(
         session_id,
         recorded,
-        database=str(db.path),
+        database=db.location,
         db_id=_identity(db),
-        names_session=_names(db, session_id),
+        names_session=db.names_session(session_id),
         db_existed=db.existed,
         db_fresh=db.fresh,
         unreadable=unreadable,
@@ -330,16 +310,17 @@ def check_session(
 
 
 def bind_session(
-    db: EffectsDB,
-    sessions_dir: str | os.PathLike[str],
+    db: WorkspaceDB,
+    side: SessionSide,
     session_id: str,
     *,
     previous: EvidenceCheck | None = None,
 ) -> EvidenceCheck:
-    """Record that ``db`` holds the session's evidence: its row first, then the sidecar.
+    """Record that ``db`` holds the session's evidence: its row first, then the session's
+    record.
 
     ``previous``: the check that found the session's earlier database missing or replaced;
-    it is kept in the sidecar's ``replaced`` history and the row's ``previous_db``. Call it
+    it is kept in the record's ``replaced`` history and the row's ``previous_db``. Call it
     for an unknown binding only when nothing of the session depends on the old evidence.
     """
     identity = _identity(db)
@@ -351,40 +332,32 @@ def bind_session(
     if previous is not None and not previous.known:
         old_id = previous.expected_db
         earlier.append({"effectsDb": old_id, "state": previous.state.value, "reboundAt": now})
-    with db.transaction() as conn:
-        conn.execute(
-            "INSERT INTO sessions (session_id, bound_at_ms, previous_db) VALUES (?,?,?) "
-            "ON CONFLICT (session_id) DO UPDATE SET previous_db = "
-            "COALESCE(excluded.previous_db, previous_db)",
-            (session_id, now, old_id),
-        )
+    db.bind_session(session_id, old_id, now)
     binding = SessionBinding(
-        session_id, identity, str(db.path), now, tuple(earlier[-_MAX_REPLACED:])
+        session_id, identity, db.location, now, tuple(earlier[-_MAX_REPLACED:])
     )
-    write_binding(sessions_dir, binding)
+    write_binding(side, binding)
     return EvidenceCheck(
         BindingState.BOUND,
         session_id,
-        str(db.path),
+        db.location,
         identity,
         identity,
-        f"the effects database {db.path} holds the session",
+        f"the effects database {db.location} holds the session",
         binding,
     )
 
 
-def ensure_binding(
-    db: EffectsDB, sessions_dir: str | os.PathLike[str], session_id: str
-) -> EvidenceCheck:
+def ensure_binding(db: WorkspaceDB, side: SessionSide, session_id: str) -> EvidenceCheck:
     """The session's evidence check, binding it first when it has none yet.
 
     An unbound session is bound now (its first evidence is about to be written); a
-    database that names the session whose sidecar is gone gets the sidecar back. A missing,
+    database that names the session whose record is gone gets the record back. A missing,
     replaced or unreadable binding is returned as it is: the caller decides with it.
     """
-    check = check_session(db, sessions_dir, session_id)
+    check = check_session(db, side, session_id)
     if check.state is BindingState.UNBOUND or (
         check.state is BindingState.BOUND and check.recorded is None
     ):
-        return bind_session(db, sessions_dir, session_id)
+        return bind_session(db, side, session_id)
     return check

@@ -18,7 +18,11 @@ the same operation id; unknowable, a failing or hanging lookup (:func:`safe_look
 call goes to review. An effect tool *without* a lookup is ``interrupted`` exactly as the
 session format says.
 
-Effect tools are never replay-safe (``replay`` is always ``never``).
+Effect tools are never replay-safe (``replay`` is always ``never``). An effect tool with a
+lookup declares the recovery kind ``lookupByOperationId``, one without it ``none``
+(:class:`~tether._tools.base.RecoveryKind`). An exception from ``execute`` says nothing
+arrived, not that nothing happened (:meth:`EffectTool.failure_result` is ``None``): the
+executor asks the service, or leaves the call pending.
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, cast
 
-from tether._tools.base import Tool, ToolContext, ToolResult
+from tether._tools.base import RecoveryKind, Tool, ToolContext, ToolResult
 from tether.core.state import Replay
 from tether.errors import ConfigurationError
 
@@ -43,6 +47,8 @@ __all__ = [
     "LookupFunction",
     "LookupResult",
     "LookupStatus",
+    "LookupTool",
+    "as_lookup",
     "effect_tool",
     "has_lookup",
     "safe_lookup",
@@ -101,12 +107,21 @@ class LookupResult:
         return out
 
 
+class LookupTool(Protocol):
+    """What recovery needs of a ``lookupByOperationId`` tool: its name and its lookup."""
+
+    name: str
+
+    def lookup(self, operation_id: str) -> LookupResult: ...
+
+
 class EffectTool(Tool):
     """Base class of a tool with an external side effect.
 
     Subclasses set ``name``, ``description`` and ``parameters`` like any :class:`Tool` and
     implement :meth:`execute`; they may implement :meth:`lookup`. ``replay`` must stay
-    ``never`` (declaring ``safe`` is a :class:`~tether.errors.ConfigurationError`).
+    ``never`` (declaring ``safe`` is a :class:`~tether.errors.ConfigurationError`). The
+    recovery kind follows from :attr:`has_lookup` and is set when the tool is built.
     """
 
     replay: Replay = Replay.NEVER
@@ -118,6 +133,7 @@ class EffectTool(Tool):
                 f"effect tool {getattr(self, 'name', type(self).__name__)!r}: effect tools are "
                 "never replay-safe; leave replay as Replay.NEVER"
             )
+        self.recovery = RecoveryKind.LOOKUP if self.has_lookup else RecoveryKind.NONE
         super().__init__()
 
     @abstractmethod
@@ -145,6 +161,11 @@ class EffectTool(Tool):
                 "expected ToolResult or str"
             )
         return result
+
+    def failure_result(self, failure: str) -> ToolResult | None:
+        """``None``: an effect tool that raised (timeout, connection reset, …) says that
+        nothing arrived, not that nothing happened; the outcome is unknown."""
+        return None
 
 
 EffectFunction = Callable[[Mapping[str, Any], str], "ToolResult | str"]
@@ -225,13 +246,21 @@ def effect_tool(
     return wrap
 
 
+def as_lookup(tool: Tool) -> LookupTool:
+    """``tool`` as the lookup its declaration (``lookupByOperationId``) promises; checked
+    when the tool was built (:class:`~tether._tools.base.Tool` requires ``lookup``)."""
+    if tool.recovery is not RecoveryKind.LOOKUP:
+        raise TypeError(f"tool {tool.name!r} has no lookup")
+    return cast(LookupTool, tool)
+
+
 def has_lookup(tool: Tool) -> bool:
-    """Whether ``tool`` is an effect tool that can answer a lookup."""
-    return isinstance(tool, EffectTool) and tool.has_lookup
+    """Whether ``tool`` declares the recovery kind ``lookupByOperationId``."""
+    return tool.recovery is RecoveryKind.LOOKUP
 
 
 def safe_lookup(
-    tool: EffectTool, operation_id: str, timeout: float = DEFAULT_LOOKUP_TIMEOUT
+    tool: LookupTool, operation_id: str, timeout: float = DEFAULT_LOOKUP_TIMEOUT
 ) -> LookupResult:
     """``tool.lookup(operation_id)`` bounded by ``timeout`` seconds; never raises for the
     lookup's own failures.
@@ -241,7 +270,7 @@ def safe_lookup(
     thread cannot be stopped; it is left behind and its eventual answer is ignored.)
     Raises :class:`TypeError` for a tool without a lookup.
     """
-    if not has_lookup(tool):
+    if getattr(tool, "recovery", None) is not RecoveryKind.LOOKUP:
         raise TypeError(f"tool {getattr(tool, 'name', tool)!r} has no lookup")
     if not (isinstance(timeout, (int, float)) and timeout > 0 and math.isfinite(timeout)):
         raise ValueError(f"lookup timeout must be a positive number, got {timeout!r}")

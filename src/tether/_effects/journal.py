@@ -1,4 +1,10 @@
-"""The action journal of ``write`` and ``edit`` (table ``journal`` of ``effects.db``).
+"""The action journal of file-change tools (table ``journal`` of ``effects.db``).
+
+The journal serves every tool that declares the recovery kind ``journaledFileChange``
+(:class:`~tether._tools.builtin.FileChangeTool`: the built-in ``write`` and ``edit``). It
+knows nothing of a particular tool: the tool plans the change
+(:meth:`~tether._tools.builtin.FileChangeTool.plan_change`) and says what its result reads
+(``result_text``, ``result_metadata``); the journal records, applies and reconciles.
 
 Before a file tool touches a file, the intent is made durable: session, operation id (the
 ``toolStarted`` fact id), path, the content hash the change was planned against
@@ -52,19 +58,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from tether import _faults as faults
-from tether._tools.base import Tool, ToolResult
+from tether._tools.base import RecoveryKind, Tool, ToolResult
 from tether._tools.builtin import (
     ApplyOutcome,
-    EditTool,
     FileChange,
-    WriteTool,
+    FileChangePlanner,
+    PlannedChange,
     apply_change,
+    builtin_file_tool,
     current_hash,
-    plan_edit,
-    plan_write,
 )
 from tether._tools.workspace import (
     ProtectedState,
@@ -73,6 +78,7 @@ from tether._tools.workspace import (
     open_regular_file,
     stat_entry,
 )
+from tether._wsdb.protocol import JournalTable
 from tether._wsdb.sqlite import EffectsDB, format_ms
 from tether.core.canonical import sha256_digest
 from tether.errors import EffectsDatabaseError, OperationIdConflict, StaleFileChange, ToolError
@@ -82,7 +88,6 @@ __all__ = [
     "EVIDENCE_MAX_BYTES",
     "INTENT_PREPARED",
     "INTENT_RECORDED",
-    "JOURNALED_TOOLS",
     "ActionJournal",
     "Evidence",
     "FileVerdict",
@@ -91,6 +96,8 @@ __all__ = [
     "PreparedChange",
     "Verdict",
     "arguments_digest",
+    "check_same_call",
+    "check_transition",
     "is_journaled",
     "journaled_edit",
     "journaled_resume",
@@ -118,9 +125,6 @@ CHANGE_APPLIED = faults.register(
     "journal.change_applied",
     "journaled write/edit: file replaced and directory fsynced, journal not yet 'succeeded'",
 )
-
-JOURNALED_TOOLS: Final = frozenset({"write", "edit"})
-"""Names of the built-in tools that go through the journal."""
 
 EVIDENCE_MAX_BYTES: Final = 16 * 1024 * 1024
 """Largest content copy kept as evidence; longer files keep their first bytes (``truncated``)."""
@@ -158,6 +162,14 @@ _TRANSITIONS: Final[Mapping[JournalStatus, frozenset[JournalStatus]]] = {
     _S.SUCCEEDED: frozenset({_S.SUCCEEDED}),
     _S.FAILED: frozenset({_S.FAILED}),
 }
+
+
+def check_transition(operation_id: str, current: JournalStatus, new: JournalStatus) -> None:
+    """:class:`ValueError` unless a row may go from ``current`` to ``new`` (the table above)."""
+    if new not in _TRANSITIONS[current]:
+        raise ValueError(
+            f"journal row {operation_id}: cannot go from {current.value} to {new.value}"
+        )
 
 
 def arguments_digest(tool_name: str, arguments: Mapping[str, Any]) -> str:
@@ -292,7 +304,7 @@ class ActionJournal:
         session or digest, :class:`~tether.errors.OperationIdConflict` is raised and nothing
         is recorded.
         """
-        return self._record(
+        return self.insert(
             session_id,
             operation_id,
             path,
@@ -304,7 +316,12 @@ class ActionJournal:
             status=status,
         )[0]
 
-    def _record(
+    @property
+    def location(self) -> str:
+        """Where the journal is, for messages (the database's path)."""
+        return str(self.db.path)
+
+    def insert(
         self,
         session_id: str,
         operation_id: str,
@@ -319,7 +336,12 @@ class ActionJournal:
         result: str | None = None,
         detail: str | None = None,
     ) -> tuple[JournalRow, bool]:
-        """``(row, created)``; ``result`` (an error) only with status ``failed``."""
+        """Record a row unless ``operation_id`` has one: ``(row, created)``.
+
+        An existing row of another session or digest raises
+        :class:`~tether.errors.OperationIdConflict`. ``result`` (an error) only with status
+        ``failed``. Durable on return.
+        """
         status = JournalStatus(status)
         if result is not None and status is not JournalStatus.FAILED:
             raise ValueError("only a failed row is recorded with a result")
@@ -331,7 +353,7 @@ class ActionJournal:
             ).fetchone()
             if found is not None:
                 row = _row(found)
-                _check_same(row, session_id, digest, str(self.db.path))
+                check_same_call(row, session_id, digest, self.location)
                 return row, False
             conn.execute(
                 f"INSERT INTO journal ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -401,11 +423,7 @@ class ActionJournal:
             if found is None:
                 raise LookupError(f"no journal row for operation id {operation_id}")
             row = _row(found)
-            if status not in _TRANSITIONS[row.status]:
-                raise ValueError(
-                    f"journal row {operation_id}: cannot go from {row.status.value} "
-                    f"to {status.value}"
-                )
+            check_transition(operation_id, row.status, status)
             if status is row.status and status.terminal:
                 return row  # idempotent: a terminal status is recorded once
             keep_result = result if result is not None else row.result
@@ -516,7 +534,9 @@ class ActionJournal:
         )
 
 
-def _check_same(row: JournalRow, session_id: str, digest: str, where: str) -> None:
+def check_same_call(row: JournalRow, session_id: str, digest: str, where: str) -> None:
+    """:class:`~tether.errors.OperationIdConflict` unless ``row`` is the same call: the same
+    session and arguments digest (an operation id names one call, forever)."""
     if row.session_id != session_id:
         raise OperationIdConflict(
             row.operation_id, f"session {row.session_id}", f"session {session_id}", where
@@ -653,7 +673,7 @@ def _snapshot(workspace: Path, relative: str) -> tuple[str | None, bytes | None,
 
 def observe_file(
     workspace: Path,
-    journal: ActionJournal,
+    journal: JournalTable,
     operation_id: str,
     *,
     keep_evidence: bool = True,
@@ -769,8 +789,24 @@ def reconciled_text(row: JournalRow) -> str:
 
 
 def is_journaled(tool: Tool) -> bool:
-    """Whether calls of ``tool`` go through the journal (the built-in write and edit)."""
-    return isinstance(tool, (WriteTool, EditTool)) and tool.name in JOURNALED_TOOLS
+    """Whether calls of ``tool`` go through the journal (it declares ``journaledFileChange``)."""
+    return tool.recovery is RecoveryKind.JOURNALED
+
+
+JournaledTool = Tool | str
+"""A tool that declares ``journaledFileChange`` (e.g. a
+:class:`~tether._tools.builtin.FileChangeTool`), or the name of a built-in one (``write``,
+``edit``)."""
+
+
+def _file_tool(tool: JournaledTool) -> FileChangePlanner:
+    """The tool as the planner its declaration promises (checked when it was built:
+    :class:`~tether._tools.base.Tool` requires ``plan_change`` and the result texts)."""
+    if isinstance(tool, str):
+        return builtin_file_tool(tool)
+    if not is_journaled(tool):
+        raise ValueError(f"not a journaled tool: {tool.name!r}")
+    return cast(FileChangePlanner, tool)
 
 
 def _tool_error(exc: Exception, path: object) -> ToolResult:
@@ -782,51 +818,22 @@ def _tool_error(exc: Exception, path: object) -> ToolResult:
 
 
 def _plan(
-    tool_name: str,
+    tool: FileChangePlanner,
     workspace: Path,
     arguments: Mapping[str, Any],
     protected: ProtectedState | None = None,
-) -> tuple[FileChange, int]:
-    if tool_name == "write":
-        change = plan_write(workspace, arguments["path"], arguments["content"], protected=protected)
-        return change, 0
-    if tool_name == "edit":
-        return plan_edit(
-            workspace,
-            arguments["path"],
-            arguments["old_string"],
-            arguments["new_string"],
-            replace_all=bool(arguments.get("replace_all", False)),
-            protected=protected,
-        )
-    raise ValueError(f"not a journaled tool: {tool_name!r}")
-
-
-def _success_text(tool_name: str, change: FileChange, count: int, outcome: ApplyOutcome) -> str:
-    if tool_name == "write":
-        what = "created" if change.before_hash is None else "replaced"
-        if outcome is ApplyOutcome.ALREADY_APPLIED:
-            what = "unchanged: it already had this content"
-        return f"Wrote {len(change.new_bytes)} bytes to {change.path} ({what})"
-    plural = "occurrence" if count == 1 else "occurrences"
-    return f"Edited {change.path}: replaced {count} {plural}"
+) -> PlannedChange:
+    return tool.plan_change(workspace, arguments, protected=protected)
 
 
 def _metadata(
-    tool_name: str, change: FileChange, count: int, outcome: str, operation_id: str
+    tool: FileChangePlanner, planned: PlannedChange, outcome: ApplyOutcome, operation_id: str
 ) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "path": change.path,
-        "before_hash": change.before_hash,
-        "after_hash": change.after_hash,
-        "bytes_written": len(change.new_bytes) if outcome == ApplyOutcome.APPLIED.value else 0,
-        "outcome": outcome,
+    return {
+        **tool.result_metadata(planned, outcome),
         "operation_id": operation_id,
         "journaled": True,
     }
-    if tool_name == "edit":
-        out["replacements"] = count
-    return out
 
 
 def _row_metadata(row: JournalRow, outcome: str) -> dict[str, Any]:
@@ -845,18 +852,25 @@ def _row_metadata(row: JournalRow, outcome: str) -> dict[str, Any]:
 class PreparedChange:
     """A journaled call planned and recorded before its ``toolStarted`` is committed.
 
-    Made by :func:`prepare_journaled`, carried out by :func:`run_prepared`. ``change`` is the
-    planned :class:`FileChange` (its bytes stay in memory, the row keeps the hashes);
-    ``error`` the error result of a call that could not be planned (its row is ``failed``
-    with that result, so recovery gives the model the same text).
+    Made by :func:`prepare_journaled`, carried out by :func:`run_prepared`. ``planned`` is
+    the tool's :class:`~tether._tools.builtin.PlannedChange` (its bytes stay in memory, the
+    row keeps the hashes); ``error`` the error result of a call that could not be planned
+    (its row is ``failed`` with that result, so recovery gives the model the same text).
     """
 
-    tool_name: str
+    tool: FileChangePlanner
     row: JournalRow
     arguments: Mapping[str, Any] = field(repr=False)
-    change: FileChange | None = field(default=None, repr=False)
-    count: int = 0
+    planned: PlannedChange | None = field(default=None, repr=False)
     error: ToolResult | None = None
+
+    @property
+    def tool_name(self) -> str:
+        return self.tool.name
+
+    @property
+    def change(self) -> FileChange | None:
+        return self.planned.change if self.planned is not None else None
 
 
 def _raw_path(arguments: Mapping[str, Any]) -> str:
@@ -865,9 +879,9 @@ def _raw_path(arguments: Mapping[str, Any]) -> str:
 
 
 def prepare_journaled(
-    tool_name: str,
+    tool: JournaledTool,
     workspace: Path,
-    journal: ActionJournal,
+    journal: JournalTable,
     session_id: str,
     operation_id: str,
     arguments: Mapping[str, Any],
@@ -882,51 +896,43 @@ def prepare_journaled(
     operation id already recorded (same session and arguments) is returned as it is;
     otherwise :class:`~tether.errors.OperationIdConflict`. Nothing touches the file.
     """
-    if tool_name not in JOURNALED_TOOLS:
-        raise ValueError(f"not a journaled tool: {tool_name!r}")
-    digest = arguments_digest(tool_name, arguments)
+    file_tool = _file_tool(tool)
+    digest = arguments_digest(file_tool.name, arguments)
     existing = journal.get(operation_id)
     if existing is not None:
-        _check_same(existing, session_id, digest, str(journal.db.path))
-        return PreparedChange(tool_name, existing, arguments)
+        check_same_call(existing, session_id, digest, journal.location)
+        return PreparedChange(file_tool, existing, arguments)
     try:
-        change, count = _plan(tool_name, workspace, arguments, protected)
+        planned = _plan(file_tool, workspace, arguments, protected)
     except (ToolError, OSError) as exc:
         error = _tool_error(exc, arguments.get("path"))
-        row, created = journal._record(
+        row, created = journal.insert(
             session_id,
             operation_id,
             _raw_path(arguments),
             None,
             "",
             digest,
-            tool_name=tool_name,
+            tool_name=file_tool.name,
             planned_result="",
             status=JournalStatus.FAILED,
             result=error.content,
             detail="the change could not be planned; nothing was written",
         )
         faults.hit(INTENT_PREPARED)
-        return PreparedChange(tool_name, row, arguments, error=error if created else None)
+        return PreparedChange(file_tool, row, arguments, error=error if created else None)
     row, created = _record_change(
-        journal,
-        session_id,
-        operation_id,
-        tool_name,
-        digest,
-        change,
-        count,
-        JournalStatus.AUTHORIZED,
+        journal, session_id, operation_id, file_tool, digest, planned, JournalStatus.AUTHORIZED
     )
     faults.hit(INTENT_PREPARED)
     if not created:  # recorded concurrently by someone else: reconcile like a resume
-        return PreparedChange(tool_name, row, arguments)
-    return PreparedChange(tool_name, row, arguments, change, count)
+        return PreparedChange(file_tool, row, arguments)
+    return PreparedChange(file_tool, row, arguments, planned)
 
 
 def run_prepared(
     workspace: Path,
-    journal: ActionJournal,
+    journal: JournalTable,
     prepared: PreparedChange,
     *,
     protected: ProtectedState | None = None,
@@ -941,57 +947,55 @@ def run_prepared(
     if prepared.error is not None:
         return prepared.error
     row = prepared.row
-    if prepared.change is None:
-        return _resume(prepared.tool_name, workspace, journal, row, prepared.arguments, protected)
+    if prepared.planned is None:
+        return _resume(prepared.tool, workspace, journal, row, prepared.arguments, protected)
     row = journal.mark(row.operation_id, JournalStatus.STARTED, "starting")
     faults.hit(INTENT_RECORDED)
-    return _apply(
-        prepared.tool_name, workspace, journal, row, prepared.change, prepared.count, protected
-    )
+    return _apply(prepared.tool, workspace, journal, row, prepared.planned, protected)
 
 
 def _record_change(
-    journal: ActionJournal,
+    journal: JournalTable,
     session_id: str,
     operation_id: str,
-    tool_name: str,
+    tool: FileChangePlanner,
     digest: str,
-    change: FileChange,
-    count: int,
+    planned: PlannedChange,
     status: JournalStatus,
 ) -> tuple[JournalRow, bool]:
     """Record the intent of a planned change with the success text it will report."""
+    change = planned.change
     outcome = (
         ApplyOutcome.ALREADY_APPLIED
         if change.before_hash == change.after_hash
         else ApplyOutcome.APPLIED
     )
-    return journal._record(
+    return journal.insert(
         session_id,
         operation_id,
         change.path,
         change.before_hash,
         change.after_hash,
         digest,
-        tool_name=tool_name,
-        planned_result=_success_text(tool_name, change, count, outcome),
+        tool_name=tool.name,
+        planned_result=tool.result_text(planned, outcome),
         status=status,
     )
 
 
 def journaled_run(
-    tool_name: str,
+    tool: JournaledTool,
     workspace: Path,
-    journal: ActionJournal,
+    journal: JournalTable,
     session_id: str,
     operation_id: str,
     arguments: Mapping[str, Any],
     *,
     protected: ProtectedState | None = None,
 ) -> ToolResult:
-    """Run ``write`` or ``edit`` through the journal in one go; the same result texts as the
-    tools (the executor splits this into :func:`prepare_journaled` before ``toolStarted``
-    and :func:`run_prepared` after it).
+    """Run a file-change tool (or the built-in ``write``/``edit`` by name) through the
+    journal in one go; the same result texts as the tool (the executor splits this into
+    :func:`prepare_journaled` before ``toolStarted`` and :func:`run_prepared` after it).
 
     ``protected`` is tether's own state the change must never touch (the agent's
     layout; default that of :meth:`~tether._tools.workspace.ProtectedState.for_workspace`):
@@ -1012,30 +1016,29 @@ def journaled_run(
     error, nothing written). The same ``operation_id`` with other arguments or another
     session raises :class:`~tether.errors.OperationIdConflict`.
     """
-    if tool_name not in JOURNALED_TOOLS:
-        raise ValueError(f"not a journaled tool: {tool_name!r}")
-    digest = arguments_digest(tool_name, arguments)
+    file_tool = _file_tool(tool)
+    digest = arguments_digest(file_tool.name, arguments)
     existing = journal.get(operation_id)
     if existing is not None:
-        _check_same(existing, session_id, digest, str(journal.db.path))
-        return _resume(tool_name, workspace, journal, existing, arguments, protected)
+        check_same_call(existing, session_id, digest, journal.location)
+        return _resume(file_tool, workspace, journal, existing, arguments, protected)
     try:
-        change, count = _plan(tool_name, workspace, arguments, protected)
+        planned = _plan(file_tool, workspace, arguments, protected)
     except (ToolError, OSError) as exc:
         return _tool_error(exc, arguments.get("path"))
     row, created = _record_change(
-        journal, session_id, operation_id, tool_name, digest, change, count, JournalStatus.STARTED
+        journal, session_id, operation_id, file_tool, digest, planned, JournalStatus.STARTED
     )
     if not created:  # recorded concurrently by someone else: reconcile like a resume
-        return _resume(tool_name, workspace, journal, row, arguments, protected)
+        return _resume(file_tool, workspace, journal, row, arguments, protected)
     faults.hit(INTENT_RECORDED)
-    return _apply(tool_name, workspace, journal, row, change, count, protected)
+    return _apply(file_tool, workspace, journal, row, planned, protected)
 
 
 def journaled_resume(
-    tool_name: str,
+    tool: JournaledTool,
     workspace: Path,
-    journal: ActionJournal,
+    journal: JournalTable,
     session_id: str,
     operation_id: str,
     arguments: Mapping[str, Any],
@@ -1049,23 +1052,26 @@ def journaled_resume(
     ``toolStarted``, so a started call without a row lost its evidence, and planning it
     afresh could apply the change a second time.
     """
+    file_tool = _file_tool(tool)
     existing = journal.get(operation_id)
     if existing is None:
         return None
-    _check_same(existing, session_id, arguments_digest(tool_name, arguments), str(journal.db.path))
-    return _resume(tool_name, workspace, journal, existing, arguments, protected)
+    check_same_call(
+        existing, session_id, arguments_digest(file_tool.name, arguments), journal.location
+    )
+    return _resume(file_tool, workspace, journal, existing, arguments, protected)
 
 
 def _apply(
-    tool_name: str,
+    tool: FileChangePlanner,
     workspace: Path,
-    journal: ActionJournal,
+    journal: JournalTable,
     row: JournalRow,
-    change: FileChange,
-    count: int,
+    planned: PlannedChange,
     protected: ProtectedState | None = None,
 ) -> ToolResult:
     op = row.operation_id
+    change = planned.change
     try:
         outcome = apply_change(workspace, change, protected=protected)
     except StaleFileChange as exc:
@@ -1083,15 +1089,13 @@ def _apply(
     except (ToolError, OSError) as exc:
         return _apply_failed(workspace, journal, row, change, exc)
     faults.hit(CHANGE_APPLIED)
-    text = _success_text(tool_name, change, count, outcome)
+    text = tool.result_text(planned, outcome)
     problem = _settle(journal, op, JournalStatus.SUCCEEDED, outcome.value, text, False)
-    return ToolResult(
-        text, metadata={**_metadata(tool_name, change, count, outcome.value, op), **problem}
-    )
+    return ToolResult(text, metadata={**_metadata(tool, planned, outcome, op), **problem})
 
 
 def _settle(
-    journal: ActionJournal,
+    journal: JournalTable,
     operation_id: str,
     status: JournalStatus,
     detail: str,
@@ -1109,7 +1113,7 @@ def _settle(
 
 
 def _apply_failed(
-    workspace: Path, journal: ActionJournal, row: JournalRow, change: FileChange, exc: Exception
+    workspace: Path, journal: JournalTable, row: JournalRow, change: FileChange, exc: Exception
 ) -> ToolResult:
     """An unexpected failure while applying: find out whether the file changed."""
     error = _tool_error(exc, change.path)
@@ -1134,9 +1138,9 @@ def _apply_failed(
 
 
 def _resume(
-    tool_name: str,
+    tool: FileChangePlanner,
     workspace: Path,
-    journal: ActionJournal,
+    journal: JournalTable,
     row: JournalRow,
     arguments: Mapping[str, Any],
     protected: ProtectedState | None = None,
@@ -1182,9 +1186,10 @@ def _resume(
             stale_text(row.path), path=row.path, found_hash=now, operation_id=op, journaled=True
         )
     try:
-        change, count = _plan(tool_name, workspace, arguments, protected)
+        planned = _plan(tool, workspace, arguments, protected)
     except (ToolError, OSError) as exc:
         return _tool_error(exc, arguments.get("path"))
+    change = planned.change
     if (change.path, change.before_hash, change.after_hash) != (
         row.path,
         row.before_hash,
@@ -1197,12 +1202,12 @@ def _resume(
         row = journal.mark(op, JournalStatus.STARTED, "re-executing after recovery")
     elif not untouched:
         journal.mark(op, JournalStatus.STARTED, "re-executing after recovery")
-    return _apply(tool_name, workspace, journal, row, change, count, protected)
+    return _apply(tool, workspace, journal, row, planned, protected)
 
 
 def journaled_write(
     workspace: Path,
-    journal: ActionJournal,
+    journal: JournalTable,
     session_id: str,
     operation_id: str,
     arguments: Mapping[str, Any],
@@ -1213,7 +1218,7 @@ def journaled_write(
 
 def journaled_edit(
     workspace: Path,
-    journal: ActionJournal,
+    journal: JournalTable,
     session_id: str,
     operation_id: str,
     arguments: Mapping[str, Any],

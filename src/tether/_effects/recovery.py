@@ -57,26 +57,24 @@ from typing import Any
 from tether._effects.binding import EvidenceCheck
 from tether._effects.contract import (
     DEFAULT_LOOKUP_TIMEOUT,
-    EffectTool,
     LookupResult,
     LookupStatus,
-    has_lookup,
+    as_lookup,
     safe_lookup,
 )
 from tether._effects.journal import (
-    ActionJournal,
     FileVerdict,
     JournalRow,
     JournalStatus,
     Verdict,
     hash_for_evidence,
-    is_journaled,
     observe_file,
     reconciled_text,
     stale_text,
 )
-from tether._effects.review import ReviewDecision, ReviewItem, ReviewStore
-from tether._tools.base import Tool
+from tether._effects.review import ReviewDecision, ReviewItem
+from tether._tools.base import RecoveryKind, Tool
+from tether._wsdb.protocol import JournalTable, ReviewTable
 
 __all__ = [
     "EVIDENCE_UNKNOWN",
@@ -362,8 +360,8 @@ def observe_pending(
     operation_id: str,
     *,
     workspace: Path,
-    journal: ActionJournal | None,
-    reviews: ReviewStore | None,
+    journal: JournalTable | None,
+    reviews: ReviewTable | None,
     lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT,
     arguments: Mapping[str, Any] | None = None,
     evidence: EvidenceCheck | None = None,
@@ -376,16 +374,20 @@ def observe_pending(
     An open review item short-circuits (nothing else is asked); a resolved one is returned
     with the journal row (for the result text) but no new lookup. With unknown evidence the
     journal is not consulted: the file's current hash, or the service's answer, is kept for
-    the reviewer. ``None`` when there is nothing to say.
+    the reviewer. ``None`` when there is nothing to say. What is observed follows from the
+    tool's declared recovery kind alone (:class:`~tether._tools.base.RecoveryKind`).
     """
-    name = tool.name if tool is not None else ""
+    if tool is None:
+        return _unknown_tool(operation_id, reviews)
+    name = tool.name
+    kind = tool.recovery
     review = reviews.for_operation(operation_id) if reviews is not None else None
     if review is not None and review.is_open:
         return PendingObservation(operation_id, name, review=review)
     path = arguments.get("path") if arguments is not None else None
     file_path = path if isinstance(path, str) else None
     unknown = evidence is not None and not evidence.known and review is None
-    if unknown and tool is not None and is_journaled(tool):
+    if unknown and kind is RecoveryKind.JOURNALED:
         now, why = hash_for_evidence(workspace, file_path)
         return PendingObservation(
             operation_id,
@@ -395,12 +397,12 @@ def observe_pending(
             current_hash=now,
             hash_error=why,
         )
-    if unknown and isinstance(tool, EffectTool) and has_lookup(tool):
+    if unknown and kind is RecoveryKind.LOOKUP:
         # Its recovery rests on "no review decision" too, and those were in the lost
         # database. The service's own record is its truth: asked, and kept for the reviewer.
-        lookup = safe_lookup(tool, operation_id, lookup_timeout)
+        lookup = safe_lookup(as_lookup(tool), operation_id, lookup_timeout)
         return PendingObservation(operation_id, name, lookup=lookup, evidence=evidence)
-    if tool is not None and is_journaled(tool) and journal is not None:
+    if kind is RecoveryKind.JOURNALED and journal is not None:
         verdict = observe_file(
             workspace, journal, operation_id, keep_evidence=review is None, path=file_path
         )
@@ -409,19 +411,25 @@ def observe_pending(
         )
     if review is not None:
         return PendingObservation(operation_id, name, review=review)
-    if tool is not None and isinstance(tool, EffectTool) and has_lookup(tool):
+    if kind is RecoveryKind.LOOKUP:
         return PendingObservation(
-            operation_id, name, lookup=safe_lookup(tool, operation_id, lookup_timeout)
+            operation_id, name, lookup=safe_lookup(as_lookup(tool), operation_id, lookup_timeout)
         )
     return None
 
 
+def _unknown_tool(operation_id: str, reviews: ReviewTable | None) -> PendingObservation | None:
+    """A pending call of a tool the runtime no longer has: only a review item can say more."""
+    review = reviews.for_operation(operation_id) if reviews is not None else None
+    return PendingObservation(operation_id, "", review=review) if review is not None else None
+
+
 def record_decision(
-    reviews: ReviewStore,
+    reviews: ReviewTable,
     session_id: str,
     observation: PendingObservation,
     decision: RecoveryDecision,
-    journal: ActionJournal | None = None,
+    journal: JournalTable | None = None,
 ) -> ReviewItem | None:
     """Keep ``decision`` in the reconciliation log; for REVIEW open (or return) the item.
 
@@ -476,8 +484,8 @@ def reconcile_pending(
     session_id: str,
     *,
     workspace: Path,
-    journal: ActionJournal | None,
-    reviews: ReviewStore,
+    journal: JournalTable | None,
+    reviews: ReviewTable,
     lookup_timeout: float = DEFAULT_LOOKUP_TIMEOUT,
     arguments: Mapping[str, Any] | None = None,
     evidence: EvidenceCheck | None = None,

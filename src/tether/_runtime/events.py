@@ -145,6 +145,10 @@ class FollowUpStarted(Event):
     kind: str = "follow_up"
 
 
+EventSink = Callable[[Event], None]
+"""Receives every progress event (``Agent(on_event=…)``)."""
+
+
 def masked(event: _E, mask: Callable[[str], str]) -> _E:
     """``event`` with ``mask`` applied to every text in it (strings and tuples of strings);
     the same object when nothing changed."""

@@ -3,9 +3,10 @@
 :class:`Guards` is the imperative shell around the pure rules of
 :mod:`tether.core.policy`, :mod:`tether.core.stops` and
 :mod:`tether.core.gate`. It owns the durable records those rules need, all in the
-workspace's ``effects.db``: authorization decisions (recorded before the call starts, so
-a call decided before a crash is not asked again), failed calls with the artifact version
-they failed on (so ``repeated_failure`` holds across a resume), and verification evidence.
+workspace database (``effects.db``, through :class:`~tether._wsdb.protocol.WorkspaceDB`):
+authorization decisions (recorded before the call starts, so a call decided before a crash
+is not asked again), failed calls with the artifact version they failed on (so
+``repeated_failure`` holds across a resume), and verification evidence.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from typing import Any, Final
 
 from tether import _faults as faults
 from tether._completion.artifact import ArtifactScanner
-from tether._completion.failures import FailureStore, ToolFailure
+from tether._completion.failures import ToolFailure
 from tether._completion.verify import Verifier, workspace_scanner
-from tether._effects.authorization import Authorization, AuthorizationStore, call_key
+from tether._effects.authorization import Authorization, call_key
 from tether._project import ProjectConfig
 from tether._tools.base import Tool, ToolResult
-from tether._wsdb.sqlite import EffectsDB
+from tether._wsdb.protocol import WorkspaceDB
 from tether.core.canonical import canonical_json, sha256_digest
 from tether.core.gate import (
     CompletionCheck,
@@ -111,17 +112,11 @@ def arguments_digest(arguments: Mapping[str, Any]) -> str:
         return sha256_digest(text.encode("utf-8", "surrogatepass"))
 
 
-def call_summary(tool_name: str, arguments: Mapping[str, Any]) -> str:
-    """What the call does, as a person reads it: the command of bash, the path of a file
-    tool, else the tool and its arguments."""
-    command = arguments.get("command")
-    path = arguments.get("path")
-    if tool_name == "bash" and isinstance(command, str):
-        text = command
-    elif tool_name in ("write", "edit") and isinstance(path, str):
-        text = f"{tool_name} {path}"
-    else:
-        text = describe_call(tool_name, arguments)
+def call_summary(tool: Tool, arguments: Mapping[str, Any]) -> str:
+    """What the call does, as a person reads it: the tool's own
+    :meth:`~tether._tools.base.Tool.approval_summary` (the command of bash, the path of a
+    file tool, else the tool and its arguments), at most :data:`MAX_SUMMARY` characters."""
+    text = tool.approval_summary(arguments)
     return text if len(text) <= MAX_SUMMARY else text[: MAX_SUMMARY - 1] + "…"
 
 
@@ -174,7 +169,7 @@ class Guards:
         self,
         workspace: Path,
         project: ProjectConfig,
-        effects: Callable[[], EffectsDB],
+        effects: Callable[[], WorkspaceDB],
         *,
         authorize: Authorizer | None = None,
         assume_yes: bool = False,
@@ -270,7 +265,7 @@ class Guards:
         )
         if unrecorded and (kind is ToolKind.READ_ONLY or earlier_decision is EarlierDecision.NONE):
             return None, None
-        store = AuthorizationStore(self._effects())
+        store = self._effects().authorizations
         key = call_key(assistant_entry_id, tool_index)
         earlier = store.get(session_id, key)
         # A deny of the policy itself overrides an earlier decision; "nobody can be asked
@@ -282,7 +277,7 @@ class Guards:
             return earlier, None if allowed else text
         if unrecorded:  # looked up: nobody decided it before the crash
             return None, None
-        summary = call_summary(tool.name, arguments)
+        summary = call_summary(tool, arguments)
         decision = verdict.decision
         # --yes only decides where the policy said ask (its verdict's rule says so).
         who = "--yes" if verdict.rule.startswith("--yes") else "policy"
@@ -328,7 +323,7 @@ class Guards:
         """Record a call that ended in an error result (``state`` already holds the
         result); the ``repeated_failure`` stop if the call right before it in this run was
         the same call failing on the same files."""
-        failures = FailureStore(self._effects())
+        failures = self._effects().failures
         current = FailedCall(
             tool_name,
             arguments_digest(arguments),

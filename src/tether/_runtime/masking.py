@@ -13,22 +13,25 @@ crash runs with — is the masked one: a call in which the model repeated the ke
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from tether._credentials import Masker
-from tether._runtime.events import Event, masked
-from tether._stores.file import SessionStore
+from tether._runtime.events import Event, EventSink, masked
+from tether._stores.protocol import SessionStoreProtocol
 
 __all__ = ["mask_commits", "masked_sink"]
 
+_Store = TypeVar("_Store", bound=SessionStoreProtocol)
 
-def mask_commits(store: SessionStore, masker: Masker) -> SessionStore:
-    """``store``, whose :meth:`~SessionStore.commit` masks every fact first.
 
-    The executor is typed against :class:`SessionStore` and uses more of it than the
-    commit seam, so this store's own ``commit`` is shadowed by an instance attribute
-    instead of wrapping the store in a proxy. Without secrets the store is unchanged.
+def mask_commits(store: _Store, masker: Masker) -> _Store:
+    """``store``, whose ``commit`` masks every fact first.
+
+    The executor uses more of the store than its commit (state, sidecar, path), so this
+    store's own ``commit`` is shadowed by an instance attribute instead of wrapping the
+    store in a proxy: every implementation of the seam gets it the same way. Without
+    secrets the store is unchanged.
     """
     if not masker:
         return store
@@ -41,9 +44,7 @@ def mask_commits(store: SessionStore, masker: Masker) -> SessionStore:
     return store
 
 
-def masked_sink(
-    sink: Callable[[Event], None] | None, masker: Masker
-) -> Callable[[Event], None] | None:
+def masked_sink(sink: EventSink | None, masker: Masker) -> EventSink | None:
     """``sink``, receiving every event with its texts masked (``sink`` itself without
     secrets)."""
     if sink is None or not masker:

@@ -13,9 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether._effects.journal import ActionJournal
 from tether._effects.recovery import RecoveryAction, decision_for_review
-from tether._effects.review import ReviewDecision, ReviewItem, ReviewStore
+from tether._effects.review import ReviewDecision, ReviewItem
 from tether._stores.file import Durability, SessionStore
 from tether._wsdb.sqlite import EffectsDB
 from tether.core import facts
@@ -41,26 +40,22 @@ def resolve_review(
     root = Path(os.path.realpath(workspace))
     db = EffectsDB.open_workspace(root)
     try:
-        reviews = ReviewStore(db)
+        reviews = db.reviews
         item = reviews.get(item_id)
         # Take the session's writer lock before deciding, so no run is mid-flight.
         with SessionStore.open(
             item.session_id, workspace=root, sessions_dir=sessions_dir, durability=durability
         ) as store:
             item = reviews.resolve(item.id, decision, note)
-            implied = decision_for_review(item, ActionJournal(db).get(item.operation_id))
+            implied = decision_for_review(item, db.journal.get(item.operation_id))
             operation = store.state.operation
-            pending = None
-            if isinstance(operation, RunOperation):
-                pending = next(
-                    (
-                        t
-                        for t in operation.tool_calls
-                        if t.tool_started_id == item.operation_id and t.status is ToolStatus.PENDING
-                    ),
-                    None,
-                )
-            if pending is None or not isinstance(operation, RunOperation):
+            if not isinstance(operation, RunOperation):
+                return ReviewOutcome(item, "nothing")
+            try:
+                pending = operation.tool_call(item.operation_id)
+            except LookupError:
+                return ReviewOutcome(item, "nothing")
+            if pending.status is not ToolStatus.PENDING:
                 return ReviewOutcome(item, "nothing")
             if implied.action is RecoveryAction.COMPLETE and implied.content is not None:
                 store.commit(

@@ -8,9 +8,11 @@ See ``docs/store.md`` for the exact guarantees.
 Layout: ``<workspace>/.tether/sessions/<createdAt-ms>_<session-id>.jsonl`` (directories
 0700, files 0600), one append-only log per session, format per ``SESSION_FORMAT.md``.
 
-The executor depends only on :class:`SessionStoreProtocol`, so another backend (for example
-PostgreSQL: one row per transaction, ``seq`` as key, the same reducer validating before
-``INSERT``) can be added without touching the reducer, planner or executor.
+The executor depends only on :class:`~tether._stores.protocol.SessionStoreProtocol` and
+:class:`~tether._stores.protocol.SessionOpener` (:class:`FileSessions` is this store's
+opener), so another backend (for example PostgreSQL: one row per transaction, ``seq`` as
+key, the same reducer validating before ``INSERT``) can be added without touching the
+reducer, planner or executor; :mod:`tether._stores.memory` is the second one.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn, Protocol, Self
+from typing import Any, NoReturn, Self
 
 import orjson
 
@@ -36,6 +38,9 @@ from tether import _faults as faults
 from tether._dirs import DirectoryError, ignore_in_git, make_directories, sync_directory
 from tether._ids import new_uuid7
 from tether._stores.locking import LOCK_SUFFIX, WriterLock, record_locked
+from tether._stores.protocol import SessionStoreProtocol
+from tether._stores.sidecar import FileSidecar, sidecar_path
+from tether._stores.transaction import encode_header, encode_transaction
 from tether.core import facts
 from tether.core.reducer import PendingTransaction, Reducer
 from tether.core.state import SessionState
@@ -55,6 +60,7 @@ from tether.errors import (
 
 __all__ = [
     "Durability",
+    "FileSessions",
     "SessionStore",
     "SessionStoreProtocol",
     "SessionSummary",
@@ -116,34 +122,6 @@ class Durability(StrEnum):
     """``fdatasync`` after every commit: survives power loss (given honest storage)."""
     PROCESS = "process"
     """Write only, no sync: survives a crash of this process, not of the machine."""
-
-
-class SessionStoreProtocol(Protocol):
-    """The seam the executor depends on. Open/create are backend-specific constructors."""
-
-    @property
-    def session_id(self) -> str: ...
-
-    @property
-    def read_only(self) -> bool: ...
-
-    @property
-    def state(self) -> SessionState: ...
-
-    def commit(self, facts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Validate, persist and adopt one transaction; return the facts as committed."""
-        ...
-
-    def close(self) -> None: ...
-
-    def __enter__(self) -> Self: ...
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
 
 
 def sessions_dir_for(workspace: str | os.PathLike[str]) -> Path:
@@ -569,7 +547,7 @@ class SessionStore:
         _make_dirs(sdir, default_layout=sessions_dir is None, durable=mode is Durability.DURABLE)
         session_id = ids()
         created = clock()
-        header = facts.header(
+        data, reducer = encode_header(
             session_id=session_id,
             created_at=created,
             cwd=os.path.abspath(workspace),
@@ -577,15 +555,6 @@ class SessionStore:
             model=model,
             environment_identity=environment_identity,
         )
-        try:
-            line = orjson.dumps(header, option=orjson.OPT_STRICT_INTEGER)
-        except orjson.JSONEncodeError as exc:
-            raise FactRejected("INVALID_HEADER", 1, None, str(exc)) from None
-        data = line + b"\n"
-        try:
-            reducer = Reducer.load(data)
-        except SessionCorruption as exc:
-            raise FactRejected(exc.code, exc.line, exc.seq, exc.detail) from None
 
         name = session_file_name(created, session_id)
         temp = _temporary_name(name)
@@ -826,34 +795,10 @@ class SessionStore:
         with self._mutex:
             if self._unusable is not None:
                 raise StoreUnavailable(str(self.path), self._unusable)
-            count = len(facts)
-            if count == 0:
-                raise FactRejected(
-                    "EMPTY_TRANSACTION", self._reducer.line_count + 1, None, "no facts"
-                )
             reducer = self._reducer
-            # T1–T3: seq (consecutive), one timestamp, ids for facts without one.
-            now = self._clock()
-            seq = reducer.next_seq
-            new_id = self._ids
-            committed: list[dict[str, Any]] = []
-            try:
-                for fact in facts:
-                    out: dict[str, Any] = {"kind": None, "seq": seq, "id": None, **fact}
-                    out["seq"] = seq
-                    out["timestamp"] = now
-                    if out["id"] is None:
-                        out["id"] = new_id()
-                    committed.append(out)
-                    seq += 1
-                # T4: one line.
-                line = orjson.dumps(
-                    committed[0] if count == 1 else committed, option=orjson.OPT_STRICT_INTEGER
-                )
-            except (TypeError, ValueError) as exc:  # not a mapping / not JSON-serializable
-                raise FactRejected(
-                    "INVALID_FACT", reducer.line_count + 1, None, f"not serializable: {exc}"
-                ) from None
+            committed, line = encode_transaction(
+                reducer, facts, clock=self._clock, new_id=self._ids
+            )
             # T5: validated and applied in memory (with an undo log); nothing written yet.
             try:
                 pending = reducer.begin(line)
@@ -927,6 +872,10 @@ class SessionStore:
             return False
         return True
 
+    def sidecar(self, name: str) -> FileSidecar:
+        """The record ``name`` beside the log: ``.<session id>.<name>.json`` in its directory."""
+        return FileSidecar(sidecar_path(self.path.parent, self.session_id, name))
+
     def close(self) -> None:
         """Release the writer lock and the file. Idempotent."""
         with self._mutex:
@@ -967,6 +916,40 @@ class SessionStore:
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else self.durability.value
         return f"SessionStore({str(self.path)!r}, {mode}, closed={self._closed})"
+
+
+@dataclass(frozen=True)
+class FileSessions:
+    """The file store's :class:`~tether._stores.protocol.SessionOpener`: the sessions of
+    one workspace (``sessions_dir``, default ``<workspace>/.tether/sessions``)."""
+
+    workspace: Path
+    sessions_dir: Path | None = None
+    durability: Durability = Durability.DURABLE
+    clock: Callable[[], int] = _now_ms
+    ids: Callable[[], str] = new_uuid7
+
+    def create(self, *, provider: str, model: str, environment_identity: str) -> SessionStore:
+        return SessionStore.create(
+            self.workspace,
+            provider=provider,
+            model=model,
+            environment_identity=environment_identity,
+            durability=self.durability,
+            sessions_dir=self.sessions_dir,
+            clock=self.clock,
+            ids=self.ids,
+        )
+
+    def open(self, session: str) -> SessionStore:
+        return SessionStore.open(
+            session,
+            workspace=self.workspace,
+            sessions_dir=self.sessions_dir,
+            durability=self.durability,
+            clock=self.clock,
+            ids=self.ids,
+        )
 
 
 # --------------------------------------------------------------------------- helpers

@@ -2,6 +2,7 @@
 
 from tether._tools.base import (
     FunctionTool,
+    RecoveryKind,
     Rejection,
     Tool,
     ToolContext,
@@ -14,6 +15,8 @@ from tether._tools.builtin import (
     BashTool,
     EditTool,
     FileChange,
+    FileChangeTool,
+    PlannedChange,
     ReadTool,
     WriteTool,
     apply_change,
@@ -27,8 +30,11 @@ __all__ = [
     "BashTool",
     "EditTool",
     "FileChange",
+    "FileChangeTool",
     "FunctionTool",
+    "PlannedChange",
     "ReadTool",
+    "RecoveryKind",
     "Rejection",
     "Tool",
     "ToolContext",

@@ -12,6 +12,14 @@ method. The executor (elsewhere) drives one call at a time, sequentially (spec 1
         result = outcome.tool.run(outcome.arguments, context)
         ... append the result entry: "error" if result.is_error else "success"
 
+A tool also declares how a call left pending by a crash can be recovered
+(:class:`RecoveryKind`, ``recovery``): by the spec alone (``none``: replayed if replay-safe,
+else ``interrupted``), through the action journal (``journaledFileChange``: the tool plans
+one file change, :class:`~tether._tools.builtin.FileChangeTool`), or by asking the service
+(``lookupByOperationId``: the tool answers ``lookup(operation_id)``,
+:class:`~tether._effects.contract.EffectTool`). The executor and recovery dispatch on that
+declaration alone, never on a tool's class or name.
+
 Trust rules for replay declarations (spec 8.5, 14.4 rule 9):
 
 * Only the built-in tools of :mod:`tether._tools.builtin` may use ``builtin:`` replay keys;
@@ -33,6 +41,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Literal, overload
@@ -45,6 +54,7 @@ from tether.core.canonical import tool_definition_digest
 from tether.core.contents import INVALID_ARGUMENTS, SYNTHETIC_CONTENT, UNKNOWN_TOOL
 from tether.core.planner import ToolDeclaration, parse_tool_arguments
 from tether.core.state import Replay
+from tether.core.stops import describe_call
 from tether.errors import ConfigurationError
 
 __all__ = [
@@ -52,6 +62,7 @@ __all__ = [
     "BUILTIN_MODULES",
     "TOOL_NAME_PATTERN",
     "FunctionTool",
+    "RecoveryKind",
     "Rejection",
     "RejectionReason",
     "Tool",
@@ -75,6 +86,22 @@ _BUILTIN_PREFIX: Final = "builtin:"
 
 
 # =========================================================================== values
+
+
+class RecoveryKind(StrEnum):
+    """How a call of a tool that a crash left pending (started, no result) is recovered."""
+
+    NONE = "none"
+    """Nothing can be observed: exactly spec 14.4 rule 9 (replayed when replay-safe, else
+    ``interrupted``)."""
+    JOURNALED = "journaledFileChange"
+    """One planned file change, recorded in the action journal before it starts: recovery
+    compares the journal with the file (:mod:`tether._effects.journal`). The tool provides
+    ``plan_change``, ``result_text`` and ``result_metadata``
+    (:class:`~tether._tools.builtin.FileChangeTool`)."""
+    LOOKUP = "lookupByOperationId"
+    """An effect a service commits once per operation id: recovery asks the service
+    (``lookup(operation_id)``, :class:`~tether._effects.contract.EffectTool`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +204,14 @@ class Tool(ABC):
     and the replay declaration (see the module docstring). The definition is deep-copied
     and its digest computed once, so later mutation of the caller's dicts changes nothing.
 
+    ``recovery`` declares how a call left pending by a crash is recovered
+    (:class:`RecoveryKind`; default ``none``). A ``journaledFileChange`` tool must provide
+    ``plan_change`` (subclass :class:`~tether._tools.builtin.FileChangeTool`), a
+    ``lookupByOperationId`` tool ``lookup`` (subclass
+    :class:`~tether._effects.contract.EffectTool`).
+
     ``run`` reports expected failures as ``ToolResult(is_error=True)``. Unexpected
-    exceptions propagate: deciding what they mean is the executor's business.
+    exceptions propagate; the executor asks :meth:`failure_result` what one means.
     """
 
     name: str
@@ -186,6 +219,7 @@ class Tool(ABC):
     parameters: Mapping[str, Any]
     replay: Replay = Replay.NEVER
     replay_key: str = ""
+    recovery: RecoveryKind = RecoveryKind.NONE
 
     _definition: dict[str, Any]
     _digest: str
@@ -212,6 +246,17 @@ class Tool(ABC):
             )
         if name == "read" and not builtin:
             replay = Replay.NEVER  # spec: a user tool named read is never replay-safe
+        recovery = self.recovery
+        if not isinstance(recovery, RecoveryKind):
+            raise ConfigurationError(
+                f"tool {name!r}: recovery must be a RecoveryKind, got {recovery!r}"
+            )
+        # Recovery calls these on the strength of the declaration alone: check them now.
+        for needed in _RECOVERY_NEEDS[recovery]:
+            if not callable(getattr(self, needed, None)):
+                raise ConfigurationError(
+                    f"tool {name!r}: recovery {recovery.value!r} needs a {needed}() method"
+                )
         self.name = name
         self.description = description
         self.parameters = MappingProxyType(copy.deepcopy(parameters))
@@ -228,6 +273,20 @@ class Tool(ABC):
     def definition_digest(self) -> str:
         """``definitionDigest`` of :meth:`definition` (spec 10.5)."""
         return self._digest
+
+    def failure_result(self, failure: str) -> ToolResult | None:
+        """What the model is told when :meth:`run` raised (``failure``: ``"Type: message"``).
+
+        The default is an error result: the call failed. ``None`` means a raise says
+        nothing about whether the call's effect happened (effect tools): the executor then
+        asks the service (``lookupByOperationId``) or leaves the call pending for recovery.
+        """
+        return ToolResult.error(f"Error: tool {self.name!r} failed: {failure}")
+
+    def approval_summary(self, arguments: Mapping[str, Any]) -> str:
+        """What a call does, as a person approving it reads it (default: the tool and its
+        arguments on one line). Tools override it with what matters (bash: the command)."""
+        return describe_call(self.name, arguments)
 
     def declaration(self) -> ToolDeclaration:
         """The trusted declaration the planner sees (an item of ``current.tools``)."""
@@ -248,6 +307,14 @@ class Tool(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} replay={self.replay.value}>"
+
+
+_RECOVERY_NEEDS: Final[Mapping[RecoveryKind, tuple[str, ...]]] = {
+    RecoveryKind.NONE: (),
+    RecoveryKind.JOURNALED: ("plan_change", "result_text", "result_metadata"),
+    RecoveryKind.LOOKUP: ("lookup",),
+}
+"""The methods each recovery kind relies on."""
 
 
 def _describe(error: ValidationError) -> str:

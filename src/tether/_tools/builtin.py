@@ -1,4 +1,4 @@
-"""The built-in tools: ``read``, ``bash``, ``write`` and ``edit``.
+r"""The built-in tools: ``read``, ``bash``, ``write`` and ``edit``.
 
 =========  =======  ==================  =================================================
 tool       replay   replay key          effect
@@ -11,11 +11,14 @@ tool       replay   replay key          effect
 
 File tools only accept relative paths inside the workspace, and never touch tether's own
 state (session logs, locks, the effects database: ``ToolContext.protected``; see
-:mod:`tether._tools.workspace`). ``write`` and ``edit`` are split into a pure-ish *plan*
-step (read the current file, compute the new bytes and both hashes: :func:`plan_write`,
-:func:`plan_edit`) and an *apply* step (:func:`apply_change`: compare-and-swap on the
-content hash, then temp file + fsync + rename + directory fsync), so that an action
-journal can record the planned change before applying it and recognise an applied one.
+:mod:`tether._tools.workspace`). ``write`` and ``edit`` are :class:`FileChangeTool`\ s
+(recovery kind ``journaledFileChange``), split into a pure-ish *plan* step
+(:meth:`FileChangeTool.plan_change`: read the current file, compute the new bytes and both
+hashes — :func:`plan_write`, :func:`plan_edit`) and an *apply* step (:func:`apply_change`:
+compare-and-swap on the content hash, then temp file + fsync + rename + directory fsync),
+so that the action journal can record the planned change before applying it and recognise
+an applied one. The journal knows no tool: what a change reads like is the tool's
+(:meth:`FileChangeTool.result_text`, :meth:`FileChangeTool.result_metadata`).
 
 ``bash`` is **not** a sandbox: the command runs with tether's privileges and may touch
 anything they allow. It runs in the workspace, in its own process group, and that whole
@@ -32,16 +35,17 @@ import secrets
 import signal
 import stat
 import time
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, Any, Final, Protocol
 
 from tether import _faults as faults
 from tether._credentials import child_environment
 from tether._procs import Ending, Supervision, run_in_group
-from tether._tools.base import Tool, ToolContext, ToolResult
+from tether._tools.base import RecoveryKind, Tool, ToolContext, ToolResult
 from tether._tools.workspace import (
     ParentDir,
     ProtectedState,
@@ -69,9 +73,13 @@ __all__ = [
     "BashTool",
     "EditTool",
     "FileChange",
+    "FileChangePlanner",
+    "FileChangeTool",
+    "PlannedChange",
     "ReadTool",
     "WriteTool",
     "apply_change",
+    "builtin_file_tool",
     "builtin_tools",
     "content_hash",
     "current_hash",
@@ -490,10 +498,93 @@ def _change_metadata(change: FileChange, outcome: ApplyOutcome) -> dict[str, Any
     }
 
 
-# =========================================================================== write
+# =========================================================================== write, edit
 
 
-class WriteTool(Tool):
+@dataclass(frozen=True, slots=True)
+class PlannedChange:
+    """What a :class:`FileChangeTool` plans for one call: the file change and, for the
+    result texts, how many replacements it makes (``edit``; 0 for tools without a count)."""
+
+    change: FileChange
+    count: int = 0
+
+
+class FileChangePlanner(Protocol):
+    """What the action journal asks of a ``journaledFileChange`` tool (see
+    :class:`FileChangeTool`, the base class that provides it)."""
+
+    name: str
+
+    def plan_change(
+        self,
+        workspace: Path,
+        arguments: Mapping[str, Any],
+        *,
+        protected: ProtectedState | None = None,
+    ) -> PlannedChange: ...
+
+    def result_text(self, planned: PlannedChange, outcome: ApplyOutcome) -> str: ...
+
+    def result_metadata(self, planned: PlannedChange, outcome: ApplyOutcome) -> dict[str, Any]: ...
+
+
+class FileChangeTool(Tool):
+    """A tool whose every call replaces the content of one file (``write``, ``edit``).
+
+    It declares :attr:`~tether._tools.base.RecoveryKind.JOURNALED`: the executor runs its
+    calls through the action journal (:mod:`tether._effects.journal`), which records the
+    planned change before the call starts and applies it under compare-and-swap, so a crash
+    can be reconciled against the file. The journal needs only what a subclass provides:
+
+    * :meth:`plan_change` — read the file and plan the new content (no writes), raising
+      :class:`~tether.errors.ToolError` or :class:`OSError` for a call that cannot run;
+    * :meth:`result_text` and :meth:`result_metadata` — the success result for an outcome.
+
+    :meth:`run` (a call outside the journal) plans and applies the same change, with the
+    same texts.
+    """
+
+    recovery = RecoveryKind.JOURNALED
+
+    @abstractmethod
+    def plan_change(
+        self,
+        workspace: Path,
+        arguments: Mapping[str, Any],
+        *,
+        protected: ProtectedState | None = None,
+    ) -> PlannedChange:
+        """Plan the call's file change (read only; ``protected`` is tether's own state)."""
+
+    @abstractmethod
+    def result_text(self, planned: PlannedChange, outcome: ApplyOutcome) -> str:
+        """The success text of the call once the change has ``outcome``."""
+
+    def result_metadata(self, planned: PlannedChange, outcome: ApplyOutcome) -> dict[str, Any]:
+        """The success result's metadata (path, both hashes, bytes written, outcome)."""
+        return _change_metadata(planned.change, outcome)
+
+    def approval_summary(self, arguments: Mapping[str, Any]) -> str:
+        path = arguments.get("path")
+        return (
+            f"{self.name} {path}" if isinstance(path, str) else super().approval_summary(arguments)
+        )
+
+    def run(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+        path = arguments["path"]
+        try:
+            protected = context.protected_state()
+            planned = self.plan_change(context.workspace, arguments, protected=protected)
+            outcome = apply_change(context.workspace, planned.change, protected=protected)
+        except (ToolError, OSError) as exc:
+            return _error(exc, path)
+        return ToolResult(
+            self.result_text(planned, outcome), metadata=self.result_metadata(planned, outcome)
+        )
+
+
+class WriteTool(FileChangeTool):
     """``write`` {path, content}: create or replace a file with ``content`` (UTF-8)."""
 
     name = "write"
@@ -518,27 +609,26 @@ class WriteTool(Tool):
     replay = Replay.NEVER
     replay_key = "builtin:write:v1"
 
-    def run(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
-        path = arguments["path"]
-        try:
-            protected = context.protected_state()
-            change = plan_write(context.workspace, path, arguments["content"], protected=protected)
-            outcome = apply_change(context.workspace, change, protected=protected)
-        except (ToolError, OSError) as exc:
-            return _error(exc, path)
+    def plan_change(
+        self,
+        workspace: Path,
+        arguments: Mapping[str, Any],
+        *,
+        protected: ProtectedState | None = None,
+    ) -> PlannedChange:
+        return PlannedChange(
+            plan_write(workspace, arguments["path"], arguments["content"], protected=protected)
+        )
+
+    def result_text(self, planned: PlannedChange, outcome: ApplyOutcome) -> str:
+        change = planned.change
         what = "created" if change.before_hash is None else "replaced"
         if outcome is ApplyOutcome.ALREADY_APPLIED:
             what = "unchanged: it already had this content"
-        return ToolResult(
-            f"Wrote {len(change.new_bytes)} bytes to {change.path} ({what})",
-            metadata=_change_metadata(change, outcome),
-        )
+        return f"Wrote {len(change.new_bytes)} bytes to {change.path} ({what})"
 
 
-# =========================================================================== edit
-
-
-class EditTool(Tool):
+class EditTool(FileChangeTool):
     """``edit`` {path, old_string, new_string, replace_all?}: exact text replacement."""
 
     name = "edit"
@@ -572,26 +662,44 @@ class EditTool(Tool):
     replay = Replay.NEVER
     replay_key = "builtin:edit:v1"
 
-    def run(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
-        path = arguments["path"]
-        try:
-            protected = context.protected_state()
-            change, count = plan_edit(
-                context.workspace,
-                path,
-                arguments["old_string"],
-                arguments["new_string"],
-                replace_all=bool(arguments.get("replace_all", False)),
-                protected=protected,
-            )
-            outcome = apply_change(context.workspace, change, protected=protected)
-        except (ToolError, OSError) as exc:
-            return _error(exc, path)
-        plural = "occurrence" if count == 1 else "occurrences"
-        return ToolResult(
-            f"Edited {change.path}: replaced {count} {plural}",
-            metadata={**_change_metadata(change, outcome), "replacements": count},
+    def plan_change(
+        self,
+        workspace: Path,
+        arguments: Mapping[str, Any],
+        *,
+        protected: ProtectedState | None = None,
+    ) -> PlannedChange:
+        change, count = plan_edit(
+            workspace,
+            arguments["path"],
+            arguments["old_string"],
+            arguments["new_string"],
+            replace_all=bool(arguments.get("replace_all", False)),
+            protected=protected,
         )
+        return PlannedChange(change, count)
+
+    def result_text(self, planned: PlannedChange, outcome: ApplyOutcome) -> str:
+        plural = "occurrence" if planned.count == 1 else "occurrences"
+        return f"Edited {planned.change.path}: replaced {planned.count} {plural}"
+
+    def result_metadata(self, planned: PlannedChange, outcome: ApplyOutcome) -> dict[str, Any]:
+        return {**_change_metadata(planned.change, outcome), "replacements": planned.count}
+
+
+_JOURNALED_BUILTINS: Final[Mapping[str, type[FileChangeTool]]] = {
+    WriteTool.name: WriteTool,
+    EditTool.name: EditTool,
+}
+
+
+def builtin_file_tool(name: str) -> FileChangeTool:
+    """A fresh built-in file-change tool by name (``write`` or ``edit``), for callers of
+    the journal that name the tool instead of passing it; :class:`ValueError` otherwise."""
+    found = _JOURNALED_BUILTINS.get(name)
+    if found is None:
+        raise ValueError(f"not a journaled tool: {name!r}")
+    return found()
 
 
 # =========================================================================== bash
@@ -698,6 +806,10 @@ class BashTool(Tool):
     replay_key = "builtin:bash:v1"
 
     poll_interval: float = 0.05
+
+    def approval_summary(self, arguments: Mapping[str, Any]) -> str:
+        command = arguments.get("command")
+        return command if isinstance(command, str) else super().approval_summary(arguments)
 
     def __init__(
         self,

@@ -22,6 +22,11 @@ Every :class:`sqlite3.Error` is turned into one :class:`~tether.errors.EffectsDa
 naming the file and the cause (corrupt, locked, read-only, I/O error, ...).
 
 The connection may be used from several threads: every use holds the object's lock.
+
+:class:`EffectsDB` is the SQLite implementation of the workspace-database seam
+(:class:`tether._wsdb.protocol.WorkspaceDB`): its tables are reached as :attr:`~EffectsDB.journal`,
+:attr:`~EffectsDB.reviews`, :attr:`~EffectsDB.authorizations`, :attr:`~EffectsDB.verifications`
+and :attr:`~EffectsDB.failures`.
 """
 
 from __future__ import annotations
@@ -36,10 +41,17 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from tether._dirs import DirectoryError, ignore_in_git, make_directories, sync_directory
 from tether.errors import EffectsDatabaseError
+
+if TYPE_CHECKING:
+    from tether._completion.evidence import VerificationStore
+    from tether._completion.failures import FailureStore
+    from tether._effects.authorization import AuthorizationStore
+    from tether._effects.journal import ActionJournal
+    from tether._effects.review import ReviewStore
 
 __all__ = [
     "CORRUPT_ADVICE",
@@ -336,6 +348,7 @@ class EffectsDB:
         self.fresh = False
         """Whether this open created the schema (the file was new or empty)."""
         self._identity: str | None = None
+        self._tables: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ opening
 
@@ -482,6 +495,74 @@ class EffectsDB:
     def now_ms(self) -> int:
         """The injected clock, in integer milliseconds since the epoch."""
         return round(self.clock() * 1000)
+
+    @property
+    def location(self) -> str:
+        """The database's path, as text."""
+        return str(self.path)
+
+    # ------------------------------------------------------------------ tables
+    #
+    # Each table's SQL lives beside its value types (tether._effects.journal, …), and those
+    # modules import this one: the table objects are made on first use, importing there.
+
+    def _table(self, name: str, make: Callable[[EffectsDB], Any]) -> Any:
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = make(self)
+        return table
+
+    @property
+    def journal(self) -> ActionJournal:
+        from tether._effects.journal import ActionJournal
+
+        table: ActionJournal = self._table("journal", ActionJournal)
+        return table
+
+    @property
+    def reviews(self) -> ReviewStore:
+        from tether._effects.review import ReviewStore
+
+        table: ReviewStore = self._table("reviews", ReviewStore)
+        return table
+
+    @property
+    def authorizations(self) -> AuthorizationStore:
+        from tether._effects.authorization import AuthorizationStore
+
+        table: AuthorizationStore = self._table("authorizations", AuthorizationStore)
+        return table
+
+    @property
+    def verifications(self) -> VerificationStore:
+        from tether._completion.evidence import VerificationStore
+
+        table: VerificationStore = self._table("verifications", VerificationStore)
+        return table
+
+    @property
+    def failures(self) -> FailureStore:
+        from tether._completion.failures import FailureStore
+
+        table: FailureStore = self._table("failures", FailureStore)
+        return table
+
+    # ------------------------------------------------------------------ sessions
+
+    def names_session(self, session_id: str) -> bool:
+        """Whether table ``sessions`` names ``session_id``."""
+        found = self.query_one("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,))
+        return found is not None
+
+    def bind_session(self, session_id: str, previous_db: str | None, at_ms: int) -> None:
+        """Name ``session_id`` in table ``sessions`` (the first binding time stays)."""
+        with self.transaction() as conn:
+            conn.execute(
+                "INSERT INTO sessions (session_id, bound_at_ms, previous_db) VALUES (?,?,?) "
+                "ON CONFLICT (session_id) DO UPDATE SET previous_db = "
+                "COALESCE(excluded.previous_db, previous_db)",
+                (session_id, at_ms, previous_db),
+            )
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

@@ -18,6 +18,7 @@ import gc
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from types import MappingProxyType
 from typing import Any, NoReturn, TypeVar
 
 import orjson
@@ -29,6 +30,7 @@ from tether.core.state import (
     IDLE,
     CompactionOperation,
     ConfigurationSnapshot,
+    FinishedOperation,
     FrozenView,
     Header,
     Message,
@@ -441,6 +443,7 @@ class Reducer:
         self._undo: _UndoLog | None = None
         self._pending: PendingTransaction | None = None
         self._state: SessionState | None = None
+        self._last_finished: FinishedOperation | None = None
 
     # ------------------------------------------------------------------ construction
 
@@ -1258,6 +1261,19 @@ class Reducer:
             raise _Invalid(INVALID_FACT, seq)
         self._setattr(op, "finished", True)
         self._active = None
+        error = record.get("error")
+        self._setattr(
+            self,
+            "_last_finished",
+            FinishedOperation(
+                operation_id=op.id,
+                kind="run" if op.kind == "run" else "compaction",
+                outcome=outcome,
+                completion=record.get("completion"),
+                error=MappingProxyType(dict(error)) if error is not None else None,
+                final_entry_id=record.get("finalEntryId"),
+            ),
+        )
 
     def _check_completion(self, record: Any, op: _Operation, seq: int) -> None:
         completion = record.get("completion")
@@ -1354,6 +1370,7 @@ class Reducer:
             last_seq=self._next_seq - 1,
             transcript_ids=FrozenView(self._transcript_ids),
             step_count=self._step_count,
+            last_finished=self._last_finished,
         )
 
     def _operation_snapshot(self) -> Operation:

@@ -273,6 +273,13 @@ class RunOperation:
     step: Step | None
     kind: Literal["run"] = "run"
 
+    def tool_call(self, tool_started_id: str) -> ToolCallState:
+        """The started call ``tool_started_id`` of this run (:class:`LookupError` if none)."""
+        for call in self.tool_calls:
+            if call.tool_started_id == tool_started_id:
+                return call
+        raise LookupError(f"no started tool call {tool_started_id} in run {self.operation_id}")
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "kind": "run",
@@ -333,6 +340,20 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class FinishedOperation:
+    """The last ``operationFinished`` of the log, as recorded (internal bookkeeping per
+    spec 11.2: not part of the serialized state). ``error`` is the recorded
+    ``{"code", "message"}`` of a failed operation."""
+
+    operation_id: str
+    kind: Literal["run", "compaction"]
+    outcome: Literal["completed", "failed", "aborted"]
+    completion: str | None = None
+    error: Mapping[str, str] | None = None
+    final_entry_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SessionState:
     """What a valid session log means (spec 11).
 
@@ -340,8 +361,9 @@ class SessionState:
     entry every first attempt must name; ``None`` before any message entry.
     ``last_seq`` is the ``seq`` of the last accepted fact (0 when there is none).
     ``transcript_ids`` are the entry ids of the ``transcript`` messages (same order) and
-    ``step_count`` the number of steps recorded so far (first attempts). None of these
-    three is part of the serialized state.
+    ``step_count`` the number of steps recorded so far (first attempts), and
+    ``last_finished`` the last finished operation (``None`` before the first). None of
+    these is part of the serialized state.
     """
 
     header: Header
@@ -354,6 +376,7 @@ class SessionState:
     last_seq: int = 0
     transcript_ids: Sequence[str] = ()
     step_count: int = 0
+    last_finished: FinishedOperation | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Exactly the six public members of the spec's serialized state."""

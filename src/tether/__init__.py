@@ -28,9 +28,9 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     # the agent
-    "Agent": "tether._runtime.executor",
-    "RunResult": "tether._runtime.executor",
-    "RunStatus": "tether._runtime.executor",
+    "Agent": "tether._runtime.agent",
+    "RunResult": "tether._runtime.results",
+    "RunStatus": "tether._runtime.results",
     "load_model": "tether._models",
     # tools
     "Tool": "tether._tools.base",
@@ -71,7 +71,8 @@ __all__ = [  # sorted; the same names as _EXPORTS (tests/test_public_api.py chec
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads on demand
     from tether._effects.contract import EffectTool, LookupResult
     from tether._models import load_model
-    from tether._runtime.executor import Agent, RunResult, RunStatus
+    from tether._runtime.agent import Agent
+    from tether._runtime.results import RunResult, RunStatus
     from tether._tools.base import Tool, ToolResult, tool
     from tether._tools.builtin import builtin_tools
     from tether.core.planner import CurrentConfiguration, plan_recovery

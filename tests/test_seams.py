@@ -10,7 +10,9 @@ agent runs end to end over the in-memory ones exactly as over the file store and
 * the agent (bash, write and edit through the journal, an effect tool with a lookup) with
   an in-process crash at ``journal.change_applied`` and another right after the effect
   committed, each resumed by a new agent over the same stores: the same transcript, journal,
-  ledger and files over the memory seams as over the file store and ``effects.db``.
+  ledger and files over the memory seams as over the file store and ``effects.db``;
+* recovery kinds: each tool declares its own, a kind's methods are checked when the tool is
+  built, and a file-change tool the journal has never heard of is journaled and reconciled.
 """
 
 from __future__ import annotations
@@ -28,19 +30,31 @@ from tether import _faults as faults
 from tether._completion.check import CheckOutcome
 from tether._effects.binding import SIDECAR_NAME, BindingState, check_session, ensure_binding
 from tether._effects.contract import LookupResult, effect_tool
-from tether._effects.journal import JournalStatus
+from tether._effects.journal import JournalStatus, is_journaled
 from tether._effects.review import ReviewDecision
 from tether._runtime import Agent, RunStatus
 from tether._stores.file import Durability, FileSessions
 from tether._stores.memory import MemorySessions
 from tether._stores.protocol import SessionOpener, SessionStoreProtocol
-from tether._tools.base import Tool, ToolResult
-from tether._tools.builtin import builtin_tools
+from tether._tools.base import FunctionTool, RecoveryKind, Tool, ToolContext, ToolResult
+from tether._tools.builtin import (
+    ApplyOutcome,
+    BashTool,
+    EditTool,
+    FileChangeTool,
+    PlannedChange,
+    ReadTool,
+    WriteTool,
+    builtin_tools,
+    plan_write,
+)
+from tether._tools.workspace import ProtectedState
 from tether._wsdb.memory import MemoryWorkspace
 from tether._wsdb.protocol import WorkspaceDB
 from tether._wsdb.sqlite import EffectsDB
 from tether.core import facts
 from tether.errors import (
+    ConfigurationError,
     FactRejected,
     OperationIdConflict,
     ReviewItemNotFound,
@@ -638,3 +652,129 @@ def test_a_memory_session_is_resumed_with_its_evidence_bound(tmp_path: Path) -> 
     with MemoryWorkspace().open() as other, sessions.open(result.session_id) as store:
         lost = check_session(other, store.sidecar(SIDECAR_NAME), store.session_id)
         assert lost.state is BindingState.MISSING
+
+
+# =========================================================================== recovery kinds
+
+
+class AppendTool(FileChangeTool):
+    """A tool kind the journal has never heard of: append a line to a file."""
+
+    name = "append"
+    description = "Append a line to a file."
+    parameters: Mapping[str, Any] = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "line": {"type": "string"}},
+        "required": ["path", "line"],
+        "additionalProperties": False,
+    }
+
+    def plan_change(
+        self,
+        workspace: Path,
+        arguments: Mapping[str, Any],
+        *,
+        protected: ProtectedState | None = None,
+    ) -> PlannedChange:
+        path = workspace / arguments["path"]
+        old = path.read_text() if path.exists() else ""
+        return PlannedChange(
+            plan_write(
+                workspace, arguments["path"], old + arguments["line"] + "\n", protected=protected
+            )
+        )
+
+    def result_text(self, planned: PlannedChange, outcome: ApplyOutcome) -> str:
+        return f"appended to {planned.change.path} ({outcome.value})"
+
+
+def test_a_tool_declares_its_recovery_kind() -> None:
+    assert ReadTool().recovery is RecoveryKind.NONE and BashTool().recovery is RecoveryKind.NONE
+    assert WriteTool().recovery is EditTool().recovery is RecoveryKind.JOURNALED
+    assert is_journaled(AppendTool()) and not is_journaled(
+        FunctionTool(lambda a, c: "x", name="write", description="", parameters={"type": "object"})
+    )
+
+    def blind(arguments: Mapping[str, Any], operation_id: str) -> str:
+        return "sent"
+
+    looked = effect_tool(
+        name="send",
+        description="",
+        parameters={"type": "object"},
+        lookup=lambda op: LookupResult.not_found(),
+    )(blind)
+    plain = effect_tool(name="send", description="", parameters={"type": "object"})(blind)
+    assert looked.recovery is RecoveryKind.LOOKUP and plain.recovery is RecoveryKind.NONE
+    assert plain.failure_result("TimeoutError: slow") is None  # outcome unknown
+    assert ReadTool().failure_result("OSError: x") == ToolResult.error(
+        "Error: tool 'read' failed: OSError: x"
+    )
+
+    class Pretender(Tool):
+        name = "pretend"
+        description = ""
+        parameters: Mapping[str, Any] = {"type": "object"}
+        recovery = RecoveryKind.JOURNALED
+
+        def run(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+            return ToolResult("")
+
+    with pytest.raises(ConfigurationError, match="needs a plan_change"):
+        Pretender()
+
+
+def test_a_new_journaled_tool_is_recovered_without_touching_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FileChangeTool the journal does not know runs through it and is reconciled after
+    a crash at journal.change_applied: applied once, its own reconciled text."""
+
+    def crash(name: str) -> None:
+        raise SimulatedCrash(name)
+
+    script = {
+        "model": "scripted/append",
+        "responses": [
+            {
+                "tool_calls": [
+                    {"id": "a", "name": "append", "arguments": {"path": "log.txt", "line": "one"}}
+                ]
+            },
+            {"content": "ok", "finish_reason": "stop"},
+        ],
+    }
+    model = ScriptedModel.from_json(script, source="append")
+    sessions, database = MemorySessions(str(tmp_path)), MemoryWorkspace()
+
+    def agent() -> Agent:
+        return Agent(
+            model,
+            [AppendTool()],
+            workspace=tmp_path,
+            read_agents_md=False,
+            session_store=sessions,
+            workspace_db=database,
+        )
+
+    monkeypatch.setattr(faults, "_crash", crash)
+    faults.configure("journal.change_applied")
+    first = agent()
+    try:
+        with pytest.raises(SimulatedCrash):
+            first.run("append")
+    finally:
+        first.close()
+        faults.configure(None)
+    session = first.last_session
+    assert session is not None and (tmp_path / "log.txt").read_text() == "one\n"
+    second = agent()
+    result = second.resume(session)
+    second.close()
+    assert result.status is RunStatus.COMPLETED
+    assert (tmp_path / "log.txt").read_text() == "one\n"  # applied exactly once
+    with sessions.open(session) as store:
+        answers = [m["content"] for m in store.state.transcript if m["role"] == "tool"]
+    assert answers == [
+        "appended to log.txt (applied) (reconciled after a crash: the change was already applied)"
+    ]

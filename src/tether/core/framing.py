@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from tether._inputs import deeper_than
+from tether.core.depth import deeper_than
 from tether.errors import SessionCorruption
 
 MISSING_HEADER = "MISSING_HEADER"

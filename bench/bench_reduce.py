@@ -3,13 +3,15 @@
 Run ``make bench`` or ``.venv/bin/python bench/bench_reduce.py [--turns N]``. All figures
 are measured in the same run, on sessions from :mod:`sessiongen`:
 
-* load — ``reduce_session(data)`` for an N-turn session against the plain baseline
-  ``for line in data.split(b"\\n")[:-1]: json.loads(line)`` (target: at most 2.0x); the
-  same loop with ``orjson.loads`` is shown for information.
+* load — ``reduce_session(data)`` (the shell's entry point, :mod:`tether._loading`: the
+  pure reducer with the cyclic collector paused) for an N-turn session against the plain
+  baseline ``for line in data.split(b"\\n")[:-1]: json.loads(line)`` (target: at most
+  2.0x); the same loop with ``orjson.loads``, and the pure ``tether.core.reduce_session``
+  (collector left running), are shown for information.
 * per-transaction — ``Reducer.check(line)`` (validate, apply, roll back) of the next
   turn's first transaction against a 10-turn state and against an N-turn state
   (target: at most 1.2x). Also shown: ``Reducer.apply`` of whole further turns.
-* memory — bytes still allocated (tracemalloc) after ``Reducer.load`` with only the
+* memory — bytes still allocated (tracemalloc) after ``load_reducer`` with only the
   reducer and its state alive; the input bytes were allocated before tracing started
   and are not counted (target: at most 3x the file size). Peak shown for information.
 
@@ -34,7 +36,9 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sessiongen
-from tether.core.reducer import Reducer, reduce_session
+from tether._loading import load_reducer, reduce_session
+from tether.core.reducer import Reducer
+from tether.core.reducer import reduce_session as pure_reduce_session
 
 LOAD_TARGET = 2.0
 APPLY_TARGET = 1.2
@@ -70,16 +74,18 @@ def bench_load(data: bytes, turns: int, repeat: int) -> float:
     best = _best_interleaved(
         {
             "tether": lambda: reduce_session(data),
+            "pure": lambda: pure_reduce_session(data),
             "json": lambda: _json_baseline(data),
             "orjson": lambda: _orjson_baseline(data),
         },
         repeat,
     )
-    tether, plain, fast = best["tether"], best["json"], best["orjson"]
+    tether, pure, plain, fast = best["tether"], best["pure"], best["json"], best["orjson"]
     ratio = tether / plain
     print(
         f"reduce.load_{turns}_turns  ratio={ratio:.2f}x  (tether {tether:.2f}s, "
-        f"json.loads {plain:.2f}s, orjson {fast:.2f}s, {len(data) / 1e6:.1f} MB, "
+        f"pure core with gc running {pure:.2f}s, json.loads {plain:.2f}s, "
+        f"orjson {fast:.2f}s, {len(data) / 1e6:.1f} MB, "
         f"{turns * sessiongen.FACTS_PER_TURN} facts)"
     )
     return ratio
@@ -148,7 +154,7 @@ def bench_apply(
 def bench_memory(data: bytes, turns: int) -> float:
     gc.collect()
     tracemalloc.start()
-    reducer = Reducer.load(data)
+    reducer = load_reducer(data)
     state = reducer.state
     gc.collect()
     current, peak = tracemalloc.get_traced_memory()
@@ -187,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     load_ratio = bench_load(data, turns, args.repeat)
-    big = Reducer.load(data)
-    small = Reducer.load(small_data)
+    big = load_reducer(data)
+    small = load_reducer(small_data)
     apply_ratio = bench_apply(small, big, args.small_turns, turns, chars, max(args.repeat, 5))
     del big, small
     memory_ratio = bench_memory(data, turns)

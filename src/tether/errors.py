@@ -56,8 +56,10 @@ class ConfigurationError(TetherError, ValueError):
 # 4 session busy, 5 corrupt session log, 6 unsupported session version, 7 ambiguous session
 # id, 8 unsafe session path, 9 write/sync failure, 10 store not usable (closed, read-only or
 # failed).
-
-import os as _os  # noqa: E402  (appended section; keeps the module head untouched)
+#
+# This module is pure, like tether.core (its import rule admits tether.errors): whatever a
+# message needs from the operating system (the text of an errno, whether a pid is this
+# process) is passed in by the shell code that raises the error.
 
 
 class SessionNotFound(TetherError, LookupError):
@@ -75,19 +77,20 @@ class SessionBusy(TetherError):
     """Another writer (another process, or this one) holds the session's lock.
 
     ``pid`` is the holder's pid when it is proven to hold the lock (this process, or a
-    process the kernel reports holding the pid record's lock), else ``None``.
+    process the kernel reports holding the pid record's lock), else ``None``;
+    ``this_process`` says that the holder is the process raising the error.
     """
 
     exit_code = 4
 
-    def __init__(self, path: str, pid: int | None) -> None:
+    def __init__(self, path: str, pid: int | None, *, this_process: bool = False) -> None:
         self.path = path
         self.pid = pid
         if pid is None:
             # Not provably the current holder: naming a pid someone might kill would be a
             # guess (see tether._stores.locking).
             holder = "another process"
-        elif pid == _os.getpid():
+        elif this_process:
             holder = f"this process (pid {pid})"
         else:
             holder = f"pid {pid}"
@@ -172,20 +175,29 @@ class UnsafeSessionPath(TetherError):
 class SessionWriteError(TetherError, OSError):
     """Writing or syncing a transaction failed; the transaction is not committed.
 
-    ``errno`` is the operating system's error. When ``failed`` is true the store could not
-    prove that file and memory agree (a sync failed, or undoing the write failed): it accepts
-    no further commits until the session is reopened.
+    ``errno`` is the operating system's error and ``strerror`` its text (``os.strerror``,
+    passed in by the raiser; ``None``: "I/O error"). When ``failed`` is true the store could
+    not prove that file and memory agree (a sync failed, or undoing the write failed): it
+    accepts no further commits until the session is reopened.
     """
 
     exit_code = 9
 
-    def __init__(self, path: str, op: str, errno_: int | None, failed: bool) -> None:
-        OSError.__init__(self, errno_, _os.strerror(errno_) if errno_ else "I/O error")
+    def __init__(
+        self,
+        path: str,
+        op: str,
+        errno_: int | None,
+        failed: bool,
+        *,
+        strerror: str | None = None,
+    ) -> None:
+        reason = strerror or "I/O error"
+        OSError.__init__(self, errno_, reason)
         self.path = path
         self.op = op
         self.failed = failed
         tail = "; store is unusable until reopened" if failed else "; nothing was committed"
-        reason = _os.strerror(errno_) if errno_ else "I/O error"
         self.args = (f"session {path}: {op} failed: {reason}{tail}",)
 
     def __str__(self) -> str:
@@ -203,9 +215,11 @@ class SessionCreateError(SessionWriteError):
 
     exit_code = 9
 
-    def __init__(self, path: str, op: str, errno_: int | None) -> None:
-        super().__init__(path, op, errno_, False)
-        reason = _os.strerror(errno_) if errno_ else "I/O error"
+    def __init__(
+        self, path: str, op: str, errno_: int | None, *, strerror: str | None = None
+    ) -> None:
+        super().__init__(path, op, errno_, False, strerror=strerror)
+        reason = strerror or "I/O error"
         self.args = (
             f"cannot create a session in {path}: {op} failed: {reason}; no session was created",
         )

@@ -21,8 +21,9 @@ from tether._cli.common import (
     resolve_sessions_dir,
 )
 from tether._inputs import MAX_SESSION_FILE_BYTES
+from tether._loading import reduce_session
 from tether._stores.file import find_session
-from tether.core import SessionCorruption, SessionState, reduce_session
+from tether.core import SessionCorruption, SessionState
 from tether.core.state import (
     CompactionOperation,
     Message,

@@ -17,7 +17,8 @@ from tether._cli.common import (
     read_input,
 )
 from tether._inputs import MAX_CURRENT_BYTES, MAX_SESSION_FILE_BYTES
-from tether.core import CurrentConfiguration, SessionState, plan_recovery, reduce_session
+from tether._loading import reduce_session
+from tether.core import CurrentConfiguration, SessionState, plan_recovery
 from tether.core.state import CompactionOperation, RunOperation
 from tether.errors import ConfigurationError
 

@@ -27,7 +27,7 @@ from rich.status import Status
 from rich.text import Text
 
 from tether._cli.common import one_line, printable
-from tether.core import reduce_session
+from tether._loading import reduce_session
 
 if TYPE_CHECKING:  # the runtime pulls in the model SDKs: import it only when an agent runs
     from tether._runtime import events

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from tether._credentials import Masker
-from tether.core.state import StopReason
+from tether.core.canonical import MAX_SAFE_INTEGER
+from tether.core.state import StopReason, Usage
 from tether.errors import MODEL_ERROR_CODES, ConfigurationError, ModelError
 
 __all__ = [
@@ -40,8 +41,6 @@ __all__ = [
     "validate_output_options",
 ]
 
-MAX_SAFE_INTEGER: Final = 9007199254740991
-"""Largest usage counter the session format admits (spec 3, 9)."""
 
 Purpose = Literal["assistant", "compaction"]
 
@@ -106,36 +105,9 @@ class ToolCallOut:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class TokenUsage:
-    """Token counters of one attempt (spec 9); all ints in ``0 .. 2**53-1``.
-
-    The four counters are disjoint: ``input`` counts only prompt tokens that were
-    neither read from nor written to the provider's cache, so ``input + cache_read +
-    cache_write`` is the whole prompt.
-    """
-
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("input", "output", "cache_read", "cache_write"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"TokenUsage.{name} must be an int")
-            if not 0 <= value <= MAX_SAFE_INTEGER:
-                raise ValueError(f"TokenUsage.{name} out of range: {value}")
-
-    def to_json(self) -> dict[str, int]:
-        """The ``usage`` object of a usage fact."""
-        return {
-            "input": self.input,
-            "output": self.output,
-            "cacheRead": self.cache_read,
-            "cacheWrite": self.cache_write,
-        }
+TokenUsage = Usage
+"""The token counters of one attempt: the core's one usage type, under the name the
+adapters have always used (:class:`tether.core.state.Usage` validates them)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,6 @@ is not asked again), failed calls with the artifact version they failed on (so
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -26,7 +25,7 @@ from tether._effects.authorization import Authorization, call_key
 from tether._project import ProjectConfig
 from tether._tools.base import Tool, ToolResult
 from tether._wsdb.protocol import WorkspaceDB
-from tether.core.canonical import canonical_json, sha256_digest
+from tether.core.canonical import arguments_digest
 from tether.core.gate import (
     CompletionCheck,
     CompletionStatus,
@@ -43,7 +42,7 @@ from tether.core.policy import (
 )
 from tether.core.state import Replay, SessionState
 from tether.core.stops import FailedCall, StopError, describe_call, repeated_failure
-from tether.errors import ArtifactError, CanonicalizationError
+from tether.errors import ArtifactError
 
 __all__ = [
     "AUTHORIZED",
@@ -100,16 +99,6 @@ def is_failure(result: ToolResult) -> bool:
     reports that as a successful call with ``exit_code`` in its metadata)."""
     code = result.metadata.get("exit_code")
     return result.is_error or (isinstance(code, int) and code != 0)
-
-
-def arguments_digest(arguments: Mapping[str, Any]) -> str:
-    """The canonical digest of a call's arguments: same arguments, same digest, whatever
-    the order of members at any depth (``10`` and ``10.0`` are the same number)."""
-    try:
-        return sha256_digest(canonical_json(dict(arguments), allow_scalars=True))
-    except CanonicalizationError:  # e.g. a non-finite number: a stable, sorted fallback
-        text = json.dumps(arguments, sort_keys=True, default=repr, allow_nan=True)
-        return sha256_digest(text.encode("utf-8", "surrogatepass"))
 
 
 def call_summary(tool: Tool, arguments: Mapping[str, Any]) -> str:

@@ -37,6 +37,7 @@ import orjson
 from tether import _faults as faults
 from tether._dirs import DirectoryError, ignore_in_git, make_directories, sync_directory
 from tether._ids import new_uuid7
+from tether._loading import load_reducer
 from tether._stores.locking import LOCK_SUFFIX, WriterLock, record_locked
 from tether._stores.protocol import SessionStoreProtocol
 from tether._stores.sidecar import FileSidecar, sidecar_path
@@ -109,6 +110,12 @@ _HEADER_PROBE = 64 * 1024
 _O_CLOEXEC = os.O_CLOEXEC
 _O_NOFOLLOW = os.O_NOFOLLOW
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+
+def _strerror(errno_: int | None) -> str | None:
+    """The text of ``errno_`` for a store error's message (``tether.errors`` is pure and
+    cannot ask the operating system itself)."""
+    return os.strerror(errno_) if errno_ else None
 
 
 def _now_ms() -> int:
@@ -407,7 +414,7 @@ def _summarize(sdir: Path, dir_fd: int, name: str) -> SessionSummary | None:
     last_lf = data.rfind(b"\n")
     committed = data[: last_lf + 1]
     try:
-        state = Reducer.load(committed).state
+        state = load_reducer(committed).state
     except SessionCorruption as exc:
         return SessionSummary(
             id=_id_of(sdir, name) or fallback_id,
@@ -565,7 +572,10 @@ class SessionStore:
             dir_fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)
         except OSError as exc:
             raise SessionCreateError(
-                str(sdir), "open of the sessions directory", exc.errno
+                str(sdir),
+                "open of the sessions directory",
+                exc.errno,
+                strerror=_strerror(exc.errno),
             ) from exc
         fd = -1
         lock: WriterLock | None = None
@@ -602,7 +612,9 @@ class SessionStore:
         except OSError as exc:
             # A full disk, an I/O error, …: the store's write error, and nothing half-made.
             _undo_create(dir_fd, fd, lock, temp, name if linked else None)
-            raise SessionCreateError(str(sdir), step, exc.errno) from exc
+            raise SessionCreateError(
+                str(sdir), step, exc.errno, strerror=_strerror(exc.errno)
+            ) from exc
         except BaseException:
             _undo_create(dir_fd, fd, lock, temp, name if linked else None)
             raise
@@ -644,13 +656,19 @@ class SessionStore:
         try:
             directory, name = _resolve(sdir, path_or_id)
         except OSError as exc:  # e.g. the sessions directory cannot be listed
-            raise SessionWriteError(str(sdir), "lookup", exc.errno, False) from exc
+            raise SessionWriteError(
+                str(sdir), "lookup", exc.errno, False, strerror=_strerror(exc.errno)
+            ) from exc
         path = directory / name
         try:
             dir_fd = _open_dir(directory, query=str(path_or_id))
         except OSError as exc:
             raise SessionWriteError(
-                str(path), "open of the sessions directory", exc.errno, False
+                str(path),
+                "open of the sessions directory",
+                exc.errno,
+                False,
+                strerror=_strerror(exc.errno),
             ) from exc
         fd = -1
         lock: WriterLock | None = None
@@ -666,7 +684,7 @@ class SessionStore:
             data = _read_all(fd)
             length = data.rfind(b"\n") + 1
             try:
-                reducer = Reducer.load(data[:length] if length < len(data) else data)
+                reducer = load_reducer(data[:length] if length < len(data) else data)
             except SessionCorruption as exc:
                 raise CorruptSession.wrap(str(path), exc) from None
             torn = len(data) - length
@@ -681,10 +699,18 @@ class SessionStore:
                     _fsync_dir(dir_fd)
                     _sync_owned_parents(directory, default_layout=sessions_dir is None)
             except DirectoryError as exc:
-                raise SessionWriteError(str(path), f"{exc.op} {exc.path}", exc.errno, True) from exc
+                raise SessionWriteError(
+                    str(path),
+                    f"{exc.op} {exc.path}",
+                    exc.errno,
+                    True,
+                    strerror=_strerror(exc.errno),
+                ) from exc
             except OSError as exc:
                 op = "repair" if torn else "fdatasync"
-                raise SessionWriteError(str(path), op, exc.errno, True) from exc
+                raise SessionWriteError(
+                    str(path), op, exc.errno, True, strerror=_strerror(exc.errno)
+                ) from exc
         except BaseException as exc:
             if lock is not None:
                 lock.release()
@@ -693,7 +719,9 @@ class SessionStore:
             os.close(dir_fd)
             if isinstance(exc, OSError) and not isinstance(exc, TetherError):
                 # Permission, I/O error, no locks available, …: a store error, not a crash.
-                raise SessionWriteError(str(path), step, exc.errno, False) from exc
+                raise SessionWriteError(
+                    str(path), step, exc.errno, False, strerror=_strerror(exc.errno)
+                ) from exc
             raise
         return cls(
             path=path,
@@ -737,7 +765,7 @@ class SessionStore:
             os.close(dir_fd)
         length = data.rfind(b"\n") + 1
         try:
-            reducer = Reducer.load(data[:length] if length < len(data) else data)
+            reducer = load_reducer(data[:length] if length < len(data) else data)
         except SessionCorruption as exc:
             raise CorruptSession.wrap(str(path), exc) from None
         store = cls(
@@ -857,7 +885,9 @@ class SessionStore:
                 f"an earlier {op} failed ({os.strerror(exc.errno) if exc.errno else exc}); "
                 "close and reopen the session"
             )
-        raise SessionWriteError(str(self.path), op, exc.errno, failed) from exc
+        raise SessionWriteError(
+            str(self.path), op, exc.errno, failed, strerror=_strerror(exc.errno)
+        ) from exc
 
     def _undo_quietly(self, pending: PendingTransaction) -> None:
         """Undo after a non-I/O exception (e.g. ``KeyboardInterrupt``) mid-commit."""
@@ -991,7 +1021,9 @@ def _make_dirs(sessions_dir: Path, *, default_layout: bool, durable: bool) -> No
         if durable:
             _sync_owned_parents(sessions_dir, default_layout=default_layout, done=created)
     except DirectoryError as exc:
-        raise SessionCreateError(str(sessions_dir), f"{exc.op} {exc.path}", exc.errno) from exc
+        raise SessionCreateError(
+            str(sessions_dir), f"{exc.op} {exc.path}", exc.errno, strerror=_strerror(exc.errno)
+        ) from exc
 
 
 def _sync_owned_parents(

@@ -89,11 +89,12 @@ class WriterLock:
         key = (st.st_dev, st.st_ino)
         with _registry_lock:
             if key in _held:
-                raise SessionBusy(display_path, os.getpid())
+                raise SessionBusy(display_path, os.getpid(), this_process=True)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise SessionBusy(display_path, holder_pid(dir_fd, name, key)) from None
+                pid = holder_pid(dir_fd, name, key)
+                raise SessionBusy(display_path, pid, this_process=pid == os.getpid()) from None
             _held.add(key)
         lock = cls(fd, dir_fd, name, key)
         if faults.ARMED:

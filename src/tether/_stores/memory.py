@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
+from tether._loading import load_reducer
 from tether._ids import new_uuid7
 from tether._stores.transaction import encode_header, encode_transaction
 from tether.core.reducer import Reducer
@@ -103,7 +104,7 @@ class MemorySessions:
             data = bytes(log)
             self._writers.add(session)
         try:
-            reducer = Reducer.load(data)
+            reducer = load_reducer(data)
         except SessionCorruption as exc:
             self._release(session)
             raise CorruptSession.wrap(f"{MEMORY_ROOT}/{session}.jsonl", exc) from None

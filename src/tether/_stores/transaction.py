@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from tether._loading import load_reducer
 from tether.core import facts as fact_kinds
 from tether.core.reducer import Reducer
 from tether.errors import FactRejected, SessionCorruption
@@ -48,7 +49,7 @@ def encode_header(
         raise FactRejected("INVALID_HEADER", 1, None, str(exc)) from None
     data = line + b"\n"
     try:
-        reducer = Reducer.load(data)
+        reducer = load_reducer(data)
     except SessionCorruption as exc:
         raise FactRejected(exc.code, exc.line, exc.seq, exc.detail) from None
     return data, reducer

@@ -16,17 +16,20 @@ Everything here is pure: no I/O, clock, environment, randomness or mutable globa
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from tether.errors import CanonicalizationError
 
 __all__ = [
+    "MAX_SAFE_INTEGER",
     "SourceDigestBuilder",
+    "arguments_digest",
     "canonical_json",
     "configuration_digest",
     "output_options_digest",
@@ -50,7 +53,11 @@ _ESCAPES: dict[str, str] = {
 _ESCAPES.update({chr(c): f"\\u{c:04x}" for c in range(0x20) if chr(c) not in _ESCAPES})
 _NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f]')
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_MAX_SAFE_INTEGER = 2**53 - 1
+
+MAX_SAFE_INTEGER: Final = 2**53 - 1
+"""The largest integer every JSON reader represents exactly (spec 3): the bound of every
+integer of the session format (``seq``, timestamps, ``toolIndex``, usage counters) and of
+the integers canonical JSON admits. The one constant of this value in tether."""
 
 
 class _Reject(Exception):
@@ -76,7 +83,7 @@ def _utf16_units(name: str) -> bytes:
 def _number(value: int | float) -> str:
     """RFC 8785 number: ECMAScript ``Number.prototype.toString``."""
     if isinstance(value, int):
-        if abs(value) > _MAX_SAFE_INTEGER:
+        if abs(value) > MAX_SAFE_INTEGER:
             raise _Reject(f"integer {value} is outside the safe range ±(2**53-1)")
         return str(value)
     if not math.isfinite(value):
@@ -234,6 +241,24 @@ def canonical_json(value: Any, *, allow_scalars: bool = False) -> bytes:
 def sha256_digest(data: bytes) -> str:
     """``"sha256:"`` + lower-case hex SHA-256 of ``data``."""
     return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def arguments_digest(arguments: Mapping[str, Any]) -> str:
+    """The digest of a tool call's arguments: same arguments, same digest, whatever the
+    order of members at any depth (``10`` and ``10.0`` are the same number).
+
+    The one arguments digest of tether: the action journal, authorizations and the tool
+    failures that feed the stop conditions all record it (each next to the tool's name,
+    which is not part of it). ``sha256`` of the canonical JSON of ``arguments``; for
+    arguments canonical JSON does not admit (an integer beyond :data:`MAX_SAFE_INTEGER`;
+    a non-finite number, which parsed tool-call arguments never hold) the digest of a
+    stable, sorted ``json.dumps`` of the same value.
+    """
+    try:
+        return sha256_digest(canonical_json(dict(arguments), allow_scalars=True))
+    except CanonicalizationError:  # a stable, sorted fallback
+        text = json.dumps(arguments, sort_keys=True, default=repr, allow_nan=True)
+        return sha256_digest(text.encode("utf-8", "surrogatepass"))
 
 
 def configuration_digest(snapshot: Mapping[str, Any]) -> str:

@@ -125,6 +125,18 @@ TOOL_MESSAGE: Final = frozenset({"role", "content", "tool_call_id"})
 TOOL_CALL: Final = frozenset({"id", "type", "function"})
 FUNCTION: Final = frozenset({"name", "arguments"})
 
+# Closed value sets of enumerated members, read by the reducer as ``value in SET`` (after
+# checking that the value is a string); the constructors below spell these values.
+
+PRE_EXECUTION_REASONS: Final = frozenset(
+    {"invalidArguments", "unknownTool", "truncated", "aborted"}
+)
+"""``result.reason`` of a pre-execution synthetic result (7.4); see :data:`PreExecutionReason`."""
+ABORT_PHASES: Final = frozenset({"model", "tool", "compact"})
+"""``abortRequested.phase`` (8.6)."""
+OUTCOMES: Final = frozenset({"completed", "aborted", "failed"})
+"""``operationFinished.outcome`` (8.7)."""
+
 ErrorValue = Mapping[str, str]
 """``{"code": text, "message": text}`` (spec 8.4, 8.7)."""
 

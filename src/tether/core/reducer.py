@@ -10,22 +10,68 @@ open calls, and the compaction source digest is kept as a running hash.
 
 The checks follow the ordered checklists of spec section 13 to the letter; the
 first failing check decides the error code.
+
+Pure, like all of :mod:`tether.core`: in particular it leaves the garbage collector alone.
+Loading a whole log is faster with the cyclic collector paused; the shell's entry points
+(:mod:`tether._loading`, used by the stores, the CLI and the public ``tether`` API) wrap
+:meth:`Reducer.load` with that pause.
 """
 
 from __future__ import annotations
 
-import gc
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NoReturn, TypeVar
 
 import orjson
 
 from tether.core import framing
-from tether.core.canonical import SourceDigestBuilder, configuration_digest, source_digest
+from tether.core.canonical import (
+    MAX_SAFE_INTEGER,
+    SourceDigestBuilder,
+    configuration_digest,
+    source_digest,
+)
 from tether.core.contents import SYNTHETIC_CONTENT, is_blank
+
+# The closed member sets of the spec's *closed*(S) checks, written ``S.issuperset(obj)``
+# (the object has no member outside S), and the closed value sets: each fact shape is
+# spelled once, in tether.core.facts, next to the constructors the shell writes facts with.
+# Imported by name so that every check is one global lookup, as fast as a local constant.
+from tether.core.facts import (
+    ABORT_PHASES,
+    ABORT_REQUESTED,
+    ASSISTANT_ENTRY,
+    ASSISTANT_MESSAGE,
+    COMPACTION_ENTRY,
+    COMPACTION_STARTED,
+    ENTRY_FACT,
+    ERROR,
+    FUNCTION,
+    HEADER,
+    OPERATION_FINISHED,
+    OUTCOMES,
+    PRE_EXECUTION_REASONS,
+    PRE_TOOL_ENTRY,
+    RECORD_FACT,
+    RESULT,
+    RUN_STARTED,
+    SNAPSHOT,
+    SNAPSHOT_TOOL,
+    STARTED_TOOL_ENTRY,
+    STEP_ATTEMPT,
+    STEP_FAILED,
+    TAIL_ITEM,
+    TOOL_CALL,
+    TOOL_MESSAGE,
+    TOOL_STARTED,
+    USAGE,
+    USAGE_COUNTERS,
+    USAGE_FACT,
+    USER_ENTRY,
+    USER_MESSAGE,
+)
 from tether.core.state import (
     IDLE,
     CompactionOperation,
@@ -51,8 +97,6 @@ from tether.errors import CanonicalizationError, SessionCorruption
 
 __all__ = ["PendingTransaction", "Reducer", "reduce_session"]
 
-MAX_SAFE = 9007199254740991
-
 _T = TypeVar("_T")
 
 INVALID_HEADER = "INVALID_HEADER"
@@ -69,98 +113,6 @@ _ID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _ID_MATCH = _ID_RE.fullmatch
 
-# Member sets for the spec's *closed*(S) checks, written ``S.issuperset(obj)``: the
-# object has no member outside S.
-_HEADER_MEMBERS = frozenset(
-    {"kind", "version", "id", "createdAt", "cwd", "provider", "model", "environmentIdentity"}
-)
-_ENTRY_FACT = frozenset({"kind", "seq", "id", "timestamp", "entry"})
-_RECORD_FACT = frozenset({"kind", "seq", "id", "timestamp", "record"})
-_USAGE_FACT = frozenset(
-    {"kind", "seq", "id", "timestamp", "operationId", "attemptId", "toolStartedId", "usage"}
-)
-_USER_ENTRY = frozenset({"type", "message"})
-_ASSISTANT_ENTRY = frozenset({"type", "stepId", "attemptId", "stopReason", "message"})
-_PRE_TOOL_ENTRY = frozenset(
-    {"type", "stepId", "assistantEntryId", "toolIndex", "message", "toolName", "result"}
-)
-_STARTED_TOOL_ENTRY = frozenset(
-    {"type", "stepId", "message", "toolName", "toolStartedId", "result"}
-)
-_COMPACTION_ENTRY = frozenset(
-    {"type", "operationId", "summary", "compactedThroughEntryId", "retainedTail"}
-)
-_RESULT = frozenset({"type", "reason"})
-_TAIL_ITEM = frozenset({"sourceEntryId", "message"})
-_RUN_STARTED = frozenset({"type", "operationId", "operationKind", "inputEntryId"})
-_COMPACTION_STARTED = frozenset(
-    {
-        "type",
-        "operationId",
-        "operationKind",
-        "inputThroughEntryId",
-        "resultEntryId",
-        "compactedEntryIds",
-        "retainedEntryIds",
-        "sourceDigest",
-    }
-)
-_STEP_ATTEMPT = frozenset(
-    {
-        "type",
-        "operationId",
-        "stepId",
-        "attemptId",
-        "stepKind",
-        "attempt",
-        "contextThroughEntryId",
-        "configurationSnapshot",
-        "configurationDigest",
-    }
-)
-_STEP_FAILED = frozenset({"type", "operationId", "stepId", "attemptId", "error"})
-_TOOL_STARTED = frozenset(
-    {
-        "type",
-        "operationId",
-        "stepId",
-        "assistantEntryId",
-        "toolIndex",
-        "toolCallId",
-        "toolName",
-        "arguments",
-        "replay",
-        "replayKey",
-        "environmentIdentity",
-        "resultEntryId",
-    }
-)
-_ABORT_REQUESTED = frozenset(
-    {"type", "operationId", "operationKind", "phase", "toolCallId", "reason"}
-)
-_OPERATION_FINISHED = frozenset(
-    {"type", "operationId", "operationKind", "outcome", "completion", "finalEntryId", "error"}
-)
-_ERROR = frozenset({"code", "message"})
-_SNAPSHOT = frozenset(
-    {
-        "model",
-        "systemPromptDigest",
-        "tools",
-        "adapterIdentity",
-        "routingIdentity",
-        "outputOptionsDigest",
-    }
-)
-_SNAPSHOT_TOOL = frozenset({"name", "definitionDigest"})
-_USAGE = frozenset({"input", "output", "cacheRead", "cacheWrite"})
-_USAGE_COUNTERS = ("input", "output", "cacheRead", "cacheWrite")
-_USER_MESSAGE = frozenset({"role", "content"})
-_ASSISTANT_MESSAGE = frozenset({"role", "content", "tool_calls"})
-_TOOL_MESSAGE = frozenset({"role", "content", "tool_call_id"})
-_TOOL_CALL = frozenset({"id", "type", "function"})
-_FUNCTION = frozenset({"name", "arguments"})
-_PRE_REASONS = frozenset({"invalidArguments", "unknownTool", "truncated", "aborted"})
 _STOP_REASONS = {
     "stop": StopReason.STOP,
     "toolUse": StopReason.TOOL_USE,
@@ -168,8 +120,6 @@ _STOP_REASONS = {
 }
 _REPLAYS = {"safe": Replay.SAFE, "never": Replay.NEVER}
 _STEP_KINDS = {"assistant": StepKind.ASSISTANT, "compaction": StepKind.COMPACTION}
-_PHASES = frozenset({"model", "tool", "compact"})
-_OUTCOMES = frozenset({"completed", "aborted", "failed"})
 
 # What an ID of the namespace (spec 3) is used as, in Reducer._ids: an accepted fact
 # ID, or a reserved ID with the purpose of its reservation. An ID is never both: only
@@ -220,32 +170,11 @@ def _is_digest(value: Any) -> bool:
 
 
 def _is_int(value: Any) -> bool:
-    return type(value) is int and 0 <= value <= MAX_SAFE
+    return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
 
 
 def _is_text(value: Any) -> bool:
     return type(value) is str and len(value) > 0
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a whole log is folded in.
-
-    Loading allocates a few long-lived container objects per fact and frees the
-    parsed JSON right away; the generational collector would repeatedly traverse the
-    growing state (10-15% of the load time of a large log) only to find nothing,
-    because the reducer creates no reference cycles outside an open transaction.
-    Reference counting still frees everything as usual. The previous setting is
-    restored.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 _UndoLog = list[tuple[Callable[..., object], tuple[Any, ...]]]
@@ -465,9 +394,8 @@ class Reducer:
         try:
             reducer = cls.from_header_line(next(lines))
             apply = reducer._apply_unchecked
-            with _gc_paused():
-                for raw in lines:
-                    apply(raw)
+            for raw in lines:
+                apply(raw)
         except Exception:
             error = framing.utf8_error(data, end)
             if error is not None:
@@ -667,7 +595,7 @@ class Reducer:
         if type(fact) is not dict:
             raise _Invalid(INVALID_FACT, None)
         seq: Any = fact.get("seq")
-        if type(seq) is not int or not 1 <= seq <= MAX_SAFE:
+        if type(seq) is not int or not 1 <= seq <= MAX_SAFE_INTEGER:
             raise _Invalid(INVALID_FACT, None)
         if seq != self._next_seq:
             raise _Invalid(SEQ_MISMATCH, seq)
@@ -675,7 +603,7 @@ class Reducer:
         if type(fact_id) is not str or len(fact_id) != 36 or _ID_MATCH(fact_id) is None:
             raise _Invalid(INVALID_FACT, seq)
         timestamp: Any = fact.get("timestamp")
-        if type(timestamp) is not int or not 0 <= timestamp <= MAX_SAFE:
+        if type(timestamp) is not int or not 0 <= timestamp <= MAX_SAFE_INTEGER:
             raise _Invalid(INVALID_FACT, seq)
         ids = self._ids
         if ids.get(fact_id) == _FACT_ID:
@@ -722,7 +650,7 @@ class Reducer:
     # ------------------------------------------------------------------ entries (13.2)
 
     def _entry_fact(self, fact: Any, fact_id: str, seq: int) -> None:
-        if not _ENTRY_FACT.issuperset(fact):
+        if not ENTRY_FACT.issuperset(fact):
             raise _Invalid(INVALID_FACT, seq)
         entry = fact.get("entry")
         if type(entry) is not dict:
@@ -744,7 +672,7 @@ class Reducer:
         if role == "user":
             if fact_id in self._ids:  # reserved: _fact has ruled out fact IDs
                 raise _Invalid(DUPLICATE_ID, seq)
-            if not _USER_ENTRY.issuperset(entry):
+            if not USER_ENTRY.issuperset(entry):
                 raise _Invalid(INVALID_FACT, seq)
             self._accept_message(fact_id, _Entry("user", len(self._transcript), message))
         elif role == "assistant":
@@ -774,7 +702,7 @@ class Reducer:
     def _assistant_entry(self, entry: Any, message: Any, fact_id: str, seq: int) -> None:
         if fact_id in self._ids:  # reserved: _fact has ruled out fact IDs
             raise _Invalid(DUPLICATE_ID, seq)
-        if not _ASSISTANT_ENTRY.issuperset(entry):
+        if not ASSISTANT_ENTRY.issuperset(entry):
             raise _Invalid(INVALID_FACT, seq)
         step_id = entry.get("stepId")
         attempt_id = entry.get("attemptId")
@@ -812,16 +740,16 @@ class Reducer:
         if not _is_id(entry.get("stepId")):
             raise _Invalid(INVALID_FACT, seq)
         result = entry.get("result")
-        if type(result) is not dict or not _RESULT.issuperset(result):
+        if type(result) is not dict or not RESULT.issuperset(result):
             raise _Invalid(INVALID_FACT, seq)
         if not _is_text(entry.get("toolName")):
             raise _Invalid(INVALID_FACT, seq)
 
     def _pre_execution_result(self, entry: Any, message: Any, fact_id: str, seq: int) -> None:
-        self._result_common(entry, _PRE_TOOL_ENTRY, seq)
+        self._result_common(entry, PRE_TOOL_ENTRY, seq)
         result = entry["result"]
         reason = result.get("reason")
-        if result.get("type") != "synthetic" or not _one_of(reason, _PRE_REASONS):
+        if result.get("type") != "synthetic" or not _one_of(reason, PRE_EXECUTION_REASONS):
             raise _Invalid(INVALID_FACT, seq)
         assistant_id = entry.get("assistantEntryId")
         index = entry.get("toolIndex")
@@ -863,7 +791,7 @@ class Reducer:
         target.used_calls |= 1 << index
 
     def _started_result(self, entry: Any, message: Any, fact_id: str, seq: int) -> None:
-        self._result_common(entry, _STARTED_TOOL_ENTRY, seq)
+        self._result_common(entry, STARTED_TOOL_ENTRY, seq)
         if self._ids.get(fact_id) != _RESERVED_TOOL_RESULT:
             raise _Invalid(INVALID_REFERENCE, seq)
         result = entry["result"]
@@ -911,7 +839,7 @@ class Reducer:
     def _compaction_entry(self, entry: Any, fact_id: str, seq: int) -> None:
         if self._ids.get(fact_id) != _RESERVED_COMPACTION_RESULT:
             raise _Invalid(INVALID_REFERENCE, seq)
-        if not _COMPACTION_ENTRY.issuperset(entry):
+        if not COMPACTION_ENTRY.issuperset(entry):
             raise _Invalid(INVALID_FACT, seq)
         op = self._lookup(entry.get("operationId"), seq)
         if op.kind != "compaction" or op is not self._active:
@@ -935,7 +863,7 @@ class Reducer:
         expected = self._transcript_ids[start : _messages_through(input_entry)]
         retained: list[Message] = []
         for position, item in enumerate(tail):
-            if type(item) is not dict or not _TAIL_ITEM.issuperset(item):
+            if type(item) is not dict or not TAIL_ITEM.issuperset(item):
                 raise _Invalid(INVALID_FACT, seq)
             if not _is_id(item.get("sourceEntryId")):
                 raise _Invalid(INVALID_FACT, seq)
@@ -966,7 +894,7 @@ class Reducer:
     # ------------------------------------------------------------------ records (13.4)
 
     def _record_fact(self, fact: Any, fact_id: str, seq: int) -> None:
-        if not _RECORD_FACT.issuperset(fact):
+        if not RECORD_FACT.issuperset(fact):
             raise _Invalid(INVALID_FACT, seq)
         record: Any = fact.get("record")
         if type(record) is not dict:
@@ -978,7 +906,7 @@ class Reducer:
         handler(self, record, fact_id, seq)
 
     def _run_started(self, record: Any, fact_id: str, seq: int) -> None:
-        if not _RUN_STARTED.issuperset(record):
+        if not RUN_STARTED.issuperset(record):
             raise _Invalid(INVALID_FACT, seq)
         if record.get("operationKind") != "run" or self._active is not None:
             raise _Invalid(INVALID_TRANSITION, seq)
@@ -998,7 +926,7 @@ class Reducer:
         self._active = op
 
     def _compaction_started(self, record: Any, fact_id: str, seq: int) -> None:
-        if not _COMPACTION_STARTED.issuperset(record):
+        if not COMPACTION_STARTED.issuperset(record):
             raise _Invalid(INVALID_FACT, seq)
         if record.get("operationKind") != "compaction" or self._active is not None:
             raise _Invalid(INVALID_TRANSITION, seq)
@@ -1043,7 +971,7 @@ class Reducer:
         return source.digest()
 
     def _step_attempt(self, record: Any, fact_id: str, seq: int) -> None:
-        if not _STEP_ATTEMPT.issuperset(record):
+        if not STEP_ATTEMPT.issuperset(record):
             raise _Invalid(INVALID_FACT, seq)
         op = self._lookup(record.get("operationId"), seq)
         number = record.get("attempt")
@@ -1131,7 +1059,7 @@ class Reducer:
             self._step_count += 1
 
     def _step_failed(self, record: Any, fact_id: str, seq: int) -> None:
-        if not _STEP_FAILED.issuperset(record):
+        if not STEP_FAILED.issuperset(record):
             raise _Invalid(INVALID_FACT, seq)
         op = self._lookup(record.get("operationId"), seq)
         attempt_id = record.get("attemptId")
@@ -1151,7 +1079,7 @@ class Reducer:
         self._setattr(attempt, "failed", True)
 
     def _tool_started(self, record: Any, fact_id: str, seq: int) -> None:
-        if not _TOOL_STARTED.issuperset(record):
+        if not TOOL_STARTED.issuperset(record):
             raise _Invalid(INVALID_FACT, seq)
         op = self._lookup(record.get("operationId"), seq)
         if op.kind != "run" or op is not self._active:
@@ -1217,13 +1145,13 @@ class Reducer:
             undo.append((op.tools.pop, ()))
 
     def _abort_requested(self, record: Any, fact_id: str, seq: int) -> None:
-        if not _ABORT_REQUESTED.issuperset(record):
+        if not ABORT_REQUESTED.issuperset(record):
             raise _Invalid(INVALID_FACT, seq)
         op = self._lookup(record.get("operationId"), seq)
         if record.get("operationKind") != op.kind or record.get("reason") != "escape":
             raise _Invalid(INVALID_TRANSITION, seq)
         phase = record.get("phase")
-        if not _one_of(phase, _PHASES):
+        if not _one_of(phase, ABORT_PHASES):
             raise _Invalid(INVALID_FACT, seq)
         has_call = type(record.get("toolCallId")) is str
         if (phase == "tool") != has_call or (phase != "tool" and "toolCallId" in record):
@@ -1233,11 +1161,11 @@ class Reducer:
         self._setattr(op, "abort_requested", True)
 
     def _operation_finished(self, record: Any, fact_id: str, seq: int) -> None:
-        if not _OPERATION_FINISHED.issuperset(record):
+        if not OPERATION_FINISHED.issuperset(record):
             raise _Invalid(INVALID_FACT, seq)
         op = self._lookup(record.get("operationId"), seq)
         outcome = record.get("outcome")
-        if record.get("operationKind") != op.kind or not _one_of(outcome, _OUTCOMES):
+        if record.get("operationKind") != op.kind or not _one_of(outcome, OUTCOMES):
             raise _Invalid(INVALID_TRANSITION, seq)
         if op is not self._active:
             raise _Invalid(INVALID_TRANSITION, seq)
@@ -1328,7 +1256,7 @@ class Reducer:
     # ------------------------------------------------------------------ usage (13.5)
 
     def _usage_fact(self, fact: Any, seq: int) -> None:
-        if not _USAGE_FACT.issuperset(fact):
+        if not USAGE_FACT.issuperset(fact):
             raise _Invalid(INVALID_FACT, seq)
         op_id = fact.get("operationId")
         if _find(self._operations, op_id, seq) is None:
@@ -1345,12 +1273,12 @@ class Reducer:
         if owner is None or owner.operation_id != op_id:
             raise _Invalid(INVALID_REFERENCE, seq)
         usage = fact.get("usage")
-        if type(usage) is not dict or not _USAGE.issuperset(usage):
+        if type(usage) is not dict or not USAGE.issuperset(usage):
             raise _Invalid(INVALID_FACT, seq)
         totals = []
-        for total, name in zip(self._usage, _USAGE_COUNTERS, strict=True):
+        for total, name in zip(self._usage, USAGE_COUNTERS, strict=True):
             value: Any = usage.get(name)
-            if type(value) is not int or value < 0 or total + value > MAX_SAFE:
+            if type(value) is not int or value < 0 or total + value > MAX_SAFE_INTEGER:
                 raise _Invalid(INVALID_FACT, seq)
             totals.append(total + value)
         self._usage = totals
@@ -1463,7 +1391,7 @@ def _fail_header(code: str = INVALID_HEADER) -> NoReturn:
 
 def _parse_header(value: Any) -> Header:
     """Header rules of spec section 4, in the table's order."""
-    if type(value) is not dict or not _HEADER_MEMBERS.issuperset(value):
+    if type(value) is not dict or not HEADER.issuperset(value):
         _fail_header()
     if value.get("kind") != "header":
         _fail_header()
@@ -1492,12 +1420,12 @@ def _message_error(message: Any) -> str | None:
     role = message.get("role")
     content = message.get("content")
     if role == "user":
-        if not _USER_MESSAGE.issuperset(message) or not _is_text(content):
+        if not USER_MESSAGE.issuperset(message) or not _is_text(content):
             return INVALID_FACT
         return None
     if role == "tool":
         if (
-            not _TOOL_MESSAGE.issuperset(message)
+            not TOOL_MESSAGE.issuperset(message)
             or type(content) is not str
             or not _is_text(message.get("tool_call_id"))
         ):
@@ -1505,7 +1433,7 @@ def _message_error(message: Any) -> str | None:
         return None
     if role != "assistant":
         return INVALID_FACT
-    if not _ASSISTANT_MESSAGE.issuperset(message) or "content" not in message:
+    if not ASSISTANT_MESSAGE.issuperset(message) or "content" not in message:
         return INVALID_FACT
     if content is not None and type(content) is not str:
         return INVALID_FACT
@@ -1515,14 +1443,14 @@ def _message_error(message: Any) -> str | None:
     if type(calls) is not list or not calls:
         return INVALID_FACT
     for call in calls:
-        if type(call) is not dict or not _TOOL_CALL.issuperset(call):
+        if type(call) is not dict or not TOOL_CALL.issuperset(call):
             return INVALID_FACT
         function = call.get("function")
         if (
             not _is_text(call.get("id"))
             or call.get("type") != "function"
             or type(function) is not dict
-            or not _FUNCTION.issuperset(function)
+            or not FUNCTION.issuperset(function)
             or not _is_text(function.get("name"))
             or type(function.get("arguments")) is not str
         ):
@@ -1570,7 +1498,7 @@ def _messages_through(entry: _Entry) -> int:
 def _valid_error(error: Any) -> bool:
     return (
         type(error) is dict
-        and _ERROR.issuperset(error)
+        and ERROR.issuperset(error)
         and _is_text(error.get("code"))
         and _is_text(error.get("message"))
     )
@@ -1578,7 +1506,7 @@ def _valid_error(error: Any) -> bool:
 
 def _valid_snapshot(snapshot: Any) -> bool:
     """Spec 10.2: six members, all required, no others."""
-    if type(snapshot) is not dict or len(snapshot) != 6 or not _SNAPSHOT.issuperset(snapshot):
+    if type(snapshot) is not dict or len(snapshot) != 6 or not SNAPSHOT.issuperset(snapshot):
         return False
     if not (
         _is_text(snapshot["model"])
@@ -1593,7 +1521,7 @@ def _valid_snapshot(snapshot: Any) -> bool:
         return False
     names: set[str] = set()
     for tool in tools:
-        if type(tool) is not dict or len(tool) != 2 or not _SNAPSHOT_TOOL.issuperset(tool):
+        if type(tool) is not dict or len(tool) != 2 or not SNAPSHOT_TOOL.issuperset(tool):
             return False
         name = tool["name"]
         if not _is_text(name) or not _is_digest(tool["definitionDigest"]) or name in names:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, Literal, TypeVar, overload
 
+from tether.core.canonical import MAX_SAFE_INTEGER
+
 Message = Mapping[str, Any]
 """A normalized provider message (spec 6.2), read-only by convention."""
 
@@ -323,14 +325,44 @@ Operation = IdleOperation | RunOperation | CompactionOperation
 IDLE = IdleOperation()
 
 
+_USAGE_COUNTERS = ("input", "output", "cache_read", "cache_write")
+
+
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """Token counters (spec 9): of one attempt as a model adapter reports them, or summed
+    over a session by the reducer; all ints in ``0 .. MAX_SAFE_INTEGER``. The one usage
+    type of tether (``tether._models.TokenUsage`` is this class).
+
+    The four counters are disjoint: ``input`` counts only prompt tokens that were
+    neither read from nor written to the provider's cache, so ``input + cache_read +
+    cache_write`` is the whole prompt.
+    """
+
     input: int = 0
     output: int = 0
     cache_read: int = 0
     cache_write: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def __post_init__(self) -> None:
+        # The reducer makes one per state snapshot: the common case is one cheap test per
+        # counter; anything unusual (an int subclass, a bool, out of range) is looked at
+        # closely by _check.
+        for value in (self.input, self.output, self.cache_read, self.cache_write):
+            if type(value) is not int or not 0 <= value <= MAX_SAFE_INTEGER:
+                self._check()
+                return
+
+    def _check(self) -> None:
+        for name in _USAGE_COUNTERS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"Usage.{name} must be an int")
+            if not 0 <= value <= MAX_SAFE_INTEGER:
+                raise ValueError(f"Usage.{name} out of range: {value}")
+
+    def to_json(self) -> dict[str, int]:
+        """The ``usage`` object of a usage fact (and of the serialized state)."""
         return {
             "input": self.input,
             "output": self.output,

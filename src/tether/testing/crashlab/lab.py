@@ -264,8 +264,8 @@ def lab_report(root: Path | None = None) -> LabReport:
             "`tether lab publish-report --reset --crash-at after_effect`"
         )
     from tether._effects.review import ReviewStore
+    from tether._loading import reduce_session
     from tether._wsdb.sqlite import EffectsDB
-    from tether.core import reduce_session
     from tether.testing.ledger import ReportLedger
 
     report = LabReport()

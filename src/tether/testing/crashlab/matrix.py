@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from tether.core import reduce_session
+from tether._loading import reduce_session
 from tether.errors import SessionCorruption
 from tether.testing.crashlab.child import (
     ACKS_FILE,

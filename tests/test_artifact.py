@@ -29,6 +29,8 @@ from tether._completion.artifact import (
     EMPTY_DIGEST,
     ArtifactScanner,
     ArtifactVersion,
+    from_manifest,
+    to_manifest,
 )
 from tether.errors import ArtifactError, ConfigurationError
 
@@ -357,7 +359,7 @@ def test_non_utf8_file_name_hashes_raw_bytes(ws: Path) -> None:
     assert version.files[key] == sha(b"latin-1 name")
     assert version.digest == reference(ws)
     assert version.digest == listing_digest({raw: sha(b"latin-1 name"), b"plain": sha(b"p")})
-    copy = ArtifactVersion.from_manifest(version.digest, version.to_manifest())
+    copy = from_manifest(version.digest, to_manifest(version))
     assert copy == version
     cache = ws.parent / "artifact.cache"
     with clock_ahead():
@@ -641,12 +643,12 @@ def test_manifest_roundtrip(ws: Path) -> None:
     write(ws, "a.txt", "1")
     write(ws, "dir/ü.txt", "2")
     version = scan(ws)
-    data = version.to_manifest()
+    data = to_manifest(version)
     assert isinstance(data, bytes) and len(data) < 400
-    copy = ArtifactVersion.from_manifest(version.digest, data)
+    copy = from_manifest(version.digest, data)
     assert copy == version and dict(copy.files) == dict(version.files)
     empty = scan(ws, ignore=["*"])
-    assert ArtifactVersion.from_manifest(empty.digest, empty.to_manifest()) == empty
+    assert from_manifest(empty.digest, to_manifest(empty)) == empty
 
 
 def _manifest(document: Any) -> bytes:
@@ -662,8 +664,8 @@ def test_bad_manifests_are_artifact_errors(ws: Path) -> None:
         b"",
         b"not zlib",
         zlib.compress(b"not json"),
-        version.to_manifest()[:-3],
-        version.to_manifest() + b"trailing",
+        to_manifest(version)[:-3],
+        to_manifest(version) + b"trailing",
         _manifest([1, 2]),
         _manifest({**good, "format": 2}),
         _manifest({**good, "extra": 1}),
@@ -677,11 +679,11 @@ def test_bad_manifests_are_artifact_errors(ws: Path) -> None:
     ]
     for data in bad_inputs:
         with pytest.raises(ArtifactError):
-            ArtifactVersion.from_manifest(version.digest, data)
+            from_manifest(version.digest, data)
     with pytest.raises(ArtifactError):
-        ArtifactVersion.from_manifest("sha256:nothex", version.to_manifest())
+        from_manifest("sha256:nothex", to_manifest(version))
     with pytest.raises(ArtifactError):
-        ArtifactVersion.from_manifest(EMPTY_DIGEST, version.to_manifest())
+        from_manifest(EMPTY_DIGEST, to_manifest(version))
 
 
 # --------------------------------------------------------------------------- git mode

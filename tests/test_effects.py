@@ -4,14 +4,17 @@ review items and the recovery decision (in-process; real-process crashes are in
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import sqlite3
 import stat
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -52,6 +55,7 @@ from tether._effects.recovery import (
     review_result_text,
 )
 from tether._effects.review import ReviewDecision, ReviewStatus, ReviewStore
+from tether._runtime.guards import arguments_digest as guards_arguments_digest
 from tether._tools import EditTool, ToolContext, ToolRegistry, ToolResult, WriteTool
 from tether._tools.base import FunctionTool, ValidatedCall
 from tether._tools.builtin import content_hash
@@ -322,10 +326,51 @@ def test_mark_transitions_and_history(journal: ActionJournal, clock: FakeClock) 
 
 
 def test_arguments_digest_is_canonical() -> None:
-    one = arguments_digest("write", {"path": "a", "content": "x"})
-    assert one == arguments_digest("write", {"content": "x", "path": "a"})
-    assert one != arguments_digest("edit", {"path": "a", "content": "x"})
-    assert one != arguments_digest("write", {"path": "a", "content": "y"})
+    # The journal records the one arguments digest of tether (tether.core.canonical), with
+    # the tool's name in its own column (see the tests of records_call below).
+    one = arguments_digest({"path": "a", "content": "x"})
+    assert one == arguments_digest({"content": "x", "path": "a"})
+    assert one != arguments_digest({"path": "a", "content": "y"})
+    assert one == guards_arguments_digest({"path": "a", "content": "x"})
+
+
+def _legacy_digest(tool_name: str, arguments: Mapping[str, Any]) -> str:
+    """The digest journal rows held before tether had one arguments digest (spelled out
+    here, independently of the code under test)."""
+    text = json.dumps(
+        {"arguments": dict(arguments), "tool": tool_name},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def test_a_row_of_an_older_database_is_still_recognised(ws: Path, journal: ActionJournal) -> None:
+    arguments = _started_edit(ws, journal, digest=_legacy_digest("edit", _EDIT))
+    row = journal.get("op")
+    assert row is not None and row.arguments_digest != arguments_digest(arguments)
+    assert row.records_call("edit", arguments)
+    assert not row.records_call("write", arguments)  # the legacy digest covers the tool too
+    assert not row.records_call("edit", {**arguments, "new_string": "other"})
+    result = journaled_edit(ws, journal, "s", "op", arguments)  # resumed, not a conflict
+    assert result.content == "Edited a.txt: replaced 1 occurrence"
+    assert (ws / "a.txt").read_text() == "counter=1+1\n"
+    with pytest.raises(OperationIdConflict):
+        journaled_write(ws, journal, "s", "op", arguments)
+
+
+def test_an_operation_id_recorded_for_another_tool_conflicts(
+    ws: Path, journal: ActionJournal
+) -> None:
+    arguments = {"path": "a.txt", "content": "x"}
+    journaled_write(ws, journal, "s", "op", arguments)
+    row = journal.get("op")
+    assert row is not None and row.arguments_digest == arguments_digest(arguments)
+    with pytest.raises(OperationIdConflict, match="tool write"):
+        journal_module.journaled_resume("edit", ws, journal, "s", "op", arguments)
+    nameless = replace(row, tool_name="")  # a row recorded without a tool's name
+    assert nameless.records_call("edit", arguments) and row.records_call("write", arguments)
 
 
 def _builtin_result(tool: WriteTool | EditTool, ws: Path, arguments: Mapping[str, Any]) -> str:
@@ -516,17 +561,22 @@ def test_reconcile_file_unreadable_is_a_conflict() -> None:
     assert found.verdict is Verdict.CONFLICT and "permission denied" in found.reason
 
 
-def _started_edit(ws: Path, journal: ActionJournal, op: str = "op") -> dict[str, Any]:
+_EDIT: Final = {"path": "a.txt", "old_string": "counter=1", "new_string": "counter=1+1"}
+
+
+def _started_edit(
+    ws: Path, journal: ActionJournal, op: str = "op", *, digest: str | None = None
+) -> dict[str, Any]:
     """Record an edit's intent the way journaled_run does, then 'crash' (do not apply)."""
     (ws / "a.txt").write_text("counter=1\n")
-    arguments = {"path": "a.txt", "old_string": "counter=1", "new_string": "counter=1+1"}
+    arguments = dict(_EDIT)
     journal.record_intent(
         "s",
         op,
         "a.txt",
         content_hash(b"counter=1\n"),
         content_hash(b"counter=1+1\n"),
-        arguments_digest("edit", arguments),
+        digest if digest is not None else arguments_digest(arguments),
         tool_name="edit",
         planned_result="Edited a.txt: replaced 1 occurrence",
     )

@@ -22,8 +22,8 @@ from sessionkit import SessionKit, expect_error, expect_ok
 from tether._cli.common import dumps_json
 from tether._inputs import nesting_depth
 from tether.core import Reducer, SessionCorruption, framing, plan_recovery
+from tether.core.current import CurrentConfiguration
 from tether.core.framing import MAX_LINE_DEPTH, parse_line
-from tether.core.planner import CurrentConfiguration
 
 
 def test_the_limit_is_orjsons_writing_limit() -> None:

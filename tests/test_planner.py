@@ -23,10 +23,12 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from tether.core import contents
+from tether.core.arguments import MAX_ARGUMENT_DEPTH, parse_tool_arguments
 from tether.core.contents import SYNTHETIC_CONTENT, WHITESPACE, is_blank
-from tether.core.planner import (
+from tether.core.current import CurrentConfiguration, ToolDeclaration
+from tether.core.planner import plan_recovery
+from tether.core.plans import (
     ABORTED_ERROR,
-    MAX_ARGUMENT_DEPTH,
     MODEL_ERROR,
     PLAN_TYPES,
     AppendSynthetic,
@@ -36,10 +38,8 @@ from tether.core.planner import (
     CloseAttempt,
     CompleteTool,
     Completion,
-    CurrentConfiguration,
     Finish,
     Observations,
-    ObservedAction,
     Outcome,
     PlanError,
     RecoveryPlan,
@@ -47,13 +47,10 @@ from tether.core.planner import (
     StartTool,
     SyntheticReason,
     SyntheticResult,
-    ToolDeclaration,
     ToolMode,
-    ToolObservation,
-    parse_tool_arguments,
     plan_from_json,
-    plan_recovery,
 )
+from tether.core.reconcile import RecoveryAction, RecoveryDecision
 from tether.core.reducer import reduce_session
 from tether.core.state import (
     IDLE,
@@ -890,7 +887,9 @@ def test_rule10_all_calls_answered_starts_the_next_step_at_b() -> None:
 def test_empty_or_unrelated_observations_change_nothing() -> None:
     pending = started(0, "c0")
     session = state(run(step(), tools=[pending]), [assistant(None, call("c0"))])
-    unrelated = Observations({"other": ToolObservation(ObservedAction.COMPLETE, content="x")})
+    unrelated = Observations(
+        {"other": RecoveryDecision(RecoveryAction.COMPLETE, "applied", content="x")}
+    )
     assert plan_json(session, CURRENT, unrelated) == plan_json(session)
     assert plan_json(session, CURRENT, Observations()) == plan_json(session)
     assert Observations().tool_outcomes == {}
@@ -900,7 +899,11 @@ def test_observation_complete_appends_the_started_result() -> None:
     pending = started(0, "c0")
     session = state(run(step(), tools=[pending]), [assistant(None, call("c0"))])
     observed = Observations(
-        {pending.tool_started_id: ToolObservation(ObservedAction.COMPLETE, content="done")}
+        {
+            pending.tool_started_id: RecoveryDecision(
+                RecoveryAction.COMPLETE, "applied", content="done"
+            )
+        }
     )
     plan = plan_recovery(session, CURRENT, observed)
     assert isinstance(plan, CompleteTool)
@@ -912,7 +915,9 @@ def test_observation_complete_appends_the_started_result() -> None:
 def test_observation_execute_replays_a_never_tool_once() -> None:
     pending = started(0, "c0")
     session = state(run(step(), tools=[pending]), [assistant(None, call("c0"))])
-    observed = Observations({pending.tool_started_id: ToolObservation(ObservedAction.EXECUTE)})
+    observed = Observations(
+        {pending.tool_started_id: RecoveryDecision(RecoveryAction.EXECUTE, "notApplied")}
+    )
     plan = plan_recovery(session, CURRENT, observed)
     assert isinstance(plan, StartTool)
     assert plan.mode is ToolMode.REPLAY and plan.tool_started_id == pending.tool_started_id
@@ -922,7 +927,11 @@ def test_observation_review_waits_and_gates_still_come_first() -> None:
     pending = started(0, "c0")
     session = state(run(step(), tools=[pending]), [assistant(None, call("c0"))])
     observed = Observations(
-        {pending.tool_started_id: ToolObservation(ObservedAction.REVIEW, reason="unknowable")}
+        {
+            pending.tool_started_id: RecoveryDecision(
+                RecoveryAction.REVIEW, "unknowable", reason="unknowable"
+            )
+        }
     )
     plan = plan_recovery(session, CURRENT, observed)
     assert isinstance(plan, AwaitReview) and plan.reason == "unknowable"
@@ -931,6 +940,38 @@ def test_observation_review_waits_and_gates_still_come_first() -> None:
         "type": "blocked",
         "reason": "environment_changed",
     }
+
+
+def test_observation_review_reason_names_the_review_item() -> None:
+    pending = started(0, "c0")
+    session = state(run(step(), tools=[pending]), [assistant(None, call("c0"))])
+    decision = RecoveryDecision(
+        RecoveryAction.REVIEW, "conflict", reason="the file changed", review_item=7
+    )
+    plan = plan_recovery(session, CURRENT, Observations({pending.tool_started_id: decision}))
+    assert isinstance(plan, AwaitReview)
+    assert plan.reason == "the file changed (review item 7)"
+
+
+def test_observation_spec_decision_keeps_the_spec_plan() -> None:
+    pending = started(0, "c0")
+    session = state(run(step(), tools=[pending]), [assistant(None, call("c0"))])
+    spec = RecoveryDecision(RecoveryAction.SPEC, "noObservation")
+    observed = Observations({pending.tool_started_id: spec})
+    assert plan_json(session, CURRENT, observed) == plan_json(session)
+
+
+def test_observation_abort_decision_appends_nothing_and_never_replays() -> None:
+    # The executor records abortRequested for an ABORT decision before it plans; a planner
+    # given one anyway must not replay the call (the pending tool here is replay-safe, so
+    # spec 14.4 alone would replay it) nor answer it.
+    pending = started(0, "c0")  # replay-safe, and declared so: the spec alone replays it
+    session = state(run(step(), tools=[pending]), [assistant(None, call("c0"))])
+    assert plan_json(session)["type"] == "startTool"
+    abort = RecoveryDecision(RecoveryAction.ABORT, "review:abort", review_item=3)
+    plan = plan_recovery(session, CURRENT, Observations({pending.tool_started_id: abort}))
+    assert isinstance(plan, AwaitReview)
+    assert "abort" in plan.reason and "review item 3" in plan.reason
 
 
 # =========================================================================== complexity

@@ -40,7 +40,7 @@ from tether._tools.builtin import READ_MAX_BYTES, READ_MAX_LINES, ApplyOutcome, 
 from tether._tools.workspace import open_parent, relative_parts
 from tether.core.canonical import sha256_digest, tool_definition_digest
 from tether.core.contents import SYNTHETIC_CONTENT
-from tether.core.planner import CurrentConfiguration, ToolDeclaration
+from tether.core.current import CurrentConfiguration, ToolDeclaration
 from tether.core.state import Replay
 from tether.errors import (
     CanonicalizationError,

@@ -40,9 +40,9 @@ _EXPORTS: dict[str, str] = {
     "EffectTool": "tether._effects.contract",
     "LookupResult": "tether._effects.contract",
     # the session contract
-    "reduce_session": "tether.core.reducer",
+    "reduce_session": "tether._loading",
     "plan_recovery": "tether.core.planner",
-    "CurrentConfiguration": "tether.core.planner",
+    "CurrentConfiguration": "tether.core.current",
     "SessionState": "tether.core.state",
     # errors
     "SessionCorruption": "tether.errors",
@@ -70,13 +70,14 @@ __all__ = [  # sorted; the same names as _EXPORTS (tests/test_public_api.py chec
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads on demand
     from tether._effects.contract import EffectTool, LookupResult
+    from tether._loading import reduce_session
     from tether._models import load_model
     from tether._runtime.agent import Agent
     from tether._runtime.results import RunResult, RunStatus
     from tether._tools.base import Tool, ToolResult, tool
     from tether._tools.builtin import builtin_tools
-    from tether.core.planner import CurrentConfiguration, plan_recovery
-    from tether.core.reducer import reduce_session
+    from tether.core.current import CurrentConfiguration
+    from tether.core.planner import plan_recovery
     from tether.core.state import SessionState
     from tether.errors import SessionCorruption, TetherError
 

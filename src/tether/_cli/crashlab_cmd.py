@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from tether._cli.common import EXIT_USAGE, InputError, emit_json, fail, handle_errors, printable
 from tether._inputs import deeper_than
-from tether.core.planner import MAX_ARGUMENT_DEPTH
+from tether.core.arguments import MAX_ARGUMENT_DEPTH
 from tether.errors import InputTooDeep
 from tether.testing.crashlab.matrix import (
     Case,

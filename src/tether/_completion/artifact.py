@@ -106,13 +106,13 @@ import tempfile
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
 import orjson
 
 from tether._credentials import child_environment
+from tether.core.values import ArtifactVersion
 from tether.errors import ArtifactError, ConfigurationError
 
 __all__ = [
@@ -122,6 +122,8 @@ __all__ = [
     "RACY_MARGIN_NS",
     "ArtifactScanner",
     "ArtifactVersion",
+    "from_manifest",
+    "to_manifest",
 ]
 
 DEFAULT_IGNORES: Final[tuple[str, ...]] = (
@@ -164,88 +166,52 @@ _Key = tuple[str, int, int, int, int, int]
 
 
 # --------------------------------------------------------------------------- the version
+#
+# The value type, ArtifactVersion, is the core's (tether.core.values: pure). Its manifest
+# encoding stays here, in the shell: the names of files that are not valid UTF-8 are
+# encoded with the file system's encoding (os.fsencode), a property of the process.
 
 
-@dataclass(frozen=True, eq=False)
-class ArtifactVersion:
-    """The content of a workspace: its digest and every file's digest.
+def to_manifest(version: ArtifactVersion) -> bytes:
+    """``version.files`` as zlib-compressed JSON, for :func:`from_manifest` in another process.
 
-    Two versions are equal when their digests and files are. ``files`` is a read-only
-    mapping from relative POSIX path to ``"sha256:<hex>"``.
+    Paths that are not valid UTF-8 go, base64-encoded, into a separate ``raw`` list.
     """
+    files = dict(version.files)
+    try:
+        payload = orjson.dumps({"format": _MANIFEST_FORMAT, "files": files})
+    except orjson.JSONEncodeError:
+        plain: dict[str, str] = {}
+        raw: list[list[str]] = []
+        for path, digest in files.items():
+            if _is_utf8(path):
+                plain[path] = digest
+            else:
+                raw.append([base64.b64encode(os.fsencode(path)).decode("ascii"), digest])
+        payload = orjson.dumps({"format": _MANIFEST_FORMAT, "files": plain, "raw": raw})
+    return zlib.compress(payload, 6)
 
-    digest: str
-    files: Mapping[str, str]
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.files, MappingProxyType):
-            object.__setattr__(self, "files", MappingProxyType(dict(self.files)))
+def from_manifest(digest: str, data: bytes) -> ArtifactVersion:
+    """The version whose digest is `digest` and whose files `data` lists.
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ArtifactVersion):
-            return NotImplemented
-        return self.digest == other.digest and (
-            self.files is other.files or self.files == other.files
-        )
-
-    def __hash__(self) -> int:
-        return hash(self.digest)
-
-    def __repr__(self) -> str:
-        return f"ArtifactVersion(digest={self.digest!r}, files=<{len(self.files)} files>)"
-
-    def changed_since(self, earlier: ArtifactVersion) -> list[str]:
-        """Sorted paths added, removed or modified between `earlier` and self."""
-        if self is earlier:
-            return []
-        now, then = self.files, earlier.files
-        changed = [p for p, d in now.items() if then.get(p) != d]
-        changed.extend(p for p in then if p not in now)
-        changed.sort()
-        return changed
-
-    def to_manifest(self) -> bytes:
-        """``files`` as zlib-compressed JSON, for :meth:`from_manifest` in another process.
-
-        Paths that are not valid UTF-8 go, base64-encoded, into a separate ``raw`` list.
-        """
-        files = dict(self.files)
-        try:
-            payload = orjson.dumps({"format": _MANIFEST_FORMAT, "files": files})
-        except orjson.JSONEncodeError:
-            plain: dict[str, str] = {}
-            raw: list[list[str]] = []
-            for path, digest in files.items():
-                if _is_utf8(path):
-                    plain[path] = digest
-                else:
-                    raw.append([base64.b64encode(os.fsencode(path)).decode("ascii"), digest])
-            payload = orjson.dumps({"format": _MANIFEST_FORMAT, "files": plain, "raw": raw})
-        return zlib.compress(payload, 6)
-
-    @classmethod
-    def from_manifest(cls, digest: str, data: bytes) -> ArtifactVersion:
-        """The version whose digest is `digest` and whose files `data` lists.
-
-        Raises :class:`ArtifactError` when `data` is not a manifest, or lists files whose
-        version digest is not `digest`.
-        """
-        if not isinstance(digest, str) or not _DIGEST_RE.match(digest):
-            raise ArtifactError(f"bad artifact version digest {digest!r}")
-        try:
-            inflater = zlib.decompressobj()
-            payload = inflater.decompress(data, _MANIFEST_LIMIT)
-            if inflater.unconsumed_tail or inflater.unused_data or not inflater.eof:
-                raise ArtifactError(
-                    "artifact manifest is truncated, too large or has trailing data"
-                )
-            document = orjson.loads(payload)
-        except (zlib.error, orjson.JSONDecodeError, TypeError) as error:
-            raise ArtifactError(f"artifact manifest is not readable: {error}") from error
-        files = _parse_manifest(document)
-        if _listing_digest(files) != digest:
-            raise ArtifactError(f"artifact manifest does not match version {digest}")
-        return cls(digest, MappingProxyType(files))
+    Raises :class:`ArtifactError` when `data` is not a manifest, or lists files whose
+    version digest is not `digest`.
+    """
+    if not isinstance(digest, str) or not _DIGEST_RE.match(digest):
+        raise ArtifactError(f"bad artifact version digest {digest!r}")
+    try:
+        inflater = zlib.decompressobj()
+        payload = inflater.decompress(data, _MANIFEST_LIMIT)
+        if inflater.unconsumed_tail or inflater.unused_data or not inflater.eof:
+            raise ArtifactError("artifact manifest is truncated, too large or has trailing data")
+        document = orjson.loads(payload)
+    except (zlib.error, orjson.JSONDecodeError, TypeError) as error:
+        raise ArtifactError(f"artifact manifest is not readable: {error}") from error
+    files = _parse_manifest(document)
+    if _listing_digest(files) != digest:
+        raise ArtifactError(f"artifact manifest does not match version {digest}")
+    return ArtifactVersion(digest, MappingProxyType(files))
 
 
 def _parse_manifest(document: Any) -> dict[str, str]:

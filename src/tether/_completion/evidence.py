@@ -3,7 +3,8 @@
 A verification records one run of the project's check command (``[verify] command``): the
 command, how it ended, a digest of its full output and the last few KB of it, and the
 artifact version of the workspace before and after the run. Its status follows from those
-facts alone (:func:`verification_status`):
+facts alone (:func:`~tether.core.values.verification_status`, pure, in the core with the
+:class:`Verification` value; both re-exported here):
 
 * ``error`` — the command could not be run, was cancelled, or a version could not be
   computed: nothing is known;
@@ -19,12 +20,11 @@ artifact version may be kept (table ``artifact_manifests``: opaque bytes, writte
 from __future__ import annotations
 
 import builtins
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
 
 from tether._ids import new_uuid7
-from tether._wsdb.sqlite import EffectsDB, format_ms
+from tether._wsdb.sqlite import EffectsDB
+from tether.core.values import Verification, VerificationStatus, verification_status
 
 if TYPE_CHECKING:
     from tether._completion.check import CheckOutcome
@@ -36,74 +36,6 @@ __all__ = [
     "new_verification",
     "verification_status",
 ]
-
-
-class VerificationStatus(StrEnum):
-    PASSED = "passed"
-    FAILED = "failed"
-    VOID = "void"
-    ERROR = "error"
-
-
-def verification_status(
-    exit_status: int | None,
-    timed_out: bool,
-    error: str | None,
-    version_start: str | None,
-    version_end: str | None,
-) -> VerificationStatus:
-    """The status of a check run (pure; see the module docstring for the rule)."""
-    if error is not None or version_start is None or version_end is None:
-        return VerificationStatus.ERROR
-    if version_start != version_end:
-        return VerificationStatus.VOID
-    if timed_out or exit_status != 0:
-        return VerificationStatus.FAILED
-    return VerificationStatus.PASSED
-
-
-@dataclass(frozen=True)
-class Verification:
-    """One recorded run of the check command."""
-
-    id: str
-    session_id: str | None
-    tool_started_id: str | None
-    command: str
-    exit_status: int | None
-    timed_out: bool
-    error: str | None
-    output_digest: str
-    output_tail: str
-    version_start: str | None
-    version_end: str | None
-    started_at_ms: int
-    duration_ms: int
-    status: VerificationStatus
-
-    @property
-    def passed(self) -> bool:
-        """Whether this run verifies its version (status ``passed``)."""
-        return self.status is VerificationStatus.PASSED
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "sessionId": self.session_id,
-            "toolStartedId": self.tool_started_id,
-            "command": self.command,
-            "exitStatus": self.exit_status,
-            "timedOut": self.timed_out,
-            "error": self.error,
-            "outputDigest": self.output_digest,
-            "outputTail": self.output_tail,
-            "versionStart": self.version_start,
-            "versionEnd": self.version_end,
-            "startedAtMs": self.started_at_ms,
-            "startedAt": format_ms(self.started_at_ms),
-            "durationMs": self.duration_ms,
-            "status": self.status.value,
-        }
 
 
 def new_verification(

@@ -21,7 +21,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from tether._completion.artifact import ArtifactScanner, ArtifactVersion
+from tether._completion.artifact import (
+    ArtifactScanner,
+    ArtifactVersion,
+    from_manifest,
+    to_manifest,
+)
 from tether._completion.check import run_check
 from tether._completion.evidence import Verification, VerificationStatus
 from tether._project import ProjectConfig
@@ -124,7 +129,7 @@ class Verifier:
         )
         manifest = None
         if outcome.status is VerificationStatus.PASSED and seen:
-            manifest = (seen[0].digest, seen[0].to_manifest())
+            manifest = (seen[0].digest, to_manifest(seen[0]))
         recorded = self.store.record(
             session_id=session_id,
             tool_started_id=tool_started_id,
@@ -149,9 +154,7 @@ class Verifier:
             data = self.store.manifest(last_passing.version_start)
             if data is not None:
                 try:
-                    passing_version = ArtifactVersion.from_manifest(
-                        last_passing.version_start, data
-                    )
+                    passing_version = from_manifest(last_passing.version_start, data)
                 except ArtifactError:
                     passing_version = None
         return assess_completion(

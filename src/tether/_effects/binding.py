@@ -22,13 +22,14 @@ before a session writes its first evidence to ``<workspace>/.tether/effects.db``
   is repaired, never the other way round).
 
 :func:`check_session` compares them each time a process opens the database for a session
-(:func:`judge_binding` is the pure decision): a missing database, a database with another
-identity, one that does not name the session or an unreadable sidecar means the session's
-evidence is **unknown** — recovery then sends what depends on it to review instead of
-reading "no record" as "nothing happened". A session that never wrote evidence is
-``unbound``; it is bound by :func:`ensure_binding` before its first record. A session whose
-database was lost is bound to the new one again (:func:`bind_session` with ``previous``)
-only once nothing of it depends on the old evidence any more: when it is idle.
+(:func:`~tether.core.reconcile.judge_binding` is the pure decision, in the core): a missing
+database, a database with another identity, one that does not name the session or an
+unreadable sidecar means the session's evidence is **unknown** — recovery then sends what
+depends on it to review instead of reading "no record" as "nothing happened". A session
+that never wrote evidence is ``unbound``; it is bound by :func:`ensure_binding` before its
+first record. A session whose database was lost is bound to the new one again
+(:func:`bind_session` with ``previous``) only once nothing of it depends on the old
+evidence any more: when it is idle.
 """
 
 from __future__ import annotations
@@ -36,15 +37,14 @@ from __future__ import annotations
 import errno
 import json
 import os
-from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
 from tether._stores.protocol import SessionSidecar
 from tether._stores.sidecar import FileSidecar, sidecar_path
 from tether._wsdb.protocol import WorkspaceDB
-from tether._wsdb.sqlite import format_ms
+from tether.core.reconcile import judge_binding
+from tether.core.values import BINDING_FORMAT, BindingState, EvidenceCheck, SessionBinding
 from tether.errors import EffectsDatabaseError
 
 __all__ = [
@@ -63,163 +63,10 @@ __all__ = [
     "write_binding",
 ]
 
-BINDING_FORMAT: Final = "tether.evidence-binding"
-_VERSION: Final = 1
 _MAX_BYTES: Final = 64 * 1024
 _MAX_REPLACED: Final = 32
 """Earlier databases kept in the sidecar's history (the oldest are dropped)."""
 _WHAT: Final = "session evidence record"
-
-
-class BindingState(StrEnum):
-    UNBOUND = "unbound"
-    """The session has recorded no evidence yet (or was written by an older tether)."""
-    BOUND = "bound"
-    """The database is the one the session recorded, and it names the session."""
-    MISSING = "missing"
-    """The session recorded a database, and there was none: it was deleted or moved away."""
-    REPLACED = "replaced"
-    """The database has another identity than the one the session recorded."""
-    NOT_NAMED = "notNamed"
-    """The right identity, but the database does not name the session: a copy from before
-    the session's first evidence (an old backup)."""
-    UNREADABLE = "unreadable"
-    """The session's sidecar cannot be read: which database it used is not known."""
-
-    @property
-    def known(self) -> bool:
-        """Whether the absence of a record in the database can be trusted."""
-        return self in (BindingState.UNBOUND, BindingState.BOUND)
-
-
-@dataclass(frozen=True, slots=True)
-class SessionBinding:
-    """The sidecar's content: the database that holds the session's evidence."""
-
-    session_id: str
-    effects_db: str
-    database: str
-    bound_at_ms: int
-    replaced: tuple[dict[str, Any], ...] = ()
-    """Databases the session used before (each ``{"effectsDb", "state", "reboundAt"}``)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "format": BINDING_FORMAT,
-            "version": _VERSION,
-            "sessionId": self.session_id,
-            "effectsDb": self.effects_db,
-            "database": self.database,
-            "boundAt": self.bound_at_ms,
-            "replaced": [dict(item) for item in self.replaced],
-        }
-
-    @classmethod
-    def from_json(cls, value: Any, session_id: str) -> SessionBinding:
-        """Parse a sidecar; :class:`ValueError` with the reason when it is not one."""
-        if not isinstance(value, dict) or value.get("format") != BINDING_FORMAT:
-            raise ValueError("it is not a tether evidence record")
-        if value.get("version") != _VERSION:
-            raise ValueError(f"unknown version {value.get('version')!r}")
-        if value.get("sessionId") != session_id:
-            raise ValueError(f"it names session {value.get('sessionId')!r}")
-        effects_db, database, bound = (value.get(k) for k in ("effectsDb", "database", "boundAt"))
-        replaced = value.get("replaced", [])
-        if not isinstance(effects_db, str) or not effects_db:
-            raise ValueError("it names no database identity")
-        if not isinstance(database, str) or isinstance(bound, bool) or not isinstance(bound, int):
-            raise ValueError("its database path or binding time is malformed")
-        if not isinstance(replaced, list) or not all(isinstance(r, dict) for r in replaced):
-            raise ValueError("its history of replaced databases is malformed")
-        return cls(session_id, effects_db, database, bound, tuple(replaced))
-
-
-@dataclass(frozen=True, slots=True)
-class EvidenceCheck:
-    """Whether a database is the one holding a session's evidence (see :func:`judge_binding`)."""
-
-    state: BindingState
-    session_id: str
-    database: str
-    """The path of the database that was checked."""
-    expected_db: str | None
-    """The identity the session recorded (``None``: none, or unreadable)."""
-    found_db: str | None
-    """The identity of the database now."""
-    reason: str
-    recorded: SessionBinding | None = field(default=None, repr=False)
-
-    @property
-    def known(self) -> bool:
-        return self.state.known
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "state": self.state.value,
-            "sessionId": self.session_id,
-            "database": self.database,
-            "expectedDb": self.expected_db,
-            "foundDb": self.found_db,
-            "reason": self.reason,
-        }
-
-
-def judge_binding(
-    session_id: str,
-    recorded: SessionBinding | None,
-    *,
-    database: str,
-    db_id: str,
-    names_session: bool,
-    db_existed: bool = True,
-    db_fresh: bool = False,
-    unreadable: str | None = None,
-) -> EvidenceCheck:
-    """Is the database at ``database`` (identity ``db_id``) the one holding the session's
-    evidence? Pure.
-
-    ``recorded`` is the session's sidecar (``None``: there is none; ``unreadable``: why it
-    cannot be read), ``names_session`` whether the database has the session's row,
-    ``db_existed`` whether the file existed before it was opened, ``db_fresh`` whether the
-    open created its schema.
-    """
-
-    def check(state: BindingState, reason: str) -> EvidenceCheck:
-        expected = recorded.effects_db if recorded is not None else None
-        return EvidenceCheck(state, session_id, database, expected, db_id, reason, recorded)
-
-    if unreadable is not None:
-        return check(
-            BindingState.UNREADABLE,
-            f"the record of which effects database holds this session's evidence cannot be "
-            f"read ({unreadable}), so the database {database} cannot be trusted to be complete",
-        )
-    if recorded is None:
-        if names_session:
-            return check(BindingState.BOUND, f"the effects database {database} names the session")
-        return check(BindingState.UNBOUND, "the session has recorded no evidence yet")
-    since = format_ms(recorded.bound_at_ms)
-    if db_id == recorded.effects_db:
-        if names_session:
-            return check(BindingState.BOUND, f"the effects database {database} holds the session")
-        return check(
-            BindingState.NOT_NAMED,
-            f"the effects database {database} ({db_id}) does not name the session: it is a "
-            f"copy from before the session's first evidence ({since})",
-        )
-    if not db_existed:
-        return check(
-            BindingState.MISSING,
-            f"the effects database {database} did not exist: the session's evidence is in "
-            f"database {recorded.effects_db} (since {since}), which was deleted or moved away; "
-            f"a new, empty one ({db_id}) was created",
-        )
-    what = "a freshly created database" if db_fresh else "another database"
-    return check(
-        BindingState.REPLACED,
-        f"the effects database {database} is {what} ({db_id}), not database "
-        f"{recorded.effects_db} that holds the session's evidence (since {since})",
-    )
 
 
 # =========================================================================== the session's side

@@ -6,7 +6,8 @@ resumes. The tool hands it to the service as its idempotency key, so the service
 the effect at most once per operation id.
 
 Optionally the tool implements :meth:`EffectTool.lookup` ``(operation_id)``: ask the
-service whether that operation committed. It answers with a :class:`LookupResult`:
+service whether that operation committed. It answers with a
+:class:`~tether.core.values.LookupResult` (a core value type, re-exported here):
 
 * ``committed`` with the call's result (the same text ``execute`` would have returned);
 * ``not found``: the service never committed it;
@@ -31,12 +32,11 @@ import math
 import threading
 from abc import abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, ClassVar, Protocol, cast
 
-from tether._tools.base import RecoveryKind, Tool, ToolContext, ToolResult
+from tether._tools.base import RecoveryKind, Tool, ToolContext
 from tether.core.state import Replay
+from tether.core.values import LookupResult, LookupStatus, ToolResult
 from tether.errors import ConfigurationError
 
 __all__ = [
@@ -56,55 +56,6 @@ __all__ = [
 
 DEFAULT_LOOKUP_TIMEOUT = 10.0
 """Seconds :func:`safe_lookup` waits for an answer by default."""
-
-
-class LookupStatus(StrEnum):
-    COMMITTED = "committed"
-    NOT_FOUND = "notFound"
-    UNKNOWABLE = "unknowable"
-
-
-@dataclass(frozen=True, slots=True)
-class LookupResult:
-    """A lookup's answer; build it with :meth:`committed`, :meth:`not_found`, :meth:`unknowable`.
-
-    ``result`` is present exactly for ``committed``; ``reason`` says why for ``unknowable``.
-    """
-
-    status: LookupStatus
-    result: ToolResult | None = None
-    reason: str = ""
-
-    def __post_init__(self) -> None:
-        if (self.status is LookupStatus.COMMITTED) != (self.result is not None):
-            raise ValueError("a lookup result carries a ToolResult exactly when committed")
-        if self.result is not None and not isinstance(self.result, ToolResult):
-            raise TypeError(f"LookupResult.result must be a ToolResult, got {self.result!r}")
-
-    @classmethod
-    def committed(cls, result: ToolResult | str) -> LookupResult:
-        """The service committed the operation; ``result`` is what the call returned."""
-        return cls(
-            LookupStatus.COMMITTED, ToolResult(result) if isinstance(result, str) else result
-        )
-
-    @classmethod
-    def not_found(cls) -> LookupResult:
-        """The service has no record of the operation: it never took effect."""
-        return cls(LookupStatus.NOT_FOUND)
-
-    @classmethod
-    def unknowable(cls, reason: str) -> LookupResult:
-        """The service cannot tell (or could not be asked)."""
-        return cls(LookupStatus.UNKNOWABLE, reason=reason or "the lookup could not tell")
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"status": self.status.value}
-        if self.result is not None:
-            out["result"] = {"content": self.result.content, "isError": self.result.is_error}
-        if self.reason:
-            out["reason"] = self.reason
-        return out
 
 
 class LookupTool(Protocol):

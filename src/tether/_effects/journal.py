@@ -9,9 +9,12 @@ knows nothing of a particular tool: the tool plans the change
 Before a file tool touches a file, the intent is made durable: session, operation id (the
 ``toolStarted`` fact id), path, the content hash the change was planned against
 (``before_hash``, ``None`` = the file did not exist), the hash it will produce
-(``after_hash``), a digest of the tool name and arguments, and a status. Then the change is
-applied with compare-and-swap (:func:`tether._tools.builtin.apply_change`: temp file in the
-same directory, fsync, ``os.replace``, directory fsync) and the row is marked ``succeeded``.
+(``after_hash``), the tool's name and the digest of its arguments
+(:func:`~tether.core.canonical.arguments_digest`; rows of older databases hold a digest of
+both, still recognised: :meth:`~tether.core.values.JournalRow.records_call`), and a
+status. Then the change is applied with compare-and-swap
+(:func:`tether._tools.builtin.apply_change`: temp file in the same directory, fsync,
+``os.replace``, directory fsync) and the row is marked ``succeeded``.
 
 The executor records the intent *before* it commits the call's ``toolStarted``
 (:func:`prepare_journaled`, status ``authorized``), and marks it ``started`` right before
@@ -19,24 +22,9 @@ applying (:func:`run_prepared`). So every started call has its row, and a starte
 without one means the evidence was lost (a deleted or replaced ``effects.db``), never that
 the file was untouched.
 
-After a crash, :func:`reconcile_file` (pure) compares the row with the file's current hash:
-
-============  ====================================  ===========================================
-verdict       when                                  recovery
-============  ====================================  ===========================================
-APPLIED       status ``succeeded``, or the file has  fill in a success result saying it was
-              the after-hash                         reconciled after a crash
-NOT_APPLIED   the file has the before-hash (absent   perform the change once, under
-              when before is ``None``), or status    compare-and-swap
-              ``proposed``/``authorized``
-NO_RECORD     no journal row: the intent is          review: write nothing (the row is written
-              recorded before ``toolStarted``, so    before ``toolStarted``; without it the
-              it was lost                            outcome is unknown)
-FAILED        status ``failed``: the call failed     fill in the recorded error result
-              without writing
-CONFLICT      neither hash (or unreadable)           write nothing; keep both hashes and a
-                                                     copy of the current content; review
-============  ====================================  ===========================================
+After a crash, :func:`~tether.core.reconcile.reconcile_file` (pure, in the core, with its
+table of verdicts; re-exported here) compares the row with the file's current hash, which
+:func:`observe_file` reads.
 
 Crash boundaries of this module (see :mod:`tether._faults`): ``journal.intent_prepared``
 (intent durable as ``authorized``, ``toolStarted`` not committed, file untouched),
@@ -50,13 +38,11 @@ Crash boundaries of this module (see :mod:`tether._faults`): ``journal.intent_pr
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -80,7 +66,9 @@ from tether._tools.workspace import (
 )
 from tether._wsdb.protocol import JournalTable
 from tether._wsdb.sqlite import EffectsDB, format_ms
-from tether.core.canonical import sha256_digest
+from tether.core.canonical import arguments_digest
+from tether.core.reconcile import FileVerdict, Verdict, reconcile_file, reconciled_text, stale_text
+from tether.core.values import JOURNAL_TRANSITIONS, JournalRow, JournalStatus
 from tether.errors import EffectsDatabaseError, OperationIdConflict, StaleFileChange, ToolError
 
 __all__ = [
@@ -132,97 +120,13 @@ EVIDENCE_MAX_BYTES: Final = 16 * 1024 * 1024
 _CHUNK: Final = 64 * 1024
 
 
-class JournalStatus(StrEnum):
-    PROPOSED = "proposed"
-    """Planned, not yet allowed to run (reserved for an approval step)."""
-    AUTHORIZED = "authorized"
-    """Planned and allowed to run, recorded before the call's ``toolStarted``; the file has
-    not been touched."""
-    STARTED = "started"
-    """About to touch, or touching, the file; the outcome is not recorded."""
-    SUCCEEDED = "succeeded"
-    """The file holds the after-content, durably."""
-    FAILED = "failed"
-    """Finished without writing anything (stale content, path refused, I/O error before the
-    rename); ``result`` is the error the model was (or is to be) given."""
-    UNKNOWN = "unknown"
-    """Something failed at a point where the file may or may not have changed."""
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JournalStatus.SUCCEEDED, JournalStatus.FAILED)
-
-
-_S = JournalStatus
-_TRANSITIONS: Final[Mapping[JournalStatus, frozenset[JournalStatus]]] = {
-    _S.PROPOSED: frozenset({_S.PROPOSED, _S.AUTHORIZED, _S.STARTED, _S.FAILED}),
-    _S.AUTHORIZED: frozenset({_S.AUTHORIZED, _S.STARTED, _S.FAILED}),
-    _S.STARTED: frozenset({_S.STARTED, _S.SUCCEEDED, _S.FAILED, _S.UNKNOWN}),
-    _S.UNKNOWN: frozenset({_S.UNKNOWN, _S.STARTED, _S.SUCCEEDED, _S.FAILED}),
-    _S.SUCCEEDED: frozenset({_S.SUCCEEDED}),
-    _S.FAILED: frozenset({_S.FAILED}),
-}
-
-
 def check_transition(operation_id: str, current: JournalStatus, new: JournalStatus) -> None:
-    """:class:`ValueError` unless a row may go from ``current`` to ``new`` (the table above)."""
-    if new not in _TRANSITIONS[current]:
+    """:class:`ValueError` unless a row may go from ``current`` to ``new``
+    (:data:`~tether.core.values.JOURNAL_TRANSITIONS`)."""
+    if new not in JOURNAL_TRANSITIONS[current]:
         raise ValueError(
             f"journal row {operation_id}: cannot go from {current.value} to {new.value}"
         )
-
-
-def arguments_digest(tool_name: str, arguments: Mapping[str, Any]) -> str:
-    """``sha256:…`` of ``{"arguments": arguments, "tool": name}`` as JSON with sorted keys,
-    compact separators and raw UTF-8 (the same value always gives the same digest)."""
-    text = json.dumps(
-        {"arguments": dict(arguments), "tool": tool_name},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-    )
-    return sha256_digest(text.encode("utf-8", errors="surrogatepass"))
-
-
-@dataclass(frozen=True, slots=True)
-class JournalRow:
-    """One journal row (one journaled call)."""
-
-    operation_id: str
-    session_id: str
-    tool_name: str
-    path: str
-    before_hash: str | None
-    after_hash: str
-    arguments_digest: str
-    status: JournalStatus
-    detail: str | None
-    planned_result: str
-    """The success text the call will report once applied (computed when planned)."""
-    result: str | None
-    """The result text recorded with a terminal status."""
-    result_is_error: bool
-    created_at_ms: int
-    updated_at_ms: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "operationId": self.operation_id,
-            "sessionId": self.session_id,
-            "toolName": self.tool_name,
-            "path": self.path,
-            "beforeHash": self.before_hash,
-            "afterHash": self.after_hash,
-            "argumentsDigest": self.arguments_digest,
-            "status": self.status.value,
-            "detail": self.detail,
-            "plannedResult": self.planned_result,
-            "result": self.result,
-            "resultIsError": self.result_is_error,
-            "createdAt": format_ms(self.created_at_ms),
-            "updatedAt": format_ms(self.updated_at_ms),
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +257,7 @@ class ActionJournal:
             ).fetchone()
             if found is not None:
                 row = _row(found)
-                check_same_call(row, session_id, digest, self.location)
+                check_same_call(row, session_id, digest, self.location, tool_name)
                 return row, False
             conn.execute(
                 f"INSERT INTO journal ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -534,112 +438,43 @@ class ActionJournal:
         )
 
 
-def check_same_call(row: JournalRow, session_id: str, digest: str, where: str) -> None:
+def check_same_call(
+    row: JournalRow, session_id: str, digest: str, where: str, tool_name: str = ""
+) -> None:
     """:class:`~tether.errors.OperationIdConflict` unless ``row`` is the same call: the same
-    session and arguments digest (an operation id names one call, forever)."""
-    if row.session_id != session_id:
+    session, tool and arguments digest (an operation id names one call, forever)."""
+    _check_session(row, session_id, where)
+    if row.tool_name and tool_name and row.tool_name != tool_name:
         raise OperationIdConflict(
-            row.operation_id, f"session {row.session_id}", f"session {session_id}", where
+            row.operation_id, f"tool {row.tool_name}", f"tool {tool_name}", where
         )
     if row.arguments_digest != digest:
         raise OperationIdConflict(row.operation_id, row.arguments_digest, digest, where)
 
 
-# =========================================================================== reconcile
-
-
-class Verdict(StrEnum):
-    APPLIED = "applied"
-    NOT_APPLIED = "notApplied"
-    CONFLICT = "conflict"
-    NO_RECORD = "noRecord"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True, slots=True)
-class FileVerdict:
-    """What :func:`reconcile_file` concluded about one journaled call."""
-
-    verdict: Verdict
-    row: JournalRow | None
-    current_hash: str | None
-    reason: str
-    evidence_id: int | None = None
-    """Id of the kept copy of the current content (conflicts; set by :func:`observe_file`)."""
-    path: str | None = None
-    """The file, when there is no row to name it (``NO_RECORD``; from the call's arguments)."""
-
-    def evidence(self) -> dict[str, Any]:
-        """JSON evidence: the journal's view, both hashes and the current one."""
-        out: dict[str, Any] = {"verdict": self.verdict.value, "reason": self.reason}
-        if self.row is None and self.path is not None:
-            out["path"] = self.path
-        if self.row is not None:
-            out.update(
-                operationId=self.row.operation_id,
-                path=self.row.path,
-                journalStatus=self.row.status.value,
-                beforeHash=self.row.before_hash,
-                afterHash=self.row.after_hash,
-                argumentsDigest=self.row.arguments_digest,
+def _check_call(
+    row: JournalRow, session_id: str, tool_name: str, arguments: Mapping[str, Any], where: str
+) -> None:
+    """The row of an operation id is this call (rows of older databases included, see
+    :meth:`~tether.core.values.JournalRow.records_call`), else a conflict."""
+    _check_session(row, session_id, where)
+    if not row.records_call(tool_name, arguments):
+        given = arguments_digest(arguments)
+        if row.tool_name and row.tool_name != tool_name:
+            raise OperationIdConflict(
+                row.operation_id, f"tool {row.tool_name}", f"tool {tool_name}", where
             )
-        out["currentHash"] = self.current_hash
-        if self.evidence_id is not None:
-            out["evidenceId"] = self.evidence_id
-        return out
+        raise OperationIdConflict(row.operation_id, row.arguments_digest, given, where)
 
 
-def reconcile_file(
-    row: JournalRow | None,
-    current_hash: str | None,
-    *,
-    unreadable: str | None = None,
-    path: str | None = None,
-) -> FileVerdict:
-    """Decide what happened to a journaled file change (pure; see the module table).
+def _check_session(row: JournalRow, session_id: str, where: str) -> None:
+    if row.session_id != session_id:
+        raise OperationIdConflict(
+            row.operation_id, f"session {row.session_id}", f"session {session_id}", where
+        )
 
-    ``current_hash`` is the file's content hash now (``None``: it does not exist);
-    ``unreadable`` — instead — says why it could not be hashed (a conflict for a started
-    change). ``path`` names the file when there is no row (kept in the verdict's evidence).
-    """
-    if row is None:
-        why = (
-            "no journal row: the intent of a journaled call is recorded before its "
-            "toolStarted, so its record was lost"
-        )
-        if unreadable is not None:
-            why = f"{why}; the file could not be checked: {unreadable}"
-        return FileVerdict(Verdict.NO_RECORD, None, current_hash, why, path=path)
-    status = row.status
-    if status is JournalStatus.SUCCEEDED:
-        return FileVerdict(Verdict.APPLIED, row, current_hash, "the journal recorded success")
-    if status is JournalStatus.FAILED:
-        return FileVerdict(
-            Verdict.FAILED, row, current_hash, "the journal recorded a failure without a write"
-        )
-    if status in (JournalStatus.PROPOSED, JournalStatus.AUTHORIZED):
-        return FileVerdict(
-            Verdict.NOT_APPLIED, row, current_hash, f"the change was only {status.value}"
-        )
-    if unreadable is not None:
-        return FileVerdict(
-            Verdict.CONFLICT, row, None, f"the file could not be checked: {unreadable}"
-        )
-    if current_hash == row.after_hash:
-        return FileVerdict(Verdict.APPLIED, row, current_hash, "the file has the after-hash")
-    if current_hash == row.before_hash:
-        why = (
-            "the file is still absent"
-            if current_hash is None
-            else "the file still has the before-hash"
-        )
-        return FileVerdict(Verdict.NOT_APPLIED, row, current_hash, why)
-    return FileVerdict(
-        Verdict.CONFLICT,
-        row,
-        current_hash,
-        "the file has neither the before-hash nor the after-hash",
-    )
+
+# =========================================================================== reconcile
 
 
 _IN_FLIGHT: Final = frozenset({JournalStatus.STARTED, JournalStatus.UNKNOWN})
@@ -744,11 +579,6 @@ def hash_for_evidence(workspace: Path, path: object) -> tuple[str | None, str | 
 # =========================================================================== run
 
 
-def stale_text(path: str) -> str:
-    """The error result of a compare-and-swap that found other content."""
-    return f"Error: {path} changed since it was read; read it again."
-
-
 _TEMP_PATTERN: Final = re.compile(r"\.(?P<name>.+)\.[0-9a-f]{12}\.tether-tmp")
 
 
@@ -780,12 +610,6 @@ def remove_orphan_temp_files(workspace: Path, relative: str) -> list[str]:
     except (ToolError, OSError):
         return removed
     return removed
-
-
-def reconciled_text(row: JournalRow) -> str:
-    """The success text of a change found applied after a crash."""
-    base = row.planned_result or f"Applied the change to {row.path}"
-    return f"{base} (reconciled after a crash: the change was already applied)"
 
 
 def is_journaled(tool: Tool) -> bool:
@@ -897,11 +721,11 @@ def prepare_journaled(
     otherwise :class:`~tether.errors.OperationIdConflict`. Nothing touches the file.
     """
     file_tool = _file_tool(tool)
-    digest = arguments_digest(file_tool.name, arguments)
     existing = journal.get(operation_id)
     if existing is not None:
-        check_same_call(existing, session_id, digest, journal.location)
+        _check_call(existing, session_id, file_tool.name, arguments, journal.location)
         return PreparedChange(file_tool, existing, arguments)
+    digest = arguments_digest(arguments)
     try:
         planned = _plan(file_tool, workspace, arguments, protected)
     except (ToolError, OSError) as exc:
@@ -1017,11 +841,11 @@ def journaled_run(
     session raises :class:`~tether.errors.OperationIdConflict`.
     """
     file_tool = _file_tool(tool)
-    digest = arguments_digest(file_tool.name, arguments)
     existing = journal.get(operation_id)
     if existing is not None:
-        check_same_call(existing, session_id, digest, journal.location)
+        _check_call(existing, session_id, file_tool.name, arguments, journal.location)
         return _resume(file_tool, workspace, journal, existing, arguments, protected)
+    digest = arguments_digest(arguments)
     try:
         planned = _plan(file_tool, workspace, arguments, protected)
     except (ToolError, OSError) as exc:
@@ -1056,9 +880,7 @@ def journaled_resume(
     existing = journal.get(operation_id)
     if existing is None:
         return None
-    check_same_call(
-        existing, session_id, arguments_digest(file_tool.name, arguments), journal.location
-    )
+    _check_call(existing, session_id, file_tool.name, arguments, journal.location)
     return _resume(file_tool, workspace, journal, existing, arguments, protected)
 
 

@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final
 
 from tether._wsdb.sqlite import EffectsDB, format_ms
+from tether.core.values import ReconciliationEntry, ReviewDecision, ReviewItem, ReviewStatus
 from tether.errors import ReviewItemNotFound, ReviewItemResolved
 
 __all__ = [
@@ -36,17 +35,6 @@ __all__ = [
     "ReviewStatus",
     "ReviewStore",
 ]
-
-
-class ReviewDecision(StrEnum):
-    APPLIED = "applied"
-    NOT_APPLIED = "notApplied"
-    ABORT = "abort"
-
-
-class ReviewStatus(StrEnum):
-    OPEN = "open"
-    RESOLVED = "resolved"
 
 
 def _dumps(value: Mapping[str, Any]) -> str:
@@ -61,68 +49,6 @@ def _loads(text: str) -> Mapping[str, Any]:
     except ValueError:
         return MappingProxyType({"unparsable": text})
     return MappingProxyType(value if isinstance(value, dict) else {"value": value})
-
-
-@dataclass(frozen=True, slots=True)
-class ReviewItem:
-    """One review item."""
-
-    id: int
-    session_id: str
-    operation_id: str
-    tool_name: str
-    reason: str
-    evidence: Mapping[str, Any] = field(repr=False)
-    status: ReviewStatus
-    decision: ReviewDecision | None
-    note: str | None
-    opened_at_ms: int
-    resolved_at_ms: int | None
-
-    @property
-    def is_open(self) -> bool:
-        return self.status is ReviewStatus.OPEN
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "sessionId": self.session_id,
-            "operationId": self.operation_id,
-            "toolName": self.tool_name,
-            "reason": self.reason,
-            "evidence": dict(self.evidence),
-            "status": self.status.value,
-            "decision": None if self.decision is None else self.decision.value,
-            "note": self.note,
-            "openedAt": format_ms(self.opened_at_ms),
-            "resolvedAt": format_ms(self.resolved_at_ms),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class ReconciliationEntry:
-    """One line of the reconciliation log."""
-
-    id: int
-    session_id: str
-    operation_id: str
-    tool_name: str
-    verdict: str
-    action: str
-    evidence: Mapping[str, Any] = field(repr=False)
-    at_ms: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "sessionId": self.session_id,
-            "operationId": self.operation_id,
-            "toolName": self.tool_name,
-            "verdict": self.verdict,
-            "action": self.action,
-            "evidence": dict(self.evidence),
-            "at": format_ms(self.at_ms),
-        }
 
 
 _ITEM_COLUMNS: Final = (

@@ -195,7 +195,8 @@ def compose(
         adapter_identity=model.adapter_identity,
         routing_identity=model.routing_identity,
         system_prompt=prompt,
-        registry=registry,
+        snapshot_tools=registry.snapshot_tools(),
+        declarations=registry.declarations(),
         output_options=options,
         environment=identity,
     )

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from tether import _faults as faults
 from tether._effects.journal import PreparedChange
-from tether._effects.recovery import RecoveryAction, RecoveryDecision, reconcile_pending
+from tether._effects.recovery import RecoveryAction, reconcile_pending
 from tether._models.base import ModelRequest, ModelResponse
 from tether._runtime import boundaries, events
 from tether._runtime.compose import Composition
@@ -45,7 +45,8 @@ from tether.core.canonical import source_digest
 from tether.core.compaction import COMPACTION_INSTRUCTION, COMPACTION_SYSTEM_PROMPT, plan_split
 from tether.core.configuration import explain_blocked
 from tether.core.gate import CompletionCheck
-from tether.core.planner import (
+from tether.core.planner import plan_recovery, unanswered_calls
+from tether.core.plans import (
     ABORTED_ERROR,
     AppendSynthetic,
     AwaitReview,
@@ -54,16 +55,12 @@ from tether.core.planner import (
     CompleteTool,
     Finish,
     Observations,
-    ObservedAction,
     Plan,
     StartStep,
     StartTool,
     SyntheticReason,
     SyntheticResult,
     ToolMode,
-    ToolObservation,
-    plan_recovery,
-    unanswered_calls,
 )
 from tether.core.state import (
     CompactionOperation,
@@ -591,8 +588,8 @@ class Executor:
         if decision.action is RecoveryAction.ABORT:
             self._request_abort(store, state)
             return _ABORT
-        observed = _observation(decision, item.id if item is not None else None)
-        return Observations({started_id: observed})
+        # The planner takes the decision itself (its review reason names the item).
+        return Observations({started_id: decision})
 
     def _complete_tool(self, drive: _Drive, state: SessionState, plan: CompleteTool) -> None:
         """``completeTool`` (tether): the reconciled result entry of a started call."""
@@ -1049,18 +1046,6 @@ class _Aborted:
 
 
 _ABORT = _Aborted()
-
-
-def _observation(decision: RecoveryDecision, item: int | None) -> ToolObservation:
-    if decision.action is RecoveryAction.COMPLETE:
-        assert decision.content is not None
-        return ToolObservation(
-            ObservedAction.COMPLETE, content=decision.content, is_error=decision.is_error
-        )
-    if decision.action is RecoveryAction.EXECUTE:
-        return ToolObservation(ObservedAction.EXECUTE, reason=decision.reason)
-    where = f" (review item {item})" if item is not None else ""
-    return ToolObservation(ObservedAction.REVIEW, reason=f"{decision.reason}{where}")
 
 
 def _stoppable(state: SessionState) -> bool:

@@ -29,8 +29,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
-from tether._loading import load_reducer
 from tether._ids import new_uuid7
+from tether._loading import load_reducer
 from tether._stores.transaction import encode_header, encode_transaction
 from tether.core.reducer import Reducer
 from tether.core.state import SessionState

@@ -50,11 +50,13 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 
 from tether._tools.workspace import ProtectedState
+from tether.core.arguments import parse_tool_arguments
 from tether.core.canonical import tool_definition_digest
 from tether.core.contents import INVALID_ARGUMENTS, SYNTHETIC_CONTENT, UNKNOWN_TOOL
-from tether.core.planner import ToolDeclaration, parse_tool_arguments
+from tether.core.current import ToolDeclaration
 from tether.core.state import Replay
 from tether.core.stops import describe_call
+from tether.core.values import ToolResult
 from tether.errors import ConfigurationError
 
 __all__ = [
@@ -102,31 +104,6 @@ class RecoveryKind(StrEnum):
     LOOKUP = "lookupByOperationId"
     """An effect a service commits once per operation id: recovery asks the service
     (``lookup(operation_id)``, :class:`~tether._effects.contract.EffectTool`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    """What a tool call produced.
-
-    ``content`` is the tool message the model sees. ``is_error`` selects the result type of
-    the entry (``{"type":"error"}`` instead of ``{"type":"success"}``, spec 7.3).
-    ``metadata`` is for tether itself (bytes written, exit code, hashes, …); it is never sent
-    to the model. It is copied into a read-only mapping.
-    """
-
-    content: str
-    is_error: bool = False
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.content, str):
-            raise TypeError(f"ToolResult.content must be str, got {type(self.content).__name__}")
-        object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
-
-    @classmethod
-    def error(cls, content: str, **metadata: Any) -> ToolResult:
-        """An expected failure reported to the model (``is_error=True``)."""
-        return cls(content, is_error=True, metadata=metadata)
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,7 +473,7 @@ class ToolRegistry:
         """Decide whether a model's call may run (spec 14.4 rule 9, then the schema).
 
         Unknown name → ``unknownTool``. Arguments that are not strict JSON text of an
-        object (:func:`~tether.core.planner.parse_tool_arguments`), or that violate
+        object (:func:`~tether.core.arguments.parse_tool_arguments`), or that violate
         the tool's parameter schema (JSON Schema Draft 2020-12) → ``invalidArguments``.
         """
         found = self._tools.get(name) if isinstance(name, str) else None

@@ -186,7 +186,7 @@ class _Journal:
         with lock:
             found = tables.journal.get(operation_id)
             if found is not None:
-                check_same_call(found, session_id, digest, MEMORY_DB)
+                check_same_call(found, session_id, digest, MEMORY_DB, tool_name)
                 return found, False
             row = JournalRow(
                 operation_id,

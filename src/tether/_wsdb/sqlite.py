@@ -39,11 +39,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from tether._dirs import DirectoryError, ignore_in_git, make_directories, sync_directory
+from tether.core.values import format_ms
 from tether.errors import EffectsDatabaseError
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ EFFECTS_MIGRATIONS: Final[tuple[Migration, ...]] = (
             ON verifications (tool_started_id)""",
         """CREATE INDEX IF NOT EXISTS verifications_version
             ON verifications (version_start, started_at_ms)""",
-        # Opaque manifests of artifact versions (ArtifactVersion.to_manifest()).
+        # Opaque manifests of artifact versions (tether._completion.artifact.to_manifest()).
         """CREATE TABLE IF NOT EXISTS artifact_manifests (
             version       TEXT PRIMARY KEY,
             manifest      BLOB NOT NULL,
@@ -246,14 +246,6 @@ database without the records as proof that nothing happened (see docs/effects.md
 def effects_db_path(workspace: str | os.PathLike[str]) -> Path:
     """``<workspace>/.tether/effects.db``."""
     return Path(os.path.abspath(workspace)) / ".tether" / EFFECTS_DB_NAME
-
-
-def format_ms(ms: int | None) -> str | None:
-    """An epoch-millisecond time as ISO 8601 UTC text (``2024-05-01T12:00:00.000Z``)."""
-    if ms is None:
-        return None
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 def _describe(exc: sqlite3.Error, busy_timeout: float) -> str:

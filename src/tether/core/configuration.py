@@ -7,17 +7,17 @@ crash (spec 14.4 rule 5). The environment identity gates replays (rule 9).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tether._tools.base import ToolRegistry
 from tether.core.canonical import (
     configuration_digest,
     output_options_digest,
     system_prompt_digest,
 )
-from tether.core.planner import BlockedReason, CurrentConfiguration
+from tether.core.current import CurrentConfiguration, ToolDeclaration
+from tether.core.plans import BlockedReason
 from tether.core.state import ConfigurationSnapshot, Operation, RunOperation, SessionState
 
 ENVIRONMENT_VARIABLE = "TETHER_ENVIRONMENT_IDENTITY"
@@ -46,14 +46,19 @@ class AgentConfiguration:
         adapter_identity: str,
         routing_identity: str,
         system_prompt: str,
-        registry: ToolRegistry,
+        snapshot_tools: Sequence[Mapping[str, str]],
+        declarations: Sequence[ToolDeclaration],
         output_options: Mapping[str, Any],
         environment: str,
     ) -> AgentConfiguration:
+        """The snapshot and ``current`` of an agent, from plain values: ``snapshot_tools``
+        is ``configurationSnapshot.tools`` (``[{"name", "definitionDigest"}, …]``, spec
+        10.2) and ``declarations`` the planner's ``current.tools`` (14.1), both in the tool
+        registry's order (``ToolRegistry.snapshot_tools()`` and ``.declarations()``)."""
         snapshot = {
             "model": model,
             "systemPromptDigest": system_prompt_digest(system_prompt),
-            "tools": registry.snapshot_tools(),
+            "tools": [dict(tool) for tool in snapshot_tools],
             "adapterIdentity": adapter_identity,
             "routingIdentity": routing_identity,
             "outputOptionsDigest": output_options_digest(output_options),
@@ -62,7 +67,7 @@ class AgentConfiguration:
         current = CurrentConfiguration(
             configuration_digest=digest,
             environment_identity=environment,
-            tools=tuple(registry.declarations()),
+            tools=tuple(declarations),
         )
         return cls(snapshot=snapshot, digest=digest, current=current)
 

@@ -1,6 +1,6 @@
 """The completion gate: is "done" backed by a passing check on the files as they are now?
 
-Pure: the caller passes the current :class:`~tether._completion.artifact.ArtifactVersion`
+Pure: the caller passes the current :class:`~tether.core.values.ArtifactVersion`
 and the evidence it looked up; nothing here reads the disk, the clock or the database.
 
 The verdict, in order:
@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from tether._completion.artifact import ArtifactVersion
-from tether._completion.evidence import Verification, VerificationStatus
+from tether.core.values import ArtifactVersion, Verification, VerificationStatus
 
 __all__ = [
     "MAX_NAMED_FILES",

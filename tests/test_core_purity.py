@@ -214,12 +214,18 @@ def test_core_module_imports_nothing_impure(module: str, path: Path) -> None:
     assert found == [], "\n".join(found)
 
 
-def test_importing_the_core_loads_no_impure_module() -> None:
-    # A fresh interpreter: this test process has long loaded everything.
+@pytest.mark.parametrize("every_module", [False, True], ids=["package", "every module"])
+def test_importing_the_core_loads_no_impure_module(every_module: bool) -> None:
+    # A fresh interpreter: this test process has long loaded everything. Importing every
+    # module matters: before the core was pure, ``import tether.core`` alone looked fine
+    # while ``tether.core.configuration`` loaded jsonschema, subprocess and threading
+    # (through the tool registry) and ``tether.core.gate`` sqlite3 and signal.
+    names = [name for name, _ in _modules()] if every_module else ["tether.core"]
     script = (
-        "import json, sys\n"
+        "import importlib, json, sys\n"
         "before = set(sys.modules)\n"
-        "import tether.core\n"
+        f"for name in {names!r}:\n"
+        "    importlib.import_module(name)\n"
         "print(json.dumps({'before': sorted(before), 'after': sorted(sys.modules)}))\n"
     )
     done = subprocess.run(

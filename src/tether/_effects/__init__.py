@@ -1,14 +1,18 @@
-"""Effects: the action journal, the effect contract, reconciliation and review.
+"""Effects: the action journal, the effect contract, reconciliation and review (the shell).
 
-* :mod:`.db` — ``.tether/effects.db`` (SQLite, WAL, ``synchronous=FULL``, versioned schema);
-* :mod:`.journal` — the action journal of ``write``/``edit`` and :func:`reconcile_file`;
+* :mod:`tether._wsdb.sqlite` — ``.tether/effects.db`` (SQLite, WAL, ``synchronous=FULL``,
+  versioned schema);
+* :mod:`.journal` — the action journal of ``write``/``edit`` and :func:`observe_file`;
 * :mod:`.contract` — :class:`EffectTool` (``execute(arguments, operation_id)``, ``lookup``)
   and :func:`safe_lookup`;
-* :mod:`.publish_report` — the reference external system (a ledger) and its effect tool;
 * :mod:`.review` — review items and the reconciliation log;
-* :mod:`.recovery` — gathering observations and the pure recovery decision.
+* :mod:`.binding` — which ``effects.db`` holds a session's evidence;
+* :mod:`.recovery` — gathering observations and recording decisions.
 
-See ``docs/effects.md``.
+The values they exchange (``JournalRow``, ``LookupResult``, ``ReviewItem``, …) are
+:mod:`tether.core.values`; the pure decisions (``reconcile_file``, ``decide_pending``,
+``judge_binding``) :mod:`tether.core.reconcile`. Both are re-exported here. See
+``docs/effects.md``.
 """
 
 from tether._effects.contract import (

@@ -39,7 +39,7 @@ def test_the_exported_names_are_pinned() -> None:
 
 def test_every_exported_name_resolves_to_its_object() -> None:
     from tether._runtime.agent import Agent
-    from tether.core.reducer import reduce_session
+    from tether._loading import reduce_session
     from tether.errors import TetherError
 
     for name in PUBLIC:

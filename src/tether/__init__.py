@@ -9,7 +9,11 @@ Layout of the package (trio's ``__init__`` is the model):
 * ``tether.core`` — the pure functional core (format, digests, state, reducer, planner,
   completion gate, stop conditions, policy). It reads no clock, disk, environment or
   randomness.
-* ``tether.testing`` — the crash lab, the scripted model and the demo ledger.
+* ``tether.lowlevel`` — the store, reducer and seam internals (the reducer, fact
+  constructors, digests, the session-store and workspace-database protocols and their
+  implementations), for people building a store, a tool kind or an adapter.
+* ``tether.testing`` — the crash lab, crash boundaries, the scripted model and the demo
+  ledger.
 * ``tether.errors`` — the one exception hierarchy (every error derives from
   :class:`TetherError`).
 * Everything with a leading underscore (``tether._runtime``, ``tether._stores``, …) is the
@@ -34,11 +38,11 @@ _EXPORTS: dict[str, str] = {
     "load_model": "tether._models",
     # tools
     "Tool": "tether._tools.base",
-    "ToolResult": "tether._tools.base",
+    "ToolResult": "tether.core.values",
     "tool": "tether._tools.base",
     "builtin_tools": "tether._tools.builtin",
     "EffectTool": "tether._effects.contract",
-    "LookupResult": "tether._effects.contract",
+    "LookupResult": "tether.core.values",
     # the session contract
     "reduce_session": "tether._loading",
     "plan_recovery": "tether.core.planner",
@@ -69,16 +73,17 @@ __all__ = [  # sorted; the same names as _EXPORTS (tests/test_public_api.py chec
 ]
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads on demand
-    from tether._effects.contract import EffectTool, LookupResult
+    from tether._effects.contract import EffectTool
     from tether._loading import reduce_session
     from tether._models import load_model
     from tether._runtime.agent import Agent
     from tether._runtime.results import RunResult, RunStatus
-    from tether._tools.base import Tool, ToolResult, tool
+    from tether._tools.base import Tool, tool
     from tether._tools.builtin import builtin_tools
     from tether.core.current import CurrentConfiguration
     from tether.core.planner import plan_recovery
     from tether.core.state import SessionState
+    from tether.core.values import LookupResult, ToolResult
     from tether.errors import SessionCorruption, TetherError
 
 

@@ -8,8 +8,10 @@ the workspace's ``effects.db`` knows about the session's calls, and the renderer
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,14 @@ from tether.core import SessionState, reduce_session
 from tether.core.framing import committed_lines
 from tether.core.timeline import DEFAULT_PAUSE_MS, Evidence, Timeline, build_timeline
 
-__all__ = ["SessionLog", "gather_evidence", "load_log", "session_timeline"]
+__all__ = [
+    "SessionLog",
+    "gather_evidence",
+    "load_log",
+    "parse_transactions",
+    "paused_gc",
+    "session_timeline",
+]
 
 Transaction = Sequence[Mapping[str, Any]]
 
@@ -34,6 +43,19 @@ class SessionLog:
     size: int
     state: SessionState
     transactions: tuple[Transaction, ...]
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The collector off while many long-lived objects are made (as the reducer's loader
+    does): a whole log's facts would otherwise be scanned again and again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def parse_transactions(data: bytes) -> tuple[Transaction, ...]:
@@ -52,8 +74,9 @@ def load_log(path: Path) -> SessionLog:
     """Read, reduce and parse one session log (corruption raises ``SessionCorruption``)."""
     data = read_file(path, f"session file {path}", limit=MAX_SESSION_FILE_BYTES)
     state = reduce_session(data)
-    committed = data[: state.repaired_length]
-    return SessionLog(str(path), len(data), state, parse_transactions(committed))
+    with paused_gc():
+        transactions = parse_transactions(data[: state.repaired_length])
+    return SessionLog(str(path), len(data), state, transactions)
 
 
 def gather_evidence(workspace: Path, session_id: str) -> Evidence:
@@ -100,4 +123,5 @@ def session_timeline(
     """The timeline of ``log`` with the evidence of ``workspace`` (default: the log's cwd)."""
     root = workspace if workspace is not None else Path(log.state.header.cwd)
     evidence = gather_evidence(root, log.state.header.id)
-    return build_timeline(log.state, log.transactions, evidence, pause_ms=pause_ms)
+    with paused_gc():
+        return build_timeline(log.state, log.transactions, evidence, pause_ms=pause_ms)

@@ -14,7 +14,6 @@ from collections.abc import Iterator, Sequence
 from rich.console import Console
 from rich.text import Text
 
-from tether._cli.common import printable
 from tether.core.timeline import (
     Gap,
     OperationView,
@@ -28,6 +27,23 @@ __all__ = ["EDGE", "interesting", "render_timeline"]
 
 EDGE = 10
 """Operations shown at each end of a summarised session."""
+
+
+def printable(text: str) -> str:
+    """``text`` with every non-printable character escaped (session content is untrusted:
+    it must not drive the terminal); the same rule as ``tether._cli.common.printable``."""
+    if text.isprintable():
+        return text
+    out = []
+    for char in text:
+        if char.isprintable() or char == " ":
+            out.append(char)
+        elif ord(char) <= 0xFF:
+            out.append(f"\\x{ord(char):02x}")
+        else:
+            out.append(f"\\u{ord(char):04x}")
+    return "".join(out)
+
 
 OUTCOME_STYLE = {
     "completed": "green",

@@ -426,7 +426,7 @@ def format_ms(ms: int) -> str:
 
 
 def _flat(text: str, width: int) -> str:
-    flat = " ".join(text.split())
+    flat = " ".join(text[: width * 4].split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
@@ -456,7 +456,7 @@ def _compact(value: Any) -> str:
 
 def _message_text(message: Mapping[str, Any]) -> str:
     content = message.get("content")
-    text = content if isinstance(content, str) else ""
+    text = content[: PREVIEW * 4] if isinstance(content, str) else ""
     calls = message.get("tool_calls") or []
     names = []
     for call in calls:
@@ -820,11 +820,11 @@ class _Builder:
             op.error = record.get("error")
             self.active = None
             self.open_attempts.clear()
-            for attempt_id in list(self.attempts):
-                attempt = self.attempts[attempt_id]
-                if attempt.outcome == "open":
-                    attempt.outcome = "superseded"
-                    attempt.end_ms = at
+            for step in op.steps:
+                for attempt in step.attempts:
+                    if attempt.outcome == "open":
+                        attempt.outcome = "superseded"
+                        attempt.end_ms = at
 
     def _settle_current(self, at: int) -> _Attempt | None:
         op = self.active

@@ -290,3 +290,73 @@ def test_chromium_is_debians() -> None:
     if missing is not None and os.environ.get("CI", "").lower() != "true":
         pytest.skip(missing)
     assert CHROMIUM.exists() and shutil.which("chromium") is not None
+
+
+# --------------------------------------------------------------------------- evidence
+
+
+def test_journal_authorization_and_a_stale_verification(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real run: write (journaled), verify (passes), edit (journaled): the verification
+    is linked to its call and shown stale, the journal rows and authorizations to theirs."""
+    from tether._models import ScriptedModel
+    from tether._runtime import Agent
+
+    monkeypatch.delenv("TETHER_ENVIRONMENT_IDENTITY", raising=False)
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "tether.toml").write_text('[verify]\ncommand = "grep -q good status.txt"\n')
+
+    def calls(*items: dict[str, Any]) -> dict[str, Any]:
+        return {"content": "", "tool_calls": list(items), "usage": {"input": 10, "output": 5}}
+
+    steps = {
+        "model": "scripted/show",
+        "responses": [
+            calls(
+                {
+                    "id": "w",
+                    "name": "write",
+                    "arguments": {"path": "status.txt", "content": "good\n"},
+                }
+            ),
+            calls({"id": "v", "name": "verify", "arguments": {}}),
+            calls(
+                {
+                    "id": "e",
+                    "name": "edit",
+                    "arguments": {
+                        "path": "status.txt",
+                        "old_string": "good",
+                        "new_string": "good, edited",
+                    },
+                }
+            ),
+            {"content": "Done.", "finish_reason": "stop", "usage": {"input": 10, "output": 5}},
+        ],
+    }
+    agent = Agent(
+        ScriptedModel.from_json(steps), workspace=root, read_agents_md=False, assume_yes=True
+    )
+    try:
+        result = agent.run("do it")
+    finally:
+        agent.close()
+    doc = json.loads(invoke("show", str(result.session_path), "--json").output)
+    calls_by_id = {
+        c["callId"]: c for o in doc["operations"] for s in o["steps"] for c in s["toolCalls"]
+    }
+    assert calls_by_id["w"]["journal"]["status"] == "succeeded"
+    assert calls_by_id["e"]["journal"]["path"] == "status.txt"
+    assert calls_by_id["w"]["authorization"]["decision"] == "allow"
+    assert calls_by_id["w"]["authorization"]["who"] == "policy"
+    check = calls_by_id["v"]["verification"]
+    assert check["status"] == "passed" and check["current"] is False  # edited since
+    (listed,) = doc["verifications"]
+    assert listed["id"] == check["id"]
+    text = invoke("show", str(result.session_path)).output
+    assert "journal: succeeded status.txt" in text
+    assert "authorization: allow by policy" in text
+    assert "verification: passed 'grep -q good status.txt'" in text and "stale" in text
+    assert doc["gaps"] == []

@@ -111,13 +111,28 @@ def gather_evidence(workspace: Path, session_id: str) -> Evidence:
         ]
     finally:
         db.close()
+    version, note = _current_version(workspace) if verifications else (None, None)
     return Evidence(
         journal=journal,
         reconciliations=dict(reconciliations),
         reviews=dict(reviews),
         authorizations=authorizations,
         verifications=verifications,
+        artifact_version=version,
+        note=note,
     )
+
+
+def _current_version(workspace: Path) -> tuple[str | None, str | None]:
+    """The workspace's artifact version now (to tell current checks from stale ones)."""
+    from tether._completion.verify import workspace_scanner
+    from tether._project import load_project_config
+    from tether.errors import TetherError
+
+    try:
+        return workspace_scanner(workspace, load_project_config(workspace)).version().digest, None
+    except TetherError as exc:
+        return None, f"the current artifact version is unknown ({exc}): staleness not shown"
 
 
 def session_timeline(

@@ -63,6 +63,7 @@ function show(info){const d=$('details');const c=info.call;let text='';
   if(c.journal)text+=`journal: ${c.journal.status} ${c.journal.path}\n  before ${c.journal.beforeHash}\n  after  ${c.journal.afterHash}\n`;
   c.reconciliations.forEach(r=>{const lk=(r.evidence||{}).lookup;text+=`reconciled: verdict ${r.verdict}, action ${r.action}${lk?', ledger lookup: '+lk.status:''}\n`;});
   if(c.recoveredFromLedger)text+='recovered_from_ledger=true: the ledger had the effect; the result was backfilled, nothing ran again\n';
+  if(c.verification){const v=c.verification;text+=`verification: ${v.status} ${v.command} on version ${v.versionEnd} (${v.current?'current':'stale: the files changed since'})\n`;}
   c.reviews.forEach(r=>{text+=`review item ${r.id}: ${r.status} ${r.reason}${r.decision?' → '+r.decision:''}\n`;});
   text+=`usage: in ${c.usage.input} out ${c.usage.output}\n\n`;}
  text+=JSON.stringify(info,null,1);d.textContent=text;

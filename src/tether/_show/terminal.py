@@ -48,6 +48,7 @@ def printable(text: str) -> str:
 OUTCOME_STYLE = {
     "completed": "green",
     "success": "green",
+    "passed": "green",
     "settled": "green",
     "failed": "red",
     "error": "red",
@@ -154,7 +155,7 @@ def _call(out: _Lines, call: ToolCallView, indent: int) -> None:
     out.add(
         indent,
         (head, "bold"),
-        (call.arguments, ""),
+        (call.arguments or "(no arguments)", ""),
         (f"  replay {call.replay}" if call.replay else "  (never started)", "dim"),
     )
     auth = call.authorization
@@ -174,12 +175,22 @@ def _call(out: _Lines, call: ToolCallView, indent: int) -> None:
             indent + 1,
             ("journal: ", "dim"),
             (
-                f"{j.get('status')} {j.get('path')} before {str(j.get('beforeHash'))[:19]} "
-                f"after {str(j.get('afterHash'))[:19]}",
+                f"{j.get('status')} {j.get('path')} before "
+                f"{str(j.get('beforeHash') or '(absent)')[:19]} "
+                f"after {str(j.get('afterHash') or '(absent)')[:19]}",
                 "",
             ),
         )
     out.gaps_until(call.result_seq, indent + 1)
+    check = call.verification
+    if check is not None:
+        state = "current" if check.current else "stale: the files changed since"
+        out.add(
+            indent + 1,
+            ("verification: ", "dim"),
+            (check.status, OUTCOME_STYLE.get(check.status, "")),
+            (f" {check.command!r} on version {str(check.version_end)[:19]} ({state})", ""),
+        )
     for decision in call.reconciliations:
         ev = decision.get("evidence") or {}
         lookup = ev.get("lookup") if isinstance(ev, dict) else None

@@ -28,7 +28,7 @@ Pure (``tether.core`` rule): no clock, no disk; times are the log's millisecond 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from tether.core.state import SessionState
@@ -174,6 +174,8 @@ class ToolCallView:
     recovered: bool = False
     """Whether the result was recorded by a recovery (after a crash)."""
     usage: UsageView = UsageView()
+    verification: VerificationView | None = None
+    """The check this call ran (the ``verify`` tool), with its artifact versions."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -198,6 +200,7 @@ class ToolCallView:
             "recoveredFromLedger": self.recovered_from_ledger,
             "recovered": self.recovered,
             "usage": self.usage.to_json(),
+            "verification": self.verification.to_json() if self.verification else None,
         }
 
 
@@ -554,6 +557,10 @@ class _Builder:
         self.last_seq = 0
         self.first_ms: int | None = None
         self.facts = 0
+        self.verifications = _verifications(evidence.verifications, evidence.artifact_version)
+        self.verification_of = {
+            v.tool_started_id: v for v in self.verifications if v.tool_started_id is not None
+        }
 
     # ---- per transaction
 
@@ -754,7 +761,11 @@ class _Builder:
                 seq,
             )
             if rtype == "runStarted":
-                new_op.prompt = self.user_text.get(str(record.get("inputEntryId")))
+                input_id = str(record.get("inputEntryId"))
+                new_op.prompt = self.user_text.get(input_id)
+                last = self.messages[-1] if self.messages else None
+                if last is not None and last.entry_id == input_id:
+                    self.messages[-1] = replace(last, operation_id=new_op.op_id)
             self.ops.append(new_op)
             self.active = new_op
         elif rtype == "stepAttempt":
@@ -887,9 +898,7 @@ class _Builder:
             operations=operations,
             gaps=tuple(self.gaps),
             messages=tuple(self.messages),
-            verifications=_verifications(
-                self.evidence.verifications, self.evidence.artifact_version
-            ),
+            verifications=self.verifications,
             usage=total,
             current=state.operation.kind,
             evidence_note=self.evidence.note,
@@ -970,6 +979,7 @@ class _Builder:
             recovered_from_ledger=from_ledger,
             recovered=c.recovered,
             usage=c.usage,
+            verification=self.verification_of.get(started) if started else None,
         )
 
 

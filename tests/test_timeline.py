@@ -309,8 +309,17 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             jobs=2,
         )
     )
+    review = run_lab(
+        LabOptions(
+            scenarios=[BUILTIN_SCENARIOS["conflict"]],
+            boundaries=["tools.apply.after_replace@1"],
+            workdir=base,
+            keep=True,
+            jobs=1,
+        )
+    )
     out = {}
-    for case in result.results:
+    for case in [*result.results, *review.results]:
         assert case.verdict == "pass", case.to_json()
         assert case.run_dir is not None
         out[case.case.key] = Path(case.run_dir) / WORKSPACE
@@ -357,3 +366,22 @@ def test_crashlab_open_attempt_is_retried(crashed: dict[str, Path], scenario: st
     assert gap.kind == "crash" and gap.before_seq == first.attempts[1].seq
     assert op.outcome == "completed"
     assert timeline.usage.to_json() == orjson.loads(orjson.dumps(op.usage.to_json()))
+
+
+def test_crashlab_conflict_blocked_on_review(crashed: dict[str, Path]) -> None:
+    """The edit was applied, then someone changed the file: recovery opens a review item
+    and appends nothing. The crash is certain (the reconciliation log says a later process
+    looked), and the log ends open, blocked on the item."""
+    timeline = lab_timeline(crashed["conflict:tools.apply.after_replace@1"])
+    (op,) = timeline.operations
+    assert op.outcome == "unfinished"
+    (call,) = [c for s in op.steps for c in s.tool_calls]
+    assert call.outcome == "pending" and call.journal is not None
+    assert [d["action"] for d in call.reconciliations] == ["review", "review"]
+    (item,) = call.reviews
+    assert item["status"] == "open"
+    crash, still_open = timeline.gaps
+    assert crash.kind == "crash" and crash.certain and crash.before_seq is None
+    assert crash.end_ms is not None and crash.end_ms >= crash.start_ms
+    assert f"tether review resolve {item['id']}" in (crash.recovery or "")
+    assert still_open.kind == "open" and f"review item {item['id']}" in still_open.evidence

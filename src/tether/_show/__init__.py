@@ -99,7 +99,7 @@ def gather_evidence(workspace: Path, session_id: str) -> Evidence:
         reviews_store = ReviewStore(db)
         reconciliations: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for entry in reviews_store.reconciliations(session_id=session_id):
-            reconciliations[entry.operation_id].append(entry.to_json())
+            reconciliations[entry.operation_id].append({**entry.to_json(), "atMs": entry.at_ms})
         reviews: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for item in reviews_store.list_all(session_id):
             reviews[item.operation_id].append(item.to_json())

@@ -310,7 +310,7 @@ def render_timeline(timeline: Timeline, console: Console, *, show_all: bool = Fa
         out.skip_gaps_until(_last_seq(item))
     out.gaps_until(1 << 62, 0)
     for gap in timeline.gaps:
-        if gap.kind == "open":
+        if gap.before_seq is None:
             out.gap(gap, 0)
     if timeline.verifications:
         out.add(0, ("Verifications", "bold cyan"))

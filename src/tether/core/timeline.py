@@ -864,24 +864,7 @@ class _Builder:
         start = self.first_ms if self.first_ms is not None else header.created_at
         end = self.last_ms if self.last_ms is not None else header.created_at
         if self.active is not None:
-            what = "the log ends inside this operation"
-            if self.pending:
-                what += " with a started tool call and no result"
-            elif self.open_attempts:
-                what += " with a model call open"
-            self.gaps.append(
-                Gap(
-                    "open",
-                    end,
-                    None,
-                    self.last_seq,
-                    None,
-                    self.active.op_id,
-                    what + ": its process crashed, was stopped, or is still running",
-                    False,
-                    "`tether resume SESSION` finishes it, `--abort` closes it",
-                )
-            )
+            self._trailing_gaps(end)
         operations = tuple(self._operation(op) for op in self.ops)
         total = UsageView(
             state.usage.input, state.usage.output, state.usage.cache_read, state.usage.cache_write
@@ -903,6 +886,55 @@ class _Builder:
             current=state.operation.kind,
             evidence_note=self.evidence.note,
         )
+
+    def _trailing_gaps(self, end: int) -> None:
+        """The gaps after the last fact: a later process that reconciled a pending call
+        but appended nothing (blocked, e.g. on a review), then the open end."""
+        assert self.active is not None
+        op_id = self.active.op_id
+        blocked: list[str] = []
+        for started_id in sorted(self.pending):
+            decisions = self.evidence.reconciliations.get(started_id, ())
+            call = self.calls_by_started.get(started_id)
+            if not decisions or call is None:
+                continue
+            at = decisions[0].get("atMs")
+            recovery = _decision_text(call.name, decisions)
+            for item in self.evidence.reviews.get(started_id, ()):
+                if item.get("status") == "open":
+                    blocked.append(f"review item {item.get('id')} ({call.name})")
+                    recovery += (
+                        f"; blocked: review item {item.get('id')} is open — `tether review "
+                        f"resolve {item.get('id')} --applied|--not-applied|--abort`"
+                    )
+            self.gaps.append(
+                Gap(
+                    "crash",
+                    end,
+                    int(at) if isinstance(at, int) else None,
+                    self.last_seq,
+                    None,
+                    op_id,
+                    f"{call.name} was started and had no result when its process ended; a "
+                    "later process reconciled it and appended nothing",
+                    True,
+                    recovery,
+                )
+            )
+        what = "the log ends inside this operation"
+        if blocked:
+            what += ", blocked on " + ", ".join(blocked)
+        elif self.pending:
+            what += " with a started tool call and no result"
+        elif self.open_attempts:
+            what += " with a model call open"
+        if blocked:
+            what += ": recovery appends nothing until a person decides"
+            plan = "`tether review resolve ITEM …`, then `tether resume SESSION` finishes it"
+        else:
+            what += ": its process crashed, was stopped, or is still running"
+            plan = "`tether resume SESSION` finishes it, `--abort` closes it"
+        self.gaps.append(Gap("open", end, None, self.last_seq, None, op_id, what, False, plan))
 
     def _operation(self, op: _Op) -> OperationView:
         steps = tuple(self._step(step) for step in op.steps)

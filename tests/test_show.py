@@ -361,3 +361,26 @@ def test_journal_authorization_and_a_stale_verification(
     assert "authorization: allow by policy" in text
     assert "verification: passed 'grep -q good status.txt'" in text and "stale" in text
     assert doc["gaps"] == []
+
+
+GOLDEN = sorted(
+    p.with_name(p.name.replace(".expected.json", ".jsonl"))
+    for p in (REPO / "tests" / "conformance" / "fixtures").glob("*.expected.json")
+    if json.loads(p.read_text())["ok"]
+)
+
+
+def test_every_golden_fixture_draws(browser: Any, tmp_path: Path) -> None:
+    """Every log that reduces gets a page without script errors, one lane per operation
+    and one marker per crash or open end of an operation."""
+    for log in GOLDEN:
+        doc = json.loads(invoke("show", str(log), "--workspace", str(tmp_path), "--json").output)
+        page_file = tmp_path / f"{log.stem}.html"
+        result = invoke("show", str(log), "--workspace", str(tmp_path), "--html", str(page_file))
+        assert result.exit_code == 0, result.output
+        page, _, refused = open_page(browser, page_file, PAGE_LOAD_BOUND_S)
+        assert refused == []
+        assert page.locator(".lane").count() == len(doc["operations"]), log.name
+        marked = [g for g in doc["gaps"] if g["kind"] != "stop" and g["operationId"]]
+        assert page.locator(".lane .marker").count() == len(marked), log.name
+        page.close()

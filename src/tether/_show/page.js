@@ -9,7 +9,7 @@ function esc(s){return String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','
 $('meta').textContent=`${T.session.model} (${T.session.provider}) · created ${T.session.createdAt} · ${T.facts} facts · ${ops.length} operations · ${T.transcript.length} messages · usage in ${T.usage.input} out ${T.usage.output} · now ${T.current}`;
 const gl=$('gaps');const crashes=T.gaps.filter(g=>g.kind!=='stop'),stops=T.gaps.filter(g=>g.kind==='stop');
 let gh=`<div><b>${crashes.filter(g=>g.kind==='crash').length} crash(es)</b>, ${stops.length} idle stop(s)</div>`;
-crashes.slice(0,500).forEach((g,i)=>{gh+=`<div class="gap-item ${g.kind}" id="gap-${i}" data-kind="${g.kind}"><b>${g.kind==='crash'?'✖ crash':'… open'}${g.certain?'':' (inferred)'}</b> ${iso(g.start)} → ${g.end==null?'(log ends)':iso(g.end)+' ('+dur(g.end-g.start)+')'}, after seq ${g.afterSeq}: ${esc(g.evidence)}${g.recovery?'<br>&nbsp;&nbsp;recovery: <span class="recovery">'+esc(g.recovery)+'</span>':''}</div>`;});
+crashes.slice(0,500).forEach((g,i)=>{gh+=`<div class="gap-item ${g.kind}" id="gap-${i}" data-kind="${g.kind}"><b>${g.kind==='crash'?'✖ crash':'… open'}${g.certain||g.kind!=='crash'?'':' (inferred)'}</b> ${iso(g.start)} → ${g.end==null?'(log ends)':iso(g.end)+' ('+dur(g.end-g.start)+')'}, after seq ${g.afterSeq}: ${esc(g.evidence)}${g.recovery?'<br>&nbsp;&nbsp;recovery: <span class="recovery">'+esc(g.recovery)+'</span>':''}</div>`;});
 gl.innerHTML=gh;
 // ---- compressed time axis: idle stretches longer than CAP are drawn CAP long
 const spans=[];ops.forEach(o=>spans.push([o.start,o.end==null?T.end:o.end]));
@@ -27,7 +27,6 @@ const sc=$('scroller'),rows=$('rows'),axis=$('axis');
 let scale=1;function fit(){scale=Math.max(1e-6,(sc.clientWidth-LABEL-20)/total);draw();}
 function px(t){return LABEL+X(t)*scale;}
 // ---- boxes
-const items=[];
 function box(cls,start,end,label,info){const el=document.createElement('div');el.className='box '+cls;
  const x=px(start),w=Math.max(3,px(end==null?T.end:end)-x);el.style.left=x+'px';el.style.width=w+'px';el.textContent=label;
  el.title=label+' '+iso(start)+(end!=null?' ('+dur(end-start)+')':'');el.onclick=()=>show(info);return el;}
@@ -46,10 +45,9 @@ function draw(){rows.style.height=(ops.length*ROW)+'px';rows.style.width=(LABEL+
 function paint(){const first=Math.max(0,Math.floor(sc.scrollTop/ROW)-5),last=Math.min(ops.length,Math.ceil((sc.scrollTop+sc.clientHeight)/ROW)+5);
  for(const k in drawn){if(k<first||k>=last){drawn[k].remove();delete drawn[k];}}
  for(let i=first;i<last;i++){if(!drawn[i]){drawn[i]=lane(i);rows.appendChild(drawn[i]);}}
- // stop markers live on the axis
- ticks();}
+ ticks();} // the axis follows the horizontal scroll
 function ticks(){axis.innerHTML='';const w=sc.clientWidth-LABEL;const left=sc.scrollLeft;
- for(let p=0;p<w;p+=120){const d=(left+p)/scale;let t=T.start+d;const el=document.createElement('div');el.className='tick';el.style.left=p+'px';el.textContent=iso(inv(d));axis.appendChild(el);}
+ for(let p=0;p<w;p+=120){const d=(left+p)/scale;const el=document.createElement('div');el.className='tick';el.style.left=p+'px';el.textContent=iso(inv(d));axis.appendChild(el);}
  T.gaps.forEach(g=>{if(g.kind!=='stop')return;const x=px(g.start)-LABEL-left;if(x<0||x>w)return;const m=document.createElement('div');m.className='marker stop';m.dataset.kind='stop';m.style.left=x+'px';m.style.width='14px';m.style.height='22px';m.textContent='■';m.title=g.evidence;axis.appendChild(m);});}
 function inv(d){let lo=T.start,hi=T.end+CAP;for(let n=0;n<40;n++){const m=(lo+hi)/2;if(X(m)<d)lo=m;else hi=m;}return Math.round(lo);}
 sc.addEventListener('scroll',()=>{axis.scrollLeft=0;paint();});
@@ -67,7 +65,7 @@ function show(info){const d=$('details');const c=info.call;let text='';
   c.reviews.forEach(r=>{text+=`review item ${r.id}: ${r.status} ${r.reason}${r.decision?' → '+r.decision:''}\n`;});
   text+=`usage: in ${c.usage.input} out ${c.usage.output}\n\n`;}
  text+=JSON.stringify(info,null,1);d.textContent=text;
- const op=info.call||info.attempt?null:null;}
+}
 window.tetherShow=show;
 // ---- transcript (virtualised)
 const tr=$('transcript'),inner=$('tinner');inner.style.height=(T.transcript.length*MSG)+'px';let tdrawn={};

@@ -186,6 +186,10 @@ def test_pauses_are_stops_when_idle_and_inferred_crashes_only_where_nothing_runs
     assert stop.operation_id is None and stop.end_ms is not None
     assert stop.end_ms - stop.start_ms >= 60_000
     assert crash.operation_id == timeline.operations[1].operation_id
+    # a person asked to authorize the call explains the pause
+    assistant_id = started["record"]["assistantEntryId"]
+    asked = Evidence(authorizations={f"{assistant_id}:0": {"decision": "allow", "who": "user"}})
+    assert [g.kind for g in timeline_of(kit.bytes(), asked).gaps] == ["stop"]
     # a higher threshold sees no inferred crash, a lower one still none inside the model call
     assert [g.kind for g in timeline_of(kit.bytes(), pause_ms=4_000).gaps] == ["stop"]
     assert [g.kind for g in timeline_of(kit.bytes(), pause_ms=59_000).gaps] == ["stop"]

@@ -570,7 +570,7 @@ class _Builder:
         first_ms = int(facts[0].get("timestamp", 0))
         recovery = self._recovery_signature(facts)
         if self.last_ms is not None:
-            self._maybe_gap(first_ms, int(facts[0].get("seq", 0)), recovery)
+            self._maybe_gap(first_ms, int(facts[0].get("seq", 0)), recovery, facts)
         if self.first_ms is None:
             self.first_ms = first_ms
         for fact in facts:
@@ -603,8 +603,8 @@ class _Builder:
                 aborted = op is not None and op.abort is not None
                 if result.get("reason") == "interrupted" and not aborted:
                     return (
-                        f"{name} was started and had no result (its process ended while it "
-                        "ran or right after)",
+                        f"{name} was started and had no result (its process ended between "
+                        "the intent and the result: before, during or after the call)",
                         f"recorded {name} as interrupted: it is not replayable, its outcome "
                         "is unknown, it was not run again",
                     )
@@ -616,7 +616,25 @@ class _Builder:
                     )
         return None
 
-    def _maybe_gap(self, start: int, next_seq: int, recovery: tuple[str, str] | None) -> None:
+    def _asked_a_person(self, facts: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether this transaction starts a call a person authorized (the runtime waited
+        for the answer)."""
+        for fact in facts:
+            record = fact.get("record") if fact.get("kind") == "record" else None
+            if isinstance(record, Mapping) and record.get("type") == "toolStarted":
+                key = f"{record.get('assistantEntryId')}:{record.get('toolIndex')}"
+                decision = self.evidence.authorizations.get(key)
+                if decision is not None and decision.get("who") == "user":
+                    return True
+        return False
+
+    def _maybe_gap(
+        self,
+        start: int,
+        next_seq: int,
+        recovery: tuple[str, str] | None,
+        facts: Sequence[Mapping[str, Any]],
+    ) -> None:
         assert self.last_ms is not None
         last = self.last_ms
         op_id = self.active.op_id if self.active is not None else None
@@ -653,8 +671,8 @@ class _Builder:
                 )
             )
             return
-        if self.open_attempts or self.pending:
-            return  # a model call or a tool ran: the runtime waited
+        if self.open_attempts or self.pending or self._asked_a_person(facts):
+            return  # a model call or a tool ran, or a person was asked: the runtime waited
         self.gaps.append(
             Gap(
                 "crash",

@@ -30,6 +30,7 @@ from tether._cli import (
     review_cmd,
     run_cmd,
     sessions_cmd,
+    show_cmd,
     verify_cmd,
 )
 from tether._credentials import hide_from_process_listing, register_secret
@@ -48,6 +49,7 @@ COMMAND_MODULES = (
     resume_cmd,
     repl,
     inspect_cmd,
+    show_cmd,
     plan_cmd,
     sessions_cmd,
     review_cmd,

@@ -1,0 +1,125 @@
+"""``tether show SESSION|--last [--json] [--html FILE]``: a session as a timeline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from tether._cli.common import (
+    InputError,
+    SessionsDirOption,
+    emit_json,
+    handle_errors,
+    resolve_sessions_dir,
+)
+from tether._show import SessionLog, load_log, session_timeline
+from tether._show.page import write_page
+from tether._show.terminal import render_timeline
+from tether._stores.file import find_session, list_sessions
+from tether.core.timeline import DEFAULT_PAUSE_MS
+from tether.errors import SessionNotFound
+
+
+def register(app: typer.Typer) -> None:
+    app.command("show")(show)
+
+
+def open_session(session: str | None, last: bool, sessions_dir: Path | None) -> SessionLog:
+    """The log named by SESSION (a file, an id or a unique prefix) or ``--last``.
+
+    The one place ``show`` meets the session store: it goes through the store's finder
+    (the file store today), and everything after it works on the log's facts.
+    """
+    if (session is None) == (not last):
+        raise InputError("name one session: SESSION or --last")
+    if last:
+        folder = resolve_sessions_dir(sessions_dir)
+        readable = [s for s in list_sessions(folder) if s.error is None]
+        if not readable:
+            raise SessionNotFound("--last", str(folder))
+        return load_log(max(readable, key=lambda s: s.last_activity).path)
+    assert session is not None
+    path = Path(session)
+    if not path.exists() and path.parent == Path("."):
+        path = find_session(resolve_sessions_dir(sessions_dir), session)
+    return load_log(path)
+
+
+def show(
+    session: Annotated[
+        str | None,
+        typer.Argument(
+            help="Session log (.jsonl), or a session id or unique id prefix.",
+            metavar="SESSION",
+            show_default=False,
+        ),
+    ] = None,
+    last: Annotated[
+        bool, typer.Option("--last", help="The session with the latest activity.")
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print the timeline as one JSON document.")
+    ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html",
+            help="Write the timeline as one self-contained HTML page (no network).",
+            metavar="FILE",
+            show_default=False,
+        ),
+    ] = None,
+    show_all: Annotated[
+        bool,
+        typer.Option("--all", help="Show every operation (a long session is summarised)."),
+    ] = False,
+    pause_ms: Annotated[
+        int,
+        typer.Option(
+            "--pause-ms",
+            min=1,
+            help="A pause this long where the runtime does not wait counts as a gap.",
+        ),
+    ] = DEFAULT_PAUSE_MS,
+    workspace: Annotated[
+        Path | None,
+        typer.Option(
+            "--workspace",
+            "-w",
+            help="Workspace whose .tether/effects.db holds the evidence (default: the "
+            "session's cwd, as its header records it).",
+            metavar="DIR",
+            show_default=False,
+        ),
+    ] = None,
+    sessions_dir: SessionsDirOption = None,
+) -> None:
+    """Show a session as a timeline: operations, steps and attempts, tool calls with
+    their authorization, result and reconciliation evidence, reviews, verifications,
+    usage, and the gaps where the process was down (crash or stop) with the recovery
+    that followed.
+
+    Exit status: 0 shown, 1 the log is corrupt, 2 usage error, 3 no such session, 7
+    ambiguous id prefix, 20 the effects database cannot be read.
+    """
+    with handle_errors():
+        log = open_session(session, last, sessions_dir)
+        timeline = session_timeline(log, workspace, pause_ms=pause_ms)
+        if html is not None:
+            try:
+                size = write_page(timeline, html)
+            except OSError as exc:
+                raise InputError(f"cannot write {html}: {exc.strerror or exc}") from None
+            typer.echo(f"wrote {html} ({size:,} bytes)", err=True)
+            if not json_output:
+                return
+        if json_output:
+            emit_json(timeline.to_json())
+            return
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=160)
+        render_timeline(timeline, console, show_all=show_all)

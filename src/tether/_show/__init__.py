@@ -1,0 +1,145 @@
+"""``tether show``: gather a session's log and evidence, build its timeline, render it.
+
+The shell half of :mod:`tether.core.timeline`: :func:`load_log` reads and reduces a log
+(it must reduce: a corrupt log is reported, not drawn), :func:`gather_evidence` reads what
+the workspace's ``effects.db`` knows about the session's calls, and the renderers
+(:mod:`tether._show.terminal`, :mod:`tether._show.page`) draw the pure timeline.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tether._inputs import MAX_SESSION_FILE_BYTES, read_file
+from tether.core import SessionState, reduce_session
+from tether.core.timeline import DEFAULT_PAUSE_MS, Evidence, Timeline, build_timeline
+
+__all__ = [
+    "SessionLog",
+    "gather_evidence",
+    "load_log",
+    "parse_transactions",
+    "paused_gc",
+    "session_timeline",
+]
+
+Transaction = Sequence[Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class SessionLog:
+    """A log read from the session store: its bytes' meaning and its facts by line."""
+
+    location: str
+    size: int
+    state: SessionState
+    transactions: tuple[Transaction, ...]
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The collector off while many long-lived objects are made (as the reducer's loader
+    does): a whole log's facts would otherwise be scanned again and again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def parse_transactions(data: bytes) -> tuple[Transaction, ...]:
+    """The facts of every committed line after the header, one tuple per line.
+
+    ``data`` must be the committed region of a log that reduces: its framing and every
+    line were checked then, so the lines are split and parsed without checking again.
+    """
+    out: list[Transaction] = []
+    loads = orjson.loads
+    for raw in data.split(b"\n")[1:]:
+        if not raw.strip():
+            continue
+        value = loads(raw)
+        out.append(tuple(value) if isinstance(value, list) else (value,))
+    return tuple(out)
+
+
+def load_log(path: Path) -> SessionLog:
+    """Read, reduce and parse one session log (corruption raises ``SessionCorruption``)."""
+    data = read_file(path, f"session file {path}", limit=MAX_SESSION_FILE_BYTES)
+    state = reduce_session(data)
+    with paused_gc():
+        transactions = parse_transactions(data[: state.repaired_length])
+    return SessionLog(str(path), len(data), state, transactions)
+
+
+def gather_evidence(workspace: Path, session_id: str) -> Evidence:
+    """What ``<workspace>/.tether/effects.db`` records about the session (never creates it)."""
+    from tether._completion.evidence import VerificationStore
+    from tether._effects.authorization import AuthorizationStore
+    from tether._effects.journal import ActionJournal
+    from tether._effects.review import ReviewStore
+    from tether._wsdb.sqlite import EffectsDB, effects_db_path
+
+    path = effects_db_path(workspace)
+    if not path.exists():
+        return Evidence(note=f"no effects database at {path}: no journal or ledger evidence")
+    db = EffectsDB.open_workspace(workspace)
+    try:
+        journal = {row.operation_id: row.to_json() for row in ActionJournal(db).rows(session_id)}
+        reviews_store = ReviewStore(db)
+        reconciliations: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+        for entry in reviews_store.reconciliations(session_id=session_id):
+            reconciliations[entry.operation_id].append({**entry.to_json(), "atMs": entry.at_ms})
+        reviews: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+        for item in reviews_store.list_all(session_id):
+            reviews[item.operation_id].append(item.to_json())
+        authorizations = {a.call_key: a.to_json() for a in AuthorizationStore(db).list(session_id)}
+        verifications = [
+            v.to_json()
+            for v in VerificationStore(db).list(limit=1_000_000)
+            if v.session_id == session_id
+        ]
+    finally:
+        db.close()
+    version, note = _current_version(workspace) if verifications else (None, None)
+    return Evidence(
+        journal=journal,
+        reconciliations=dict(reconciliations),
+        reviews=dict(reviews),
+        authorizations=authorizations,
+        verifications=verifications,
+        artifact_version=version,
+        note=note,
+    )
+
+
+def _current_version(workspace: Path) -> tuple[str | None, str | None]:
+    """The workspace's artifact version now (to tell current checks from stale ones)."""
+    from tether._completion.verify import workspace_scanner
+    from tether._project import load_project_config
+    from tether.errors import TetherError
+
+    try:
+        return workspace_scanner(workspace, load_project_config(workspace)).version().digest, None
+    except TetherError as exc:
+        return None, f"the current artifact version is unknown ({exc}): staleness not shown"
+
+
+def session_timeline(
+    log: SessionLog, workspace: Path | None, *, pause_ms: int = DEFAULT_PAUSE_MS
+) -> Timeline:
+    """The timeline of ``log`` with the evidence of ``workspace`` (default: the log's cwd)."""
+    root = workspace if workspace is not None else Path(log.state.header.cwd)
+    evidence = gather_evidence(root, log.state.header.id)
+    with paused_gc():
+        return build_timeline(log.state, log.transactions, evidence, pause_ms=pause_ms)

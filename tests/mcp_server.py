@@ -22,10 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ToolAnnotations
+from pydantic import BaseModel
 
 META_KEY = "dev.tether/operationId"
 NOTES = Path(os.environ.get("NOTES_DIR", "."))

@@ -148,9 +148,7 @@ def _server(source: str, where: str, name: str, table: Mapping[str, Any]) -> Mcp
         )
     if command is not None and (not isinstance(command, str) or not command.strip()):
         raise _bad(source, f"{where} command", "a non-empty program name or path", command)
-    if url is not None and (
-        not isinstance(url, str) or not re.fullmatch(r"https?://\S+", url)
-    ):
+    if url is not None and (not isinstance(url, str) or not re.fullmatch(r"https?://\S+", url)):
         raise _bad(source, f"{where} url", "an http:// or https:// URL", url)
     args = _strings(source, f"{where} args", table.get("args", []))
     if url is not None:

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import Any, Final, TextIO
 
 from tether._credentials import register_secret
 from tether._mcp.config import McpServerConfig
@@ -174,7 +174,7 @@ class _Connection:
             cwd = self.workspace / config.cwd if config.cwd else self.workspace
             log = log_path(self.workspace, config.name)
             log.parent.mkdir(parents=True, exist_ok=True)
-            errlog: IO[str] = stack.enter_context(open(log, "a", encoding="utf-8"))
+            errlog: TextIO = stack.enter_context(open(log, "a", encoding="utf-8"))
             errlog.write(f"--- tether starts {config.where()} at {time.ctime()}\n")
             errlog.flush()
             parameters = StdioServerParameters(
@@ -312,9 +312,7 @@ class McpManager:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
-                thread = threading.Thread(
-                    target=loop.run_forever, name="tether-mcp", daemon=True
-                )
+                thread = threading.Thread(target=loop.run_forever, name="tether-mcp", daemon=True)
                 thread.start()
                 self._loop, self._thread = loop, thread
                 atexit.register(self.stop_all)

@@ -89,7 +89,9 @@ def normalize_schema(schema: object, where: str = "inputSchema") -> dict[str, An
             out[keyword] = {
                 str(k): normalize_schema(v, f"{where}.properties.{k}") for k, v in value.items()
             }
-        elif keyword == "items" or (keyword == "additionalProperties" and isinstance(value, Mapping)):
+        elif keyword == "items" or (
+            keyword == "additionalProperties" and isinstance(value, Mapping)
+        ):
             out[keyword] = normalize_schema(value, f"{where}.{keyword}")
         elif keyword == "oneOf" and isinstance(value, list):
             out[keyword] = [normalize_schema(v, f"{where}.oneOf[{i}]") for i, v in enumerate(value)]
@@ -196,11 +198,18 @@ class _McpBase:
     hints: Mapping[str, bool]
     schema_digest: str
     name: str
+    description: str
+    parameters: Mapping[str, Any]
+    replay_key: str
     _digest: str
     _definition: dict[str, Any]
 
     def _setup(
-        self, server: McpServerConfig, workspace: Path, listed: ServerTool, parameters: dict[str, Any]
+        self,
+        server: McpServerConfig,
+        workspace: Path,
+        listed: ServerTool,
+        parameters: dict[str, Any],
     ) -> None:
         self.server = server
         self.workspace = workspace
@@ -224,7 +233,9 @@ class _McpBase:
             bound = min(bound, context.timeout)
         return bound if math.isfinite(bound) else self.server.timeout
 
-    def _call(self, arguments: Mapping[str, Any], operation_id: str, context: ToolContext | None) -> Answer:
+    def _call(
+        self, arguments: Mapping[str, Any], operation_id: str, context: ToolContext | None
+    ) -> Answer:
         return manager().call(
             self.server,
             self.workspace,
@@ -314,7 +325,11 @@ def interpret_lookup(lookup_tool: str, answer: Answer) -> LookupResult:
         data = orjson.loads(text)
     except orjson.JSONDecodeError:
         data = answer.structured
-    if isinstance(data, Mapping) and "status" not in data and isinstance(data.get("result"), Mapping):
+    if (
+        isinstance(data, Mapping)
+        and "status" not in data
+        and isinstance(data.get("result"), Mapping)
+    ):
         data = data["result"]
     status = data.get("status") if isinstance(data, Mapping) else None
     if status == "committed":
@@ -333,9 +348,7 @@ def interpret_lookup(lookup_tool: str, answer: Answer) -> LookupResult:
     )
 
 
-def _build(
-    server: McpServerConfig, workspace: Path, listed: Sequence[ServerTool]
-) -> list[Tool]:
+def _build(server: McpServerConfig, workspace: Path, listed: Sequence[ServerTool]) -> list[Tool]:
     names = {t.name for t in listed}
     for wanted, setting in [
         *((t, "trusted_read_only") for t in server.trusted_read_only),
@@ -368,8 +381,7 @@ def _build(
                 tool = McpTool(server, workspace, item, parameters, trusted=trusted)
         except (ValueError, ConfigurationError, CanonicalizationError) as exc:
             raise ConfigurationError(
-                f"MCP server {server.name!r}: tool {item.name!r} has an invalid input schema: "
-                f"{exc}"
+                f"MCP server {server.name!r}: tool {item.name!r} has an invalid input schema: {exc}"
             ) from None
         tools.append(tool)
     return tools

@@ -15,8 +15,8 @@ asyncio loop in a daemon thread and gives the executor blocking calls with time 
   Ctrl+C). A stdio server's stdin is closed first, then SIGTERM, then SIGKILL (the SDK's
   shutdown). If tether itself is killed, a stdio server sees end of file on its stdin.
 
-A stdio server's stderr goes to ``.tether/mcp/NAME.log`` in the workspace, never to the
-terminal. ``${NAME}`` in ``env`` and ``headers`` values is replaced by the variable of
+A stdio server's stderr goes to ``.tether/mcp/NAME.log`` in the workspace, the SDK's own
+log records to ``.tether/mcp/client.log``, never to the terminal. ``${NAME}`` in ``env`` and ``headers`` values is replaced by the variable of
 tether's environment when the server starts; the value is registered as a secret.
 """
 
@@ -26,6 +26,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import logging
 import os
 import re
 import threading
@@ -116,9 +117,13 @@ def _describe(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     text = " ".join(str(exc).split())
+    if len(text) > 200:
+        text = text[:199] + "…"
     name = type(exc).__name__
     if isinstance(exc, TimeoutError) and not text:
         return "timed out"
+    if name == "MCPError" and text == "Connection closed":
+        return "the server closed the connection"
     return f"{name}: {text}" if text else name
 
 
@@ -201,7 +206,9 @@ class _Connection:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, Exception):
             # Malformed JSON-RPC: nothing the server says can be trusted any more.
-            self.failure = f"the server sent a malformed message ({_describe(message)})"
+            self.failure = (
+                f"the server sent a malformed JSON-RPC message ({type(message).__name__})"
+            )
             if self.stop is not None:
                 self.stop.set()
 
@@ -244,7 +251,8 @@ class _Connection:
                     None,
                     True,
                 )
-            if self.closed.is_set() and self.failure:
+            await asyncio.sleep(0)  # let a malformed message's report land first
+            if self.failure:
                 raise McpCallFailed(self.failure) from None
             raise McpCallFailed(_describe(exc)) from None
         blocks = tuple(block.model_dump(mode="json", by_alias=True) for block in result.content)
@@ -293,6 +301,28 @@ async def _list_tools(session: Any) -> list[ServerTool]:
         if not cursor:
             break
     return tools
+
+
+CLIENT_LOG: Final = "client.log"
+"""Under ``.tether/mcp/``: what the SDK's client logs (malformed messages, …), never the
+terminal."""
+
+
+def _route_sdk_logging(workspace: Path) -> None:
+    """Send the SDK's log records to ``.tether/mcp/client.log`` (once per process)."""
+    sdk = logging.getLogger("mcp")
+    if any(getattr(h, "_tether", False) for h in sdk.handlers):
+        return
+    path = workspace / TETHER_DIR / LOG_DIR / CLIENT_LOG
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    except OSError:
+        handler = logging.NullHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    handler._tether = True  # type: ignore[attr-defined]
+    sdk.addHandler(handler)
+    sdk.propagate = False
 
 
 class McpManager:
@@ -349,6 +379,7 @@ class McpManager:
     def _start(
         self, config: McpServerConfig, workspace: Path
     ) -> tuple[_Connection, list[ServerTool]]:
+        _route_sdk_logging(workspace)
         loop = self._ensure_loop()
         connection = _Connection(config, workspace)
         ready: concurrent.futures.Future[list[ServerTool]] = concurrent.futures.Future()

@@ -1,7 +1,8 @@
 """An MCP server written with the SDK's server API (``MCPServer``, formerly FastMCP), for
 the MCP tests. Started as a real process::
 
-    python tests/mcp_server.py [stdio | http PORT] [--bad-schema] [--slow-start SECONDS]
+    python tests/mcp_server.py [stdio | http PORT] [--bad-schema] [--extra-tool]
+                               [--slow-start SECONDS]
 
 Its files live in the directory ``NOTES_DIR`` (default: the working directory):
 
@@ -98,7 +99,7 @@ def whoami(ctx: Context) -> str:
     """Return the operation id of this call (and the Idempotency-Key header over HTTP)."""
     request: Any = ctx.request_context.request
     header = request.headers.get("idempotency-key") if request is not None else None
-    return json.dumps({"operation": _operation(ctx), "header": header})
+    return json.dumps({"operation": _operation(ctx), "header": header, "pid": os.getpid()})
 
 
 @app.tool()
@@ -134,6 +135,13 @@ class Point(BaseModel):
 def main(argv: list[str]) -> None:
     if "--slow-start" in argv:
         time.sleep(float(argv[argv.index("--slow-start") + 1]))
+    if "--extra-tool" in argv:
+
+        @app.tool()
+        def extra() -> str:
+            """A tool that only some versions of the server have."""
+            return "extra"
+
     if "--bad-schema" in argv:
 
         @app.tool()

@@ -16,8 +16,9 @@ asyncio loop in a daemon thread and gives the executor blocking calls with time 
   shutdown). If tether itself is killed, a stdio server sees end of file on its stdin.
 
 A stdio server's stderr goes to ``.tether/mcp/NAME.log`` in the workspace, the SDK's own
-log records to ``.tether/mcp/client.log``, never to the terminal. ``${NAME}`` in ``env`` and ``headers`` values is replaced by the variable of
-tether's environment when the server starts; the value is registered as a secret.
+log records to ``.tether/mcp/client.log``; never to the terminal. ``${NAME}`` in ``env``
+and ``headers`` values is replaced by the variable of tether's environment when the server
+starts; the value is registered as a secret.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def _append_line(line: str) -> None:
         os.fsync(f.fileno())
 
 
-@app.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+@app.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
 def append(line: str, ctx: Context) -> str:
     """Append one line to notes.txt."""
     _append_line(line)
@@ -59,7 +59,7 @@ def append(line: str, ctx: Context) -> str:
     return f"appended {line!r}"
 
 
-@app.tool(annotations=ToolAnnotations(idempotentHint=True))
+@app.tool(annotations=ToolAnnotations(idempotent_hint=True))
 def append_once(line: str, ctx: Context) -> str:
     """Append one line to notes.txt, at most once per operation id."""
     operation = _operation(ctx)
@@ -75,7 +75,7 @@ def append_once(line: str, ctx: Context) -> str:
     return result
 
 
-@app.tool(annotations=ToolAnnotations(readOnlyHint=True))
+@app.tool(annotations=ToolAnnotations(read_only_hint=True))
 def find_append(operation_id: str) -> str:
     """Whether append_once committed an operation id."""
     ops = _ops()
@@ -84,7 +84,7 @@ def find_append(operation_id: str) -> str:
     return json.dumps({"status": "notFound"})
 
 
-@app.tool(annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True))
+@app.tool(annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True))
 def count_lines() -> str:
     """Count the lines of notes.txt."""
     with open(NOTES / "reads.txt", "a", encoding="utf-8") as f:

@@ -99,7 +99,10 @@ def whoami(ctx: Context) -> str:
     """Return the operation id of this call (and the Idempotency-Key header over HTTP)."""
     request: Any = ctx.request_context.request
     header = request.headers.get("idempotency-key") if request is not None else None
-    return json.dumps({"operation": _operation(ctx), "header": header, "pid": os.getpid()})
+    token = os.environ.get("NOTES_TOKEN")
+    return json.dumps(
+        {"operation": _operation(ctx), "header": header, "pid": os.getpid(), "token": token}
+    )
 
 
 @app.tool()

@@ -38,6 +38,7 @@ from mcpkit import (
     wait_for_port,
     workspace_with,
 )
+from tether._credentials import MASK
 from tether._mcp.config import McpConfig, McpServerConfig
 from tether._mcp.manager import IDEMPOTENCY_HEADER, manager
 from tether._mcp.tools import (
@@ -452,6 +453,25 @@ def test_a_server_whose_tools_changed_blocks_the_resume(tmp_path: Path) -> None:
     assert not (workspace / "notes.txt").exists()
 
 
+def test_the_policy_applies_to_mcp_tools_and_secrets_are_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = script_calling(("notes__append", {"line": "x"}), ("notes__whoami", {}))
+    table = notes_server(tmp_path / "ws").replace(
+        "env = {", 'env = { NOTES_TOKEN = "${TETHER_TEST_NOTES_TOKEN}", '
+    )
+    policy = '[policy.tools]\nnotes__append = "deny"\n'
+    workspace = workspace_with(tmp_path, table, policy, script=script)
+    monkeypatch.setenv("TETHER_TEST_NOTES_TOKEN", "tok-5ecret-value-123")
+    ran = child("run", workspace)
+    assert ran.returncode == 0, ran.stderr
+    assert not (workspace / "notes.txt").exists()  # denied: never sent to the server
+    _, log = session_of(workspace)
+    text = log.read_text()
+    assert '\\"token\\": \\"' + MASK in text  # the server got it; the log has the mask
+    assert "tok-5ecret-value-123" not in text
+
+
 def test_stderr_of_a_stdio_server_goes_to_its_log(tmp_path: Path) -> None:
     script = script_calling(("notes__append", {"line": "x"}))
     workspace = workspace_with(tmp_path, notes_server(tmp_path / "ws"), script=script)
@@ -465,7 +485,8 @@ LIFECYCLE_CHILD = textwrap.dedent(
     """
     import json, os, signal, sys, time
     from pathlib import Path
-    from tether._mcp.config import McpConfig, McpServerConfig
+    from tether._credentials import MASK
+from tether._mcp.config import McpConfig, McpServerConfig
     from tether._mcp.tools import mcp_tools
     from tether._tools.base import ToolContext
 

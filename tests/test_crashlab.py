@@ -451,8 +451,13 @@ def test_lab_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_full_default_matrix() -> None:
-    """Every built-in scenario × every boundary it reaches × every N-th hit (runs in CI)."""
-    scenarios = list(BUILTIN_SCENARIOS.values())
+    """Every built-in scenario × every boundary it reaches × every N-th hit (runs in CI).
+
+    Except the MCP scenario: it starts a real server process in every run (twice), which
+    would take most of this test's time; its effect boundaries are in
+    test_mcp_scenario_has_no_duplicate_effects, the rest in tests/test_mcp_crash.py.
+    """
+    scenarios = [s for s in BUILTIN_SCENARIOS.values() if s.name != "mcp"]
     result = run_lab(LabOptions(scenarios=scenarios, jobs=max(2, os.cpu_count() or 1)))
     failures = [f"{r.case.key}: {r.failures}" for r in result.failures]
     assert not failures, failures[:5]
@@ -464,3 +469,19 @@ def test_full_default_matrix() -> None:
     # The N-th hits of repeating boundaries are their own cases.
     assert any(r.case.boundary == "before_effect" and r.case.hit == 5 for r in result.results)
     assert result.wall_seconds < 300
+
+
+def test_mcp_scenario_has_no_duplicate_effects() -> None:
+    """The MCP scenario (tether.testing.mcp_notes, a real server process in every run)."""
+    result = invoke(
+        "crashlab", "-s", "mcp", "-b", "before_effect@1", "-b", "after_effect", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert document["summary"] == "PASS duplicate_effects=0 scenarios=1 boundaries=2 runs=4"
+    for case in document["cases"]:
+        effects = {e["tool"]: e for e in case["effects"].values()}
+        assert effects["notes__append_once"]["count"] == 1  # recovered or run exactly once
+        assert effects["notes__append_once"]["outcome"] == "success"
+        assert effects["notes__append"]["count"] <= 1
+        assert effects["notes__count_lines"]["outcome"] == "success"  # replayed if pending

@@ -24,6 +24,7 @@ from tether._cli import (
     crashlab_cmd,
     inspect_cmd,
     lab_cmd,
+    mcp_cmd,
     plan_cmd,
     repl,
     resume_cmd,
@@ -57,6 +58,7 @@ COMMAND_MODULES = (
     lab_cmd,
     verify_cmd,
     authorizations_cmd,
+    mcp_cmd,
 )
 for _module in COMMAND_MODULES:
     _module.register(app)

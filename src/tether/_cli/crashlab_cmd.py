@@ -32,7 +32,7 @@ from tether.testing.crashlab.scenarios import (
     BUILTIN_SCENARIOS,
     Scenario,
     load_user_tool,
-    publish_report_unavailable,
+    scenario_unavailable,
     user_tool_scenario,
 )
 
@@ -218,8 +218,7 @@ def _scenarios(
     )
     out = []
     for item in chosen:
-        needs_effects = any(t.ref == "publish_report" for t in item.extra_tools)
-        reason = publish_report_unavailable() if needs_effects else None
+        reason = scenario_unavailable(item)
         if reason is not None:
             skipped.append((item.name, reason))
         else:

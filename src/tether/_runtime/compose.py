@@ -15,8 +15,9 @@ Steps, in this order (so the first problem is the one reported):
 2. ``tether.toml`` (unless ``project`` is given), the budget and ``require_verified``
    (which needs a check command);
 3. the guards, over the workspace database of this agent (:class:`SessionEvidence`);
-4. the tools: ``tools`` or the built-ins, plus ``verify`` for a configured check command;
-   names must be unique;
+4. the tools: ``tools`` or the built-ins, plus ``verify`` for a configured check command,
+   plus the tools of the MCP servers of ``[mcp.servers]`` (started now if this process
+   has not started them yet, :mod:`tether._mcp`); names must be unique;
 5. the system prompt, with ``AGENTS.md`` appended (:func:`load_agents_md`);
 6. durability, output options, the sessions directory and the state the file tools must
    never touch (:class:`~tether._tools.workspace.ProtectedState`);
@@ -38,6 +39,7 @@ from tether._completion.verify import NO_COMMAND, VerifyTool
 from tether._credentials import Masker
 from tether._ids import IdSource, new_uuid7
 from tether._inputs import read_optional_file
+from tether._mcp.tools import mcp_tools
 from tether._models.base import ModelAdapter
 from tether._project import BudgetConfig, ProjectConfig, load_project_config
 from tether._runtime.events import EventSink
@@ -175,6 +177,8 @@ def compose(
     chosen = list(tools) if tools is not None else builtin_tools(pass_env=config.tools.pass_env)
     if config.verify.command is not None and all(t.name != "verify" for t in chosen):
         chosen.append(VerifyTool(lambda: guards.verifier))
+    if config.mcp.servers:
+        chosen.extend(mcp_tools(config.mcp, real))  # starts the servers not running yet
     registry = ToolRegistry(chosen)
     # 5. The system prompt and AGENTS.md.
     prompt = system_prompt if system_prompt is not None else DEFAULT_SYSTEM_PROMPT

@@ -64,6 +64,7 @@ from typing import Any
 from tether import _faults as faults
 from tether.testing.crashlab.scenarios import (
     BASH_RUNS,
+    MCP_EFFECTS,
     EffectSpec,
     Scenario,
     Step,
@@ -574,6 +575,10 @@ def _effect(
         else:
             out["count"] = sum(1 for op in ledger if op in ops)
             out["perOperation"] = {op: ledger.count(op) for op in ops}
+    elif spec.kind == "mcp":
+        recorded = _read_lines(workspace / MCP_EFFECTS)
+        out["perOperation"] = {op: recorded.count(op) for op in ops}
+        out["count"] = sum(out["perOperation"].values())
     else:  # calls
         tool = registry.get(spec.tool) if registry is not None else None
         counter = getattr(tool, "effect_count", None)

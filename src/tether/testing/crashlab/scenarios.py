@@ -21,7 +21,10 @@ what really happened outside the session log:
 ``replayed`` a read-only, replay-safe call: it has no effect to count but must end with a
              successful result (recovery replays it instead of giving up on it);
 ``denied``   a counting ``bash`` call the policy of ``tether.toml`` denies: it must never
-             run (no line with its id) and end with an error result, or not start at all.
+             run (no line with its id) and end with an error result, or not start at all;
+``mcp``      a tool of the MCP server :mod:`tether.testing.mcp_notes`: the lines of
+             ``mcp-effects.txt`` (the server writes the operation id of every line it
+             really adds) holding the call's operation ids.
 """
 
 from __future__ import annotations
@@ -56,9 +59,12 @@ __all__ = [
 BASH_RUNS: Final = "bash-runs.txt"
 """The file every counting ``bash`` command of the lab appends its call id to."""
 
-EFFECT_KINDS: Final = frozenset({"bash", "file", "ledger", "calls", "replayed", "denied"})
+EFFECT_KINDS: Final = frozenset({"bash", "file", "ledger", "calls", "replayed", "denied", "mcp"})
 
-EffectKind = Literal["bash", "file", "ledger", "calls", "replayed", "denied"]
+EffectKind = Literal["bash", "file", "ledger", "calls", "replayed", "denied", "mcp"]
+
+MCP_EFFECTS: Final = "mcp-effects.txt"
+"""Where :mod:`tether.testing.mcp_notes` records the operation id of every real append."""
 
 
 class ScenarioUnavailable(Exception):
@@ -286,6 +292,18 @@ reason = "the crash lab denies this call"
 """
 
 
+MCP_TOML: Final = f"""\
+# The crash lab's MCP server (tether.testing.mcp_notes), started in the workspace.
+[mcp.servers.notes]
+command = {json.dumps(sys.executable)}
+args = ["-m", "tether.testing.mcp_notes"]
+trusted_read_only = ["count_lines"]
+
+[mcp.servers.notes.tools.append_once]
+lookup = "find_append"
+"""
+
+
 def _builtins() -> dict[str, Scenario]:
     scenarios = [
         Scenario(
@@ -438,6 +456,35 @@ def _builtins() -> dict[str, Scenario]:
             ),
         ),
         Scenario(
+            name="mcp",
+            title="an MCP server's tools: append (untrusted), append_once (with a lookup), "
+            "count_lines (trusted read-only)",
+            files={"tether.toml": MCP_TOML},
+            script=_script(
+                _calls(
+                    "Using the notes server.",
+                    {
+                        "id": "call_mcp_once",
+                        "name": "notes__append_once",
+                        "arguments": {"line": "exactly once"},
+                    },
+                    {
+                        "id": "call_mcp_append",
+                        "name": "notes__append",
+                        "arguments": {"line": "at most once"},
+                    },
+                    {"id": "call_mcp_count", "name": "notes__count_lines", "arguments": {}},
+                ),
+                _done("Noted."),
+            ),
+            effects=(
+                EffectSpec("call_mcp_once", "notes__append_once", "mcp"),
+                EffectSpec("call_mcp_append", "notes__append", "mcp"),
+                EffectSpec("call_mcp_count", "notes__count_lines", "replayed"),
+            ),
+            knowable=frozenset({"notes__append_once"}),
+        ),
+        Scenario(
             name="provider-failure",
             title="the provider fails (rate limited) after a counting bash call",
             script=_script(
@@ -474,6 +521,24 @@ def publish_report_unavailable() -> str | None:
         return f"tether.testing.ledger is not importable ({type(exc).__name__}: {exc})"
     if not hasattr(module, "PublishReportTool"):
         return "tether.testing.ledger has no PublishReportTool"
+    return None
+
+
+def mcp_unavailable() -> str | None:
+    """Why the MCP scenario cannot run here, or ``None`` when it can."""
+    try:
+        importlib.import_module("mcp")
+    except Exception as exc:  # any import problem means: skip, with the reason
+        return f"the mcp package is not installed ({type(exc).__name__}: {exc})"
+    return None
+
+
+def scenario_unavailable(scenario: Scenario) -> str | None:
+    """Why ``scenario`` cannot run here (a missing optional part), or ``None``."""
+    if any(t.ref == "publish_report" for t in scenario.extra_tools):
+        return publish_report_unavailable()
+    if any(e.kind == "mcp" for e in scenario.effects):
+        return mcp_unavailable()
     return None
 
 

@@ -1,0 +1,521 @@
+"""The MCP manager: one event loop in a background thread speaks to every MCP server.
+
+The official ``mcp`` SDK is async; tether's executor is not. :class:`McpManager` runs one
+asyncio loop in a daemon thread and gives the executor blocking calls with time bounds:
+
+* :meth:`McpManager.tools` starts a server (lazily: the first agent that needs it) and
+  lists its tools; the connection is kept for the life of the process and reused by every
+  agent and run of it that names the same server with the same settings;
+* :meth:`McpManager.call` sends one ``tools/call`` with the call's operation id in the
+  request's ``_meta`` (and, over HTTP, in an ``Idempotency-Key`` header) and waits at most
+  the timeout, polling the call's cancel event. A server that exits, hangs past the timeout
+  or answers malformed JSON-RPC raises :class:`McpCallFailed` (the outcome is unknown: the
+  caller decides what that means) and is stopped; the next call starts it again;
+* :meth:`McpManager.stop_all` stops every server; it runs at interpreter exit (also after
+  Ctrl+C). A stdio server's stdin is closed first, then SIGTERM, then SIGKILL (the SDK's
+  shutdown). If tether itself is killed, a stdio server sees end of file on its stdin.
+
+A stdio server's stderr goes to ``.tether/mcp/NAME.log`` in the workspace, the SDK's own
+log records to ``.tether/mcp/client.log``; never to the terminal. ``${NAME}`` in ``env``
+and ``headers`` values is replaced by the variable of tether's environment when the server
+starts; the value is registered as a secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import contextlib
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+from tether._credentials import register_secret
+from tether._mcp.config import McpServerConfig
+from tether._tools.workspace import TETHER_DIR
+from tether.errors import ConfigurationError
+
+__all__ = [
+    "IDEMPOTENCY_HEADER",
+    "LOG_DIR",
+    "OPERATION_META_KEY",
+    "Answer",
+    "McpCallFailed",
+    "McpManager",
+    "ServerTool",
+    "log_path",
+    "manager",
+]
+
+OPERATION_META_KEY: Final = "dev.tether/operationId"
+"""The ``_meta`` member of every ``tools/call`` request that carries the operation id."""
+IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
+"""The HTTP header that carries the operation id of a ``tools/call`` over HTTP."""
+LOG_DIR: Final = "mcp"
+"""Under ``.tether/``: one ``NAME.log`` per stdio server (its stderr)."""
+STOP_TIMEOUT: Final = 6.0
+"""Seconds a server gets to stop (the SDK: 2 s after stdin closes, 2 s after SIGTERM)."""
+_POLL: Final = 0.05
+
+
+class McpCallFailed(Exception):
+    """A call got no answer: the server exited, hung past the timeout, answered garbage or
+    could not be started. Whether the tool's effect happened is unknown."""
+
+
+@dataclass(frozen=True)
+class ServerTool:
+    """One tool a server advertises (``tools/list``)."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+    hints: Mapping[str, bool] = field(default_factory=dict)
+    """``readOnlyHint``, ``idempotentHint``, … as the server says: shown, never trusted."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A server's answer to ``tools/call``."""
+
+    blocks: tuple[Mapping[str, Any], ...]
+    structured: Any
+    is_error: bool
+
+
+def log_path(workspace: Path, server: str) -> Path:
+    """Where the stderr of stdio server ``server`` goes."""
+    return workspace / TETHER_DIR / LOG_DIR / f"{server}.log"
+
+
+_REFERENCE: Final = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(server: str, setting: str, value: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        name = match.group(1)
+        found = os.environ.get(name)
+        if found is None:
+            raise ConfigurationError(
+                f"MCP server {server!r}: {setting} refers to ${{{name}}}, which is not set"
+            )
+        register_secret(found)
+        return found
+
+    return _REFERENCE.sub(one, value)
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception, looking inside exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = " ".join(str(exc).split())
+    if len(text) > 200:
+        text = text[:199] + "…"
+    name = type(exc).__name__
+    if isinstance(exc, TimeoutError) and not text:
+        return "timed out"
+    if name == "MCPError" and text == "Connection closed":
+        return "the server closed the connection"
+    return f"{name}: {text}" if text else name
+
+
+class _Connection:
+    """One running server: a task on the manager's loop holds the SDK's context open."""
+
+    def __init__(self, config: McpServerConfig, workspace: Path) -> None:
+        self.config = config
+        self.workspace = workspace
+        # Expanded here, in the caller's thread: a missing variable is a start-up error.
+        self.env = {k: _expand(config.name, f"env {k}", v) for k, v in config.env}
+        self.headers = {k: _expand(config.name, f"headers {k}", v) for k, v in config.headers}
+        self.session: Any = None
+        self.failure: str | None = None
+        self.stop: asyncio.Event | None = None
+        self.closed: asyncio.Event | None = None
+        self.done: concurrent.futures.Future[None] | None = None
+
+    async def serve(self, ready: concurrent.futures.Future[list[ServerTool]]) -> None:
+        from mcp import ClientSession
+
+        self.stop = asyncio.Event()
+        self.closed = asyncio.Event()
+        try:
+            async with AsyncExitStack() as stack:
+                streams = await self._open(stack)
+                session = await stack.enter_async_context(
+                    ClientSession(streams[0], streams[1], message_handler=self._on_message)
+                )
+                await session.initialize()
+                tools = await _list_tools(session)
+                self.session = session
+                if not ready.done():
+                    ready.set_result(tools)
+                await self.stop.wait()
+        except BaseException as exc:  # reported to the waiting caller, never lost
+            if self.failure is None:
+                self.failure = _describe(exc)
+            if not ready.done():
+                ready.set_exception(McpCallFailed(self.failure))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            self.session = None
+            self.closed.set()
+
+    async def _open(self, stack: AsyncExitStack) -> tuple[Any, Any]:
+        config = self.config
+        if config.command is not None:
+            from mcp import StdioServerParameters, stdio_client
+
+            env = self.env
+            cwd = self.workspace / config.cwd if config.cwd else self.workspace
+            log = log_path(self.workspace, config.name)
+            log.parent.mkdir(parents=True, exist_ok=True)
+            errlog: TextIO = stack.enter_context(open(log, "a", encoding="utf-8"))
+            errlog.write(f"--- tether starts {config.where()} at {time.ctime()}\n")
+            errlog.flush()
+            parameters = StdioServerParameters(
+                command=config.command, args=list(config.args), env=env, cwd=cwd
+            )
+            streams = await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
+            return streams[0], streams[1]
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        headers = self.headers
+        client = await stack.enter_async_context(
+            httpx2.AsyncClient(
+                headers=headers,
+                timeout=httpx2.Timeout(30.0, read=max(config.timeout, 30.0) + 5.0),
+                event_hooks={"request": [_idempotency_header]},
+            )
+        )
+        streams = await stack.enter_async_context(
+            streamable_http_client(str(config.url), http_client=client)
+        )
+        return streams[0], streams[1]
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, Exception):
+            # Malformed JSON-RPC: nothing the server says can be trusted any more.
+            self.failure = (
+                f"the server sent a malformed JSON-RPC message ({type(message).__name__})"
+            )
+            if self.stop is not None:
+                self.stop.set()
+
+    async def call(
+        self, tool: str, arguments: Mapping[str, Any], operation_id: str, timeout: float
+    ) -> Answer:
+        session = self.session
+        if session is None or self.closed is None or self.closed.is_set():
+            raise McpCallFailed(self.failure or "the server is not running")
+        request = asyncio.ensure_future(
+            session.call_tool(
+                tool,
+                dict(arguments),
+                read_timeout_seconds=timeout,
+                meta={OPERATION_META_KEY: operation_id},
+            )
+        )
+        closed = asyncio.ensure_future(self.closed.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {request, closed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            closed.cancel()
+        if request not in done:
+            request.cancel()
+            if closed in done:
+                raise McpCallFailed(self.failure or "the server closed the connection")
+            raise McpCallFailed(f"no answer within {timeout:g} s")
+        try:
+            result = request.result()
+        except Exception as exc:
+            from mcp import MCPError
+            from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+            if isinstance(exc, MCPError) and exc.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
+                # A JSON-RPC error response: the server answered, and refused the call.
+                return Answer(
+                    ({"type": "text", "text": f"MCP error {exc.code}: {exc.message}"},),
+                    None,
+                    True,
+                )
+            await asyncio.sleep(0)  # let a malformed message's report land first
+            if self.failure:
+                raise McpCallFailed(self.failure) from None
+            raise McpCallFailed(_describe(exc)) from None
+        blocks = tuple(block.model_dump(mode="json", by_alias=True) for block in result.content)
+        return Answer(blocks, result.structured_content, bool(result.is_error))
+
+
+async def _idempotency_header(request: Any) -> None:
+    """Copy a ``tools/call``'s operation id from its ``_meta`` into a request header."""
+    if request.method != "POST":
+        return
+    try:
+        import orjson
+
+        body = orjson.loads(request.content)
+    except Exception:
+        return
+    if isinstance(body, dict) and body.get("method") == "tools/call":
+        meta = (body.get("params") or {}).get("_meta") or {}
+        operation = meta.get(OPERATION_META_KEY) if isinstance(meta, dict) else None
+        if isinstance(operation, str):
+            request.headers[IDEMPOTENCY_HEADER] = operation
+
+
+async def _list_tools(session: Any) -> list[ServerTool]:
+    from mcp_types import PaginatedRequestParams
+
+    tools: list[ServerTool] = []
+    cursor: str | None = None
+    for _ in range(100):  # a server that pages forever is cut off
+        params = PaginatedRequestParams(cursor=cursor) if cursor else None
+        page = await session.list_tools(params=params)
+        for tool in page.tools:
+            hints: dict[str, bool] = {}
+            if tool.annotations is not None:
+                dumped = tool.annotations.model_dump(by_alias=True, exclude_none=True)
+                hints = {k: v for k, v in dumped.items() if isinstance(v, bool)}
+            tools.append(
+                ServerTool(
+                    name=tool.name,
+                    description=tool.description or "",
+                    input_schema=dict(tool.input_schema),
+                    hints=hints,
+                )
+            )
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return tools
+
+
+CLIENT_LOG: Final = "client.log"
+"""Under ``.tether/mcp/``: what the SDK's client logs (malformed messages, …), never the
+terminal."""
+
+
+def _route_sdk_logging(workspace: Path) -> None:
+    """Send the SDK's log records to ``.tether/mcp/client.log`` (once per process)."""
+    sdk = logging.getLogger("mcp")
+    if any(getattr(h, "_tether", False) for h in sdk.handlers):
+        return
+    path = workspace / TETHER_DIR / LOG_DIR / CLIENT_LOG
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = logging.FileHandler(path, encoding="utf-8", delay=True)
+    except OSError:
+        handler = logging.NullHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    handler._tether = True  # type: ignore[attr-defined]
+    sdk.addHandler(handler)
+    sdk.propagate = False
+
+
+class McpManager:
+    """The process's MCP connections (see the module docstring). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._connections: dict[tuple[McpServerConfig, Path], _Connection] = {}
+        self._listings: dict[tuple[McpServerConfig, Path], list[ServerTool]] = {}
+        self._stopping: set[_Connection] = set()
+
+    # ------------------------------------------------------------------ the loop
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="tether-mcp", daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+                atexit.register(self.stop_all)
+            return self._loop
+
+    # ------------------------------------------------------------------ servers
+
+    def tools(self, config: McpServerConfig, workspace: Path) -> list[ServerTool]:
+        """The tools of ``config``'s server, starting it if it is not running.
+
+        A server that cannot be started, initialized and listed within its
+        ``start_timeout`` raises :class:`~tether.errors.ConfigurationError` naming it.
+        Several threads may start different servers at once.
+        """
+        key = (config, workspace)
+        with self._lock:
+            listing = self._listings.get(key)
+            if listing is not None and key in self._connections:
+                return list(listing)
+        try:
+            connection, tools = self._start(config, workspace)
+        except McpCallFailed as exc:
+            raise ConfigurationError(
+                f"MCP server {config.name!r} ({config.where()}) did not start: {exc}"
+            ) from None
+        with self._lock:
+            if key in self._connections:  # another thread won the race: keep its server
+                self._stop(connection, wait=False)
+                return list(self._listings[key])
+            self._connections[key] = connection
+            self._listings.setdefault(key, tools)
+            return list(tools)
+
+    def _start(
+        self, config: McpServerConfig, workspace: Path
+    ) -> tuple[_Connection, list[ServerTool]]:
+        _route_sdk_logging(workspace)
+        loop = self._ensure_loop()
+        connection = _Connection(config, workspace)
+        ready: concurrent.futures.Future[list[ServerTool]] = concurrent.futures.Future()
+        connection.done = asyncio.run_coroutine_threadsafe(connection.serve(ready), loop)
+        try:
+            tools = ready.result(config.start_timeout)
+        except concurrent.futures.TimeoutError:
+            connection.failure = f"no answer within {config.start_timeout:g} s"
+            self._stop(connection)
+            raise McpCallFailed(connection.failure) from None
+        except McpCallFailed:
+            self._stop(connection)
+            raise
+        return connection, tools
+
+    def _connection(self, config: McpServerConfig, workspace: Path) -> _Connection:
+        """The running connection, restarted if a failure stopped it."""
+        key = (config, workspace)
+        with self._lock:
+            connection = self._connections.get(key)
+            if connection is not None and connection.session is not None:
+                return connection
+            if connection is not None:
+                self._connections.pop(key, None)
+                self._stop(connection)
+            try:
+                connection, tools = self._start(config, workspace)
+            except (McpCallFailed, ConfigurationError) as exc:
+                raise McpCallFailed(f"the server did not start again: {exc}") from None
+            before = self._listings.get(key)
+            if before is not None and before != tools:
+                self._stop(connection, wait=False)
+                raise McpCallFailed(
+                    "the server was restarted and now advertises different tools; "
+                    "restart tether to use them"
+                )
+            self._connections[key] = connection
+            return connection
+
+    def call(
+        self,
+        config: McpServerConfig,
+        workspace: Path,
+        tool: str,
+        arguments: Mapping[str, Any],
+        operation_id: str,
+        *,
+        timeout: float,
+        cancel: threading.Event | None = None,
+    ) -> Answer:
+        """Call ``tool`` and wait for its answer at most ``timeout`` seconds.
+
+        Raises :class:`McpCallFailed` when no answer came (the outcome is unknown); the
+        server is then stopped, to be started again by the next call.
+        """
+        connection = self._connection(config, workspace)
+        loop = self._ensure_loop()
+        future = asyncio.run_coroutine_threadsafe(
+            connection.call(tool, arguments, operation_id, timeout), loop
+        )
+        deadline = time.monotonic() + timeout + 2.0
+        while True:
+            try:
+                return future.result(_POLL)
+            except concurrent.futures.TimeoutError:
+                pass
+            except McpCallFailed:
+                self._discard(connection)
+                raise
+            except concurrent.futures.CancelledError:
+                self._discard(connection)
+                raise McpCallFailed("the call was cancelled") from None
+            if cancel is not None and cancel.is_set():
+                future.cancel()
+                self._discard(connection)
+                raise McpCallFailed("the call was cancelled")
+            if time.monotonic() > deadline:
+                future.cancel()
+                self._discard(connection)
+                raise McpCallFailed(f"no answer within {timeout:g} s")
+
+    def _discard(self, connection: _Connection) -> None:
+        """Stop a connection that failed a call (a hung or dead server is not reused)."""
+        with self._lock:
+            key = (connection.config, connection.workspace)
+            if self._connections.get(key) is connection:
+                del self._connections[key]
+        self._stop(connection, wait=False)
+
+    def _stop(self, connection: _Connection, wait: bool = True) -> None:
+        loop = self._loop
+        if loop is None or connection.done is None:
+            return
+        stop = connection.stop
+        if stop is not None:
+            loop.call_soon_threadsafe(stop.set)
+        else:
+            connection.done.cancel()
+        if wait:
+            with contextlib.suppress(Exception):
+                connection.done.result(STOP_TIMEOUT)
+        elif not connection.done.done():
+            with self._lock:
+                self._stopping.add(connection)
+            connection.done.add_done_callback(lambda _: self._stopping.discard(connection))
+
+    def running(self) -> list[str]:
+        """The names of the servers with a live connection."""
+        with self._lock:
+            return [c.config.name for c in self._connections.values() if c.session is not None]
+
+    def stop_all(self) -> None:
+        """Stop every server (at exit, after Ctrl+C, or when a test is done)."""
+        with self._lock:
+            connections = list(self._connections.values())
+            stopping = list(self._stopping)
+            self._connections.clear()
+            self._listings.clear()
+        for connection in connections:
+            self._stop(connection, wait=False)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        for connection in [*connections, *stopping]:
+            if connection.done is not None:
+                with contextlib.suppress(Exception):
+                    connection.done.result(max(0.0, deadline - time.monotonic()))
+
+
+_MANAGER: McpManager | None = None
+_MANAGER_LOCK = threading.Lock()
+
+
+def manager() -> McpManager:
+    """This process's manager (created on first use)."""
+    global _MANAGER
+    with _MANAGER_LOCK:
+        if _MANAGER is None:
+            _MANAGER = McpManager()
+        return _MANAGER

@@ -30,6 +30,7 @@ from tether._cli import (
     review_cmd,
     run_cmd,
     sessions_cmd,
+    store_cmd,
     verify_cmd,
 )
 from tether._credentials import hide_from_process_listing, register_secret
@@ -55,6 +56,7 @@ COMMAND_MODULES = (
     lab_cmd,
     verify_cmd,
     authorizations_cmd,
+    store_cmd,
 )
 for _module in COMMAND_MODULES:
     _module.register(app)

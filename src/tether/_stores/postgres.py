@@ -98,12 +98,13 @@ CREATE TABLE IF NOT EXISTS tether_sessions (
     lines         bigint NOT NULL,
     operation     text NOT NULL,
     pending       boolean NOT NULL,
+    blocked       boolean NOT NULL DEFAULT false,
     lease_owner   text,
     lease_epoch   bigint NOT NULL DEFAULT 0,
     lease_expires timestamptz
 );
 CREATE INDEX IF NOT EXISTS tether_sessions_queue
-    ON tether_sessions (updated_at) WHERE pending;
+    ON tether_sessions (environment, updated_at) WHERE pending AND NOT blocked;
 CREATE TABLE IF NOT EXISTS tether_lines (
     session_id text NOT NULL REFERENCES tether_sessions ON DELETE CASCADE,
     line_no    bigint NOT NULL,
@@ -122,7 +123,8 @@ COMMIT_SQL: Final = """
 WITH advanced AS (
     UPDATE tether_sessions
        SET lines = lines + 1, operation = %(operation)s, pending = %(pending)s,
-           updated_at = now(), lease_expires = now() + make_interval(secs => %(ttl)s)
+           blocked = false, updated_at = now(),
+           lease_expires = now() + make_interval(secs => %(ttl)s)
      WHERE session_id = %(session)s AND lines = %(lines)s
        AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
     RETURNING session_id
@@ -151,7 +153,7 @@ RETURNING session_id, lease_epoch
 CLAIM_SQL: Final = """
 WITH candidate AS (
     SELECT session_id FROM tether_sessions
-     WHERE pending AND environment = %(environment)s
+     WHERE pending AND NOT blocked AND environment = %(environment)s
        AND (lease_owner IS NULL OR lease_expires <= now())
      ORDER BY updated_at
      LIMIT 1
@@ -190,9 +192,7 @@ def display_url(url: str) -> str:
 
 def _require_driver() -> None:
     if psycopg is None:
-        raise ConfigurationError(
-            "a postgresql:// store needs psycopg: install tether[postgres]"
-        )
+        raise ConfigurationError("a postgresql:// store needs psycopg: install tether[postgres]")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -300,6 +300,29 @@ class SessionRow:
     lease_epoch: int
     lease_expires: str | None
     lease_live: bool
+    blocked: bool = False
+
+    @property
+    def status(self) -> str:
+        """``idle``, ``queued`` (unfinished, no live lease), ``running`` or ``blocked``."""
+        if not self.pending:
+            return "idle"
+        if self.blocked:
+            return "blocked"
+        return "running" if self.lease_live else "queued"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.session_id,
+            "created": self.created_at,
+            "status": self.status,
+            "operation": self.operation,
+            "lines": self.lines,
+            "environment": self.environment,
+            "leaseOwner": self.lease_owner,
+            "leaseEpoch": self.lease_epoch,
+            "leaseExpires": self.lease_expires,
+        }
 
 
 @dataclass
@@ -343,6 +366,7 @@ class PostgresSessions:
             self._conn.close()
             raise
         self._held: dict[str, _Held] = {}
+        self._claimed: set[str] = set()
         self._lost: set[str] = set()
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -412,6 +436,7 @@ class PostgresSessions:
         with self._lock:
             self._held.pop(session_id, None)
             self._lost.discard(session_id)
+            self._claimed.discard(session_id)
         try:
             with self._db() as conn:
                 conn.execute(
@@ -500,8 +525,14 @@ class PostgresSessions:
         return ids[0]
 
     def open(self, session: str) -> PostgresSessionStore:
-        """Take the session's lease (free or expired: the epoch grows) and read its log."""
+        """Take the session's lease (free or expired: the epoch grows) and read its log;
+        a session this opener claimed (:meth:`claim`) is opened under the claim's lease."""
         session_id = self.resolve(session)
+        with self._lock:
+            claimed = session_id in self._claimed
+            self._claimed.discard(session_id)
+        if claimed:
+            return self.open_claimed(session_id)
         with self._db() as conn:
             row = conn.execute(
                 ACQUIRE_SQL,
@@ -509,8 +540,7 @@ class PostgresSessions:
             ).fetchone()
             if row is None:
                 holder = conn.execute(
-                    "SELECT lease_owner, lease_expires FROM tether_sessions "
-                    "WHERE session_id = %s",
+                    "SELECT lease_owner, lease_expires FROM tether_sessions WHERE session_id = %s",
                     (session_id,),
                 ).fetchone()
         if row is None:
@@ -581,8 +611,31 @@ class PostgresSessions:
         session_id, epoch = str(row[0]), int(row[1])
         with self._lock:
             self._held[session_id] = _Held(epoch, 0)
+            self._claimed.add(session_id)
         self._start_renewer()
         return session_id
+
+    def waiting(self, environment: str) -> int:
+        """How many unfinished, unblocked sessions of ``environment`` there are (leased or
+        not): a worker told to stop when the queue is empty waits while any is left."""
+        with self._db() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM tether_sessions WHERE pending AND NOT blocked "
+                "AND environment = %s",
+                (environment,),
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def park(self, session_id: str) -> None:
+        """Take a session whose recovery is blocked (a gate, a review) out of the queue
+        until its next commit (a person resolving it, ``tether resume``); only while
+        nobody holds its lease."""
+        with self._db() as conn:
+            conn.execute(
+                "UPDATE tether_sessions SET blocked = true WHERE session_id = %s "
+                "AND (lease_owner IS NULL OR lease_expires <= now())",
+                (session_id,),
+            )
 
     def release_claim(self, session_id: str) -> None:
         """Give back a claimed session that will not be opened."""
@@ -595,9 +648,9 @@ class PostgresSessions:
         """Every session, oldest first, with its status and lease."""
         with self._db() as conn:
             rows = conn.execute(
-                "SELECT session_id, created_at, operation, pending, lines, environment, "
-                "lease_owner, lease_epoch, lease_expires, "
-                "(lease_owner IS NOT NULL AND lease_expires > now()) "
+                "SELECT session_id, created_at, operation, pending, lines, "
+                "environment, lease_owner, lease_epoch, lease_expires, "
+                "(lease_owner IS NOT NULL AND lease_expires > now()), blocked "
                 "FROM tether_sessions ORDER BY created_at, session_id"
             ).fetchall()
         return [
@@ -612,6 +665,7 @@ class PostgresSessions:
                 lease_epoch=int(r[7]),
                 lease_expires=None if r[8] is None else r[8].isoformat(),
                 lease_live=bool(r[9]),
+                blocked=bool(r[10]),
             )
             for r in rows
         ]
@@ -788,9 +842,7 @@ class PostgresSessionStore:
         while True:
             try:
                 self._conn.close()
-                self._conn = psycopg.connect(
-                    self._sessions.url, autocommit=True, connect_timeout=2
-                )
+                self._conn = psycopg.connect(self._sessions.url, autocommit=True, connect_timeout=2)
                 row = self._conn.execute(
                     "SELECT data FROM tether_lines WHERE session_id = %s AND line_no = %s",
                     (self.session_id, self._lines + 1),
@@ -813,8 +865,7 @@ class PostgresSessionStore:
     def _fenced(self) -> SessionFenced:
         try:
             row = self._conn.execute(
-                "SELECT lease_owner, lease_epoch, lines FROM tether_sessions "
-                "WHERE session_id = %s",
+                "SELECT lease_owner, lease_epoch, lines FROM tether_sessions WHERE session_id = %s",
                 (self.session_id,),
             ).fetchone()
         except psycopg.Error:

@@ -30,6 +30,7 @@ from tether.core import facts
 from tether.core.reducer import Reducer
 from tether.errors import (
     AmbiguousSessionId,
+    ConfigurationError,
     FactRejected,
     SessionBusy,
     SessionFenced,
@@ -145,7 +146,8 @@ def test_one_writer_unknown_and_ambiguous_ids_and_the_sidecar(sessions: Postgres
 
 
 def test_an_expired_lease_is_taken_over_and_the_old_writer_is_fenced(
-    sessions: PostgresSessions, pg_store: str  # noqa: F811
+    sessions: PostgresSessions,
+    pg_store: str,  # noqa: F811
 ) -> None:
     zombie = _create(sessions)
     session = zombie.session_id
@@ -172,7 +174,8 @@ def test_an_expired_lease_is_taken_over_and_the_old_writer_is_fenced(
 
 
 def test_leases_are_renewed_while_the_store_is_open(
-    sessions: PostgresSessions, pg_store: str  # noqa: F811
+    sessions: PostgresSessions,
+    pg_store: str,  # noqa: F811
 ) -> None:
     with _create(sessions) as store:
         time.sleep(3)  # longer than the 2 s lease: the renewals keep it
@@ -184,7 +187,8 @@ def test_leases_are_renewed_while_the_store_is_open(
 
 
 def test_the_queue_hands_each_session_to_one_worker(
-    sessions: PostgresSessions, pg_store: str  # noqa: F811
+    sessions: PostgresSessions,
+    pg_store: str,  # noqa: F811
 ) -> None:
     ids = []
     for _ in range(6):
@@ -245,7 +249,7 @@ def test_export_and_import(sessions: PostgresSessions, pg_url: str) -> None:  # 
     assert sessions.log_bytes(session) == data
     with sessions.open(session) as again:
         assert again.state == state
-    with pytest.raises(FactRejected, match="DUPLICATE_ID"):
+    with pytest.raises(ConfigurationError, match="already exists"):
         sessions.import_log(data)
 
 
@@ -286,8 +290,14 @@ def test_the_agent_runs_and_resumes_over_postgres(
         agent.close()
         assert result.status is RunStatus.COMPLETED
         assert (tmp_path / "count.txt").read_text() == "x"
-        again = Agent(model, builtin_tools(), workspace=tmp_path, environment="pg",
-                      read_agents_md=False, session_store=opener)
+        again = Agent(
+            model,
+            builtin_tools(),
+            workspace=tmp_path,
+            environment="pg",
+            read_agents_md=False,
+            session_store=opener,
+        )
         before = opener.log_bytes(result.session_id)
         assert again.resume(result.session_id).status is RunStatus.IDLE
         again.close()

@@ -437,15 +437,17 @@ class PostgresSessions:
             self._held.pop(session_id, None)
             self._lost.discard(session_id)
             self._claimed.discard(session_id)
-        try:
-            with self._db() as conn:
-                conn.execute(
-                    "UPDATE tether_sessions SET lease_owner = NULL, lease_expires = NULL "
-                    "WHERE session_id = %s AND lease_epoch = %s AND lease_owner = %s",
-                    (session_id, epoch, self.owner),
-                )
-        except (StoreUnavailable, psycopg.Error):
-            pass  # the lease then expires on its own
+        for _ in range(2):  # once more on a new connection if this one was just lost
+            try:
+                with self._db() as conn:
+                    conn.execute(
+                        "UPDATE tether_sessions SET lease_owner = NULL, lease_expires = NULL "
+                        "WHERE session_id = %s AND lease_epoch = %s AND lease_owner = %s",
+                        (session_id, epoch, self.owner),
+                    )
+                return
+            except (StoreUnavailable, ConfigurationError, psycopg.Error):
+                pass  # else the lease expires on its own
 
     # ------------------------------------------------------------------ opener
 
@@ -485,8 +487,8 @@ class PostgresSessions:
                     ),
                 )
             except pg_errors.UniqueViolation:
-                raise FactRejected(
-                    "DUPLICATE_ID", 1, None, f"session {session_id} exists"
+                raise ConfigurationError(
+                    f"session {session_id} already exists in {self.where}"
                 ) from None
             with conn.cursor() as cur:
                 cur.executemany(

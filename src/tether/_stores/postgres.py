@@ -204,11 +204,17 @@ def connect(url: str) -> psycopg.Connection[Any]:
     """An autocommit connection to ``url``; one clear error when that is not possible."""
     _require_driver()
     try:
+        psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(f"store URL is malformed: {_first_line(exc)}") from None
+    try:
         return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
     except psycopg.ProgrammingError as exc:
         raise ConfigurationError(f"store URL {display_url(url)}: {_first_line(exc)}") from None
     except psycopg.Error as exc:
-        raise StoreUnavailable(display_url(url), f"cannot connect: {_first_line(exc)}") from None
+        error = StoreUnavailable(display_url(url), f"cannot connect: {_first_line(exc)}")
+        error.args = (f"store {display_url(url)}: cannot connect: {_first_line(exc)}",)
+        raise error from None
 
 
 def check_schema(conn: psycopg.Connection[Any], url: str) -> None:

@@ -101,6 +101,7 @@ def test_submit_worker_sessions_inspect_export_import(pg_url: str, ws: Path) -> 
     # Import into another schema of the same server: the same bytes come back.
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("DELETE FROM tether_sessions WHERE session_id = %s", (ids[0],))
+        conn.execute("DELETE FROM tether_lines WHERE session_id = %s", (ids[0],))
     imported = tether("import", str(out), *store, cwd=ws)
     assert imported.returncode == 0 and imported.stdout.strip() == ids[0]
     again = tether("export", ids[0], *store, cwd=ws)

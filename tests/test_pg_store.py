@@ -136,6 +136,7 @@ def test_one_writer_unknown_and_ambiguous_ids_and_the_sidecar(sessions: Postgres
         assert other.session_id != store.session_id
     with psycopg.connect(sessions.url, autocommit=True) as conn:
         conn.execute("DELETE FROM tether_sessions WHERE session_id = %s", (other.session_id,))
+        conn.execute("DELETE FROM tether_lines WHERE session_id = %s", (other.session_id,))
     with sessions.open(store.session_id[:-1]):  # a unique prefix
         pass
     with pytest.raises(SessionNotFound):
@@ -245,6 +246,7 @@ def test_export_and_import(sessions: PostgresSessions, pg_url: str) -> None:  # 
     data = sessions.log_bytes(session)
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("DELETE FROM tether_sessions")
+        conn.execute("DELETE FROM tether_lines")
     assert sessions.import_log(data) == session
     assert sessions.log_bytes(session) == data
     with sessions.open(session) as again:

@@ -102,11 +102,15 @@ CREATE TABLE IF NOT EXISTS tether_sessions (
     lease_owner   text,
     lease_epoch   bigint NOT NULL DEFAULT 0,
     lease_expires timestamptz
-);
+) WITH (fillfactor = 50);
+-- No index holds a column every commit changes (lines, updated_at, lease_expires), so a
+-- commit's UPDATE of the session row is a heap-only (HOT) update: no index is written.
 CREATE INDEX IF NOT EXISTS tether_sessions_queue
-    ON tether_sessions (environment, updated_at) WHERE pending AND NOT blocked;
+    ON tether_sessions (environment) WHERE pending AND NOT blocked;
+-- No foreign key to tether_sessions: a line is only ever inserted by the commit statement,
+-- which needs the session's row, and the key check would lock that row a second time.
 CREATE TABLE IF NOT EXISTS tether_lines (
-    session_id text NOT NULL REFERENCES tether_sessions ON DELETE CASCADE,
+    session_id text NOT NULL,
     line_no    bigint NOT NULL,
     data       bytea NOT NULL,
     PRIMARY KEY (session_id, line_no)

@@ -189,3 +189,19 @@ def test_sigterm_stops_the_worker_and_releases_its_leases(pg_store: str, ws: Pat
     statuses = sorted(r["status"] for r in rows)
     assert statuses.count("running") == 0 and {r["leaseOwner"] for r in rows} == {None}
     assert "idle" in statuses and "queued" in statuses  # it finished one, left the rest
+
+
+def test_the_crash_lab_passes_against_the_store(pg_url: str, tmp_path: Path) -> None:  # noqa: F811
+    """``tether crashlab --store URL``: the publish_report scenario killed at every boundary
+    it passes, each run's session in a schema of its own, all dropped afterwards."""
+    result = tether(
+        "crashlab", "--store", pg_url, "--scenario", "publish-report", "-j", "2", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("PASS duplicate_effects=0"), last
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'lab\\_%'"
+        ).fetchone()
+    assert left == (0,)

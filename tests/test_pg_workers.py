@@ -38,6 +38,7 @@ from tether._runtime import Agent
 from tether._runtime.worker import submit
 from tether._stores.postgres import PostgresSessions
 from tether._tools.builtin import builtin_tools
+from tether._wsdb.sqlite import EffectsDB
 from tether.core.reducer import Reducer
 from tether.testing.ledger import PublishReportTool, ReportLedger
 
@@ -174,6 +175,17 @@ class Farm:
             receipts = {p.receipt for p in ledger.publications()}
         finally:
             ledger.close()
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            # The workspace database's tables are in the store's database: sessions with
+            # evidence are bound to its identity there (reviews, authorizations, failures).
+            bound = conn.execute("SELECT count(*) FROM sessions").fetchone()
+            identity = conn.execute("SELECT value FROM meta WHERE key = 'db_id'").fetchone()
+        assert bound is not None and bound[0] >= 1 and identity is not None
+        local = EffectsDB.open_workspace(self.workspace)
+        try:  # the workspace's own effects.db keeps only the file-change journal
+            assert local.query_one("SELECT count(*) FROM sessions")[0] == 0
+        finally:
+            local.close()
         with PostgresSessions(self.url) as sessions:
             before = {}
             for session in self.ids:

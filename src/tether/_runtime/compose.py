@@ -167,8 +167,16 @@ def compose(
     required = require_verified if require_verified is not None else config.verify.required
     if required and config.verify.command is None:
         raise ConfigurationError(f"verification is required but {NO_COMMAND}")
-    # 3. The guards, over this agent's workspace database.
-    opener = workspace_db if workspace_db is not None else _effects_db_opener(real)
+    # 3. The guards, over this agent's workspace database: on a shared store its tables are
+    # in the store's database, the file-change journal stays in .tether/effects.db.
+    if store_url is None and session_store is None:
+        store_url = os.environ.get(STORE_URL_ENV) or config.store.url
+    if workspace_db is not None:
+        opener = workspace_db
+    elif store_url and session_store is None:
+        opener = _shared_db_opener(real, store_url)
+    else:
+        opener = _effects_db_opener(real)
     evidence = SessionEvidence(opener)
     guards = Guards(
         real,
@@ -219,8 +227,6 @@ def compose(
     time_source = clock if clock is not None else SYSTEM_CLOCK
     id_source = ids if ids is not None else new_uuid7
     owned: Any = None
-    if store_url is None and session_store is None:
-        store_url = os.environ.get(STORE_URL_ENV) or config.store.url
     if session_store is not None:
         sessions: SessionOpener = session_store
     elif store_url:
@@ -261,6 +267,22 @@ def compose(
         ids=id_source,
         owned_sessions=owned,
     )
+
+
+def _shared_db_opener(workspace: Path, url: str) -> WorkspaceDBOpener:
+    """The journal in ``<workspace>/.tether/effects.db``, the other tables at ``url``."""
+
+    def open_split() -> WorkspaceDB:
+        from tether._wsdb.postgres import PostgresEffectsDB, SplitWorkspaceDB
+
+        shared = PostgresEffectsDB.open_url(url)
+        try:
+            return SplitWorkspaceDB(EffectsDB.open_workspace(workspace), shared)
+        except BaseException:
+            shared.close()
+            raise
+
+    return open_split
 
 
 def _effects_db_opener(workspace: Path) -> WorkspaceDBOpener:

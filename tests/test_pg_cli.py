@@ -205,3 +205,39 @@ def test_the_crash_lab_passes_against_the_store(pg_url: str, tmp_path: Path) -> 
             "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'lab\\_%'"
         ).fetchone()
     assert left == (0,)
+
+
+def test_review_and_authorizations_through_the_store(pg_store: str, ws: Path) -> None:  # noqa: F811
+    """Review items live in the store's database: any person resolves them from anywhere."""
+    from tether._stores.postgres import PostgresSessions
+    from tether._wsdb.postgres import PostgresEffectsDB
+    from tether.core import facts
+
+    with PostgresSessions(pg_store, str(ws)) as sessions:
+        with sessions.create(provider="p", model="m", environment_identity="e") as store:
+            entry = "018f0000-0000-7000-8000-100000000001"
+            store.commit(
+                [
+                    facts.user_entry(entry_id=entry, content="go"),
+                    facts.run_started(operation_id=entry[:-1] + "9", input_entry_id=entry),
+                ]
+            )
+            session = store.session_id
+    db = PostgresEffectsDB.open_url(pg_store)
+    try:
+        item = db.reviews.open_item(session, "op-1", "post", "outcome unknown", {"why": "test"})
+    finally:
+        db.close()
+    listed = tether("review", "--store", pg_store, "--json", cwd=ws)
+    assert listed.returncode == 0, listed.stderr
+    assert [i["operationId"] for i in json.loads(listed.stdout)] == ["op-1"]
+    assert json.loads(tether("review", "--json", cwd=ws).stdout) == []  # not in effects.db
+    resolved = tether(
+        "review", "resolve", str(item.id), "--not-applied", "--store", pg_store, cwd=ws
+    )
+    assert resolved.returncode == 0, resolved.stderr
+    assert "resolved as notApplied" in resolved.stdout
+    listed = tether("review", "--store", pg_store, "--json", cwd=ws)
+    assert json.loads(listed.stdout) == []
+    decisions = tether("authorizations", "--store", pg_store, "--json", cwd=ws)
+    assert decisions.returncode == 0 and json.loads(decisions.stdout) == []

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from tether._stores.postgres import PostgresSessions
 
 MAX_IMPORT_BYTES = 1 << 30
+STORE_URL_ENV = "TETHER_STORE_URL"
 
 store_app = typer.Typer(
     help="A shared session store (postgresql://…): see docs/scale-out.md.",
@@ -352,4 +353,11 @@ def worker(
         log(f"stopped after {len(report.driven)} sessions")
 
 
-__all__: list[Any] = ["list_store_sessions", "read_store_log", "register", "store_app"]
+__all__: list[Any] = [
+    "STORE_URL_ENV",
+    "StoreUrlOption",
+    "list_store_sessions",
+    "read_store_log",
+    "register",
+    "store_app",
+]

@@ -50,6 +50,7 @@ from tether.testing.crashlab.child import (
     apply_tamper,
     prepare_run_dir,
     session_log,
+    session_log_path,
 )
 from tether.testing.crashlab.scenarios import EffectSpec, Scenario
 
@@ -63,6 +64,7 @@ __all__ = [
     "parse_boundary_filter",
     "prepare_run_dir",
     "run_lab",
+    "session_log_path",
 ]
 
 DEFAULT_TIMEOUT = 120.0

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from pgkit import pg_url  # noqa: F401 (the postgres workspace database's fixture)
 from tether import _faults as faults
 from tether._completion.check import CheckOutcome
 from tether._effects.binding import SIDECAR_NAME, BindingState, check_session, ensure_binding
@@ -193,12 +194,16 @@ class FakeClock:
         self.now += seconds
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[WorkspaceDB]:
     clock = FakeClock()
     opened: WorkspaceDB
     if request.param == "sqlite":
         opened = EffectsDB.open_workspace(tmp_path, clock=clock)
+    elif request.param == "postgres":  # a real server (tests/pgkit.py)
+        from tether._wsdb.postgres import PostgresEffectsDB
+
+        opened = PostgresEffectsDB.open_url(request.getfixturevalue("pg_url"), clock=clock)
     else:
         opened = MemoryWorkspace(clock=clock).open()
     yield opened

@@ -43,10 +43,17 @@ __all__ = [
 ]
 
 CREDENTIAL_VARIABLES: Final = frozenset(
-    {"TETHER_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY"}
+    {
+        "TETHER_API_KEY",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "OPENROUTER_API_KEY",
+        "TETHER_STORE_URL",
+    }
 )
 """Variables never handed to a child process (unless passed through by name): tether's
-key and the well-known provider keys (the ``openai`` SDK reads ``OPENAI_API_KEY`` itself)."""
+key, the well-known provider keys (the ``openai`` SDK reads ``OPENAI_API_KEY`` itself) and
+the shared store's URL (it may carry the database password)."""
 
 MASK: Final = "[redacted]"
 """What an exact occurrence of a secret is replaced with."""

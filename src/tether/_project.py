@@ -51,6 +51,7 @@ __all__ = [
     "ArtifactConfig",
     "BudgetConfig",
     "ProjectConfig",
+    "StoreConfig",
     "ToolsConfig",
     "VerifyConfig",
     "WorkspaceRoot",
@@ -107,6 +108,16 @@ class ToolsConfig:
 
 
 @dataclass(frozen=True)
+class StoreConfig:
+    """``[store]``: where sessions are kept (``url``: ``None`` is the local file store)."""
+
+    url: str | None = None
+    """A ``postgresql://`` URL of a shared store (``docs/scale-out.md``)."""
+    lease_seconds: float | None = None
+    """The length of a writer's lease on a session of a shared store."""
+
+
+@dataclass(frozen=True)
 class ProjectConfig:
     """Everything ``tether.toml`` configures; ``path`` is the file read (``None``: absent)."""
 
@@ -116,6 +127,7 @@ class ProjectConfig:
     policy: Policy = field(default_factory=Policy)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
     path: Path | None = None
 
 
@@ -269,7 +281,7 @@ def parse_project_config(text: str, *, source: str = CONFIG_FILE) -> ProjectConf
     return project_config_from_mapping(data, source=source)
 
 
-_SECTIONS: Final = ("verify", "artifact", "budget", "policy", "tools", "mcp")
+_SECTIONS: Final = ("verify", "artifact", "budget", "policy", "tools", "mcp", "store")
 
 
 def project_config_from_mapping(
@@ -293,7 +305,21 @@ def project_config_from_mapping(
         policy=policy_from_mapping(data.get("policy", {}), source),
         tools=_tools(source, data.get("tools", {})),
         mcp=mcp_config_from_mapping(data.get("mcp", {}), source),
+        store=_store(source, data.get("store", {})),
     )
+
+
+def _store(source: str, table: Mapping[str, Any]) -> StoreConfig:
+    check_known(source, "[store]", table, ("url", "lease_seconds"))
+    url = table.get("url")
+    if url is not None and (
+        not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://"))
+    ):
+        raise _bad(source, "[store] url", "a postgresql:// URL", url)
+    lease = None
+    if "lease_seconds" in table:
+        lease = _positive_number(source, "[store] lease_seconds", table["lease_seconds"])
+    return StoreConfig(url=url, lease_seconds=lease)
 
 
 def _verify(source: str, table: Mapping[str, Any]) -> VerifyConfig:

@@ -236,6 +236,27 @@ class StoreUnavailable(TetherError):
         super().__init__(f"session {path}: {why}")
 
 
+class SessionFenced(TetherError):
+    """This writer lost its lease on a session: another writer took it over (a higher epoch)
+    or wrote to it. The writer must stop at once; nothing of the refused commit is stored."""
+
+    exit_code = 11
+
+    def __init__(self, session_id: str, epoch: int, detail: str) -> None:
+        self.session_id = session_id
+        self.epoch = epoch
+        self.detail = detail
+        super().__init__(
+            f"session {session_id}: fenced: this writer's lease (epoch {epoch}) {detail}"
+        )
+
+
+class StoreSchemaError(TetherError):
+    """The database behind a store URL has no tether schema, or one this version cannot use."""
+
+    exit_code = 12
+
+
 # --- Tool errors (tether._tools) ------------------------------------------------------------
 #
 # Expected failures of a tool call. The built-in tools turn them into an error result for the

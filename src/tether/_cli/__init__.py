@@ -32,6 +32,7 @@ from tether._cli import (
     run_cmd,
     sessions_cmd,
     show_cmd,
+    store_cmd,
     verify_cmd,
 )
 from tether._credentials import hide_from_process_listing, register_secret
@@ -59,6 +60,7 @@ COMMAND_MODULES = (
     verify_cmd,
     authorizations_cmd,
     mcp_cmd,
+    store_cmd,
 )
 for _module in COMMAND_MODULES:
     _module.register(app)

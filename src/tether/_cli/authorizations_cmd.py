@@ -7,6 +7,7 @@ on what (tool, summary, arguments digest), why (rule and reason) and when.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tether._cli.common import WORKSPACE_HELP, emit_json, handle_errors, one_line, workspace_root
+from tether._cli.store_cmd import STORE_URL_ENV, StoreUrlOption
 from tether._effects.authorization import AuthorizationStore
 from tether._wsdb.sqlite import EffectsDB, effects_db_path, format_ms
 
@@ -36,11 +38,21 @@ def authorizations(
         ),
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+    store: StoreUrlOption = None,
 ) -> None:
     """List the authorization decisions recorded in this workspace, oldest first."""
     with handle_errors():
         root = workspace_root(workspace)
-        if not effects_db_path(root).exists():
+        url = store or os.environ.get(STORE_URL_ENV)
+        if url:
+            from tether._wsdb.postgres import PostgresEffectsDB
+
+            shared = PostgresEffectsDB.open_url(url)
+            try:
+                decisions = AuthorizationStore(shared).list(session)
+            finally:
+                shared.close()
+        elif not effects_db_path(root).exists():
             decisions = []
         else:
             db = EffectsDB.open_workspace(root)

@@ -115,6 +115,16 @@ def crashlab(
         bool,
         typer.Option("--no-fork", help="Start a fresh interpreter per process instead of forking."),
     ] = False,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="Run against a shared PostgreSQL store (postgresql://…): every run's session "
+            "in a schema of its own there, dropped with the run folder's next reset.",
+            metavar="URL",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Kill real agent runs at every crash boundary and prove recovery never duplicates an effect.
 
@@ -154,6 +164,12 @@ def crashlab(
         scenarios, skipped, args_json = _scenarios(scenario or [], tool, tool_args)
         if not scenarios:
             fail("no scenario to run: " + "; ".join(f"{n}: {r}" for n, r in skipped), EXIT_USAGE)
+        if store is not None:
+            from tether._stores.postgres import connect, is_store_url
+
+            if not is_store_url(store):
+                raise InputError("--store must be a postgresql:// URL")
+            connect(store).close()  # reachable (one line if not); each run makes its schema
         effective_jobs = jobs if jobs > 0 else (os.cpu_count() or 1)
         fork = not no_fork and fork_available()
         options = LabOptions(
@@ -167,8 +183,15 @@ def crashlab(
             fork=fork,
             reproduce=_reproducer(tool, args_json, durability),
             skipped=skipped,
+            store=store,
         )
-        result = _run(options, json_output, fork)
+        try:
+            result = _run(options, json_output, fork)
+        finally:
+            if store is not None:
+                from tether.testing.crashlab.child import drop_lab_schemas
+
+                drop_lab_schemas(keep=keep)
         _unreached(result, boundary or [])
         if json_output:
             emit_json(to_json(result, jobs=effective_jobs, fork=fork))

@@ -60,6 +60,15 @@ def inspect(
         ),
     ] = False,
     sessions_dir: SessionsDirOption = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="Read SESSION from a shared store (postgresql://…) instead of a file.",
+            metavar="URL",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Reduce a session log and show its header, operation, transcript and usage.
 
@@ -70,9 +79,14 @@ def inspect(
     session, 7 ambiguous id prefix.
     """
     with handle_errors():
-        if not file.exists() and file.parent == Path("."):
-            file = find_session(resolve_sessions_dir(sessions_dir), str(file))
-        data = read_input(file, "session file", limit=MAX_SESSION_FILE_BYTES)
+        if store is not None:
+            from tether._cli.store_cmd import read_store_log
+
+            data = read_store_log(store, str(file))
+        else:
+            if not file.exists() and file.parent == Path("."):
+                file = find_session(resolve_sessions_dir(sessions_dir), str(file))
+            data = read_input(file, "session file", limit=MAX_SESSION_FILE_BYTES)
         if not json_output:
             render_state(reduce_session(data), file_size=len(data), console=Console())
             return

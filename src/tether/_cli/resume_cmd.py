@@ -19,6 +19,7 @@ from tether._cli.run_cmd import (
     MaxTokensOption,
     ModelOption,
     RequireVerifiedOption,
+    StoreOption,
     SystemPromptOption,
     TimeoutOption,
     ToolTimeoutOption,
@@ -66,6 +67,7 @@ def resume(
     max_tokens: MaxTokensOption = None,
     max_seconds: MaxSecondsOption = None,
     json_output: JsonOption = False,
+    store: StoreOption = None,
 ) -> None:
     """Continue a session's unfinished operation exactly as its log says.
 
@@ -99,6 +101,7 @@ def resume(
         max_tokens=max_tokens,
         max_seconds=max_seconds,
         interactive=terminal_attached(),
+        store=store,
     )
     run_agent_command(
         settings, lambda agent: agent.resume(session, abort=abort), abort_requested=abort

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +20,7 @@ from tether._cli.common import (
     printable,
     workspace_root,
 )
+from tether._cli.store_cmd import STORE_URL_ENV, StoreUrlOption
 from tether._effects.review import ReviewDecision, ReviewStore
 from tether._runtime.review import resolve_review
 from tether._wsdb.sqlite import EffectsDB, effects_db_path
@@ -44,13 +46,23 @@ def review(
     ctx: typer.Context,
     workspace: WorkspaceOption = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+    store: StoreUrlOption = None,
 ) -> None:
     """List open review items with their reasons and evidence."""
     if ctx.invoked_subcommand is not None:
         return
     with handle_errors():
         root = workspace_root(workspace)
-        if not effects_db_path(root).exists():
+        url = store or os.environ.get(STORE_URL_ENV)
+        if url:
+            from tether._wsdb.postgres import PostgresEffectsDB
+
+            shared = PostgresEffectsDB.open_url(url)
+            try:
+                items = ReviewStore(shared).list_open()
+            finally:
+                shared.close()
+        elif not effects_db_path(root).exists():
             items = []
         else:
             db = EffectsDB.open_workspace(root)
@@ -94,6 +106,7 @@ def resolve(
     note: Annotated[str | None, typer.Option("--note", help="Why (kept as evidence).")] = None,
     workspace: WorkspaceOption = None,
     sessions_dir: SessionsDirOption = None,
+    store: StoreUrlOption = None,
 ) -> None:
     """Record a decision and append the result it implies; then the run can be resumed."""
     with handle_errors():
@@ -109,7 +122,14 @@ def resolve(
         if len(chosen) != 1:
             raise InputError("choose exactly one of --applied, --not-applied, --abort")
         root = workspace_root(workspace)
-        outcome = resolve_review(root, item, chosen[0], note, sessions_dir=sessions_dir)
+        outcome = resolve_review(
+            root,
+            item,
+            chosen[0],
+            note,
+            sessions_dir=sessions_dir,
+            store_url=store or os.environ.get(STORE_URL_ENV) or None,
+        )
         appended = {
             "result": "appended the call's result",
             "abortRequested": "recorded the abort request",

@@ -86,6 +86,16 @@ class DurabilityChoice(StrEnum):
     process = "process"
 
 
+StoreOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="A shared session store, postgresql://… (default: $TETHER_STORE_URL, else "
+        "[store] url in tether.toml, else the local file store). See docs/scale-out.md.",
+        metavar="URL",
+        show_default=False,
+    ),
+]
 ModelOption = Annotated[
     str | None,
     typer.Option(
@@ -256,6 +266,8 @@ class AgentSettings:
     """A person can answer authorization questions at the terminal."""
     ask_by_default: bool = False
     """Ask about every side-effecting call no rule names (the REPL on a terminal)."""
+    store: str | None = None
+    """``--store URL``: a shared session store."""
 
 
 class ObservedModel:
@@ -343,6 +355,7 @@ def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
         assume_yes=settings.assume_yes,
         ask_by_default=settings.ask_by_default and settings.interactive,
         require_verified=True if settings.require_verified else None,
+        store_url=settings.store,
     )
 
 
@@ -354,6 +367,10 @@ def location_flags(settings: AgentSettings) -> str:
         flags += f" --workspace {shlex.quote(str(settings.workspace.resolve()))}"
     if settings.sessions_dir is not None:
         flags += f" --sessions-dir {shlex.quote(str(settings.sessions_dir.resolve()))}"
+    if settings.store is not None:
+        from tether._stores.postgres import display_url
+
+        flags += f" --store {shlex.quote(display_url(settings.store))}"
     return flags
 
 
@@ -477,6 +494,7 @@ def run(
     max_tokens: MaxTokensOption = None,
     max_seconds: MaxSecondsOption = None,
     json_output: JsonOption = False,
+    store: StoreOption = None,
 ) -> None:
     """Run the agent once on PROMPT and print its answer.
 
@@ -515,6 +533,7 @@ def run(
         max_tokens=max_tokens,
         max_seconds=max_seconds,
         interactive=terminal_attached(),
+        store=store,
     )
     run_agent_command(settings, lambda agent: agent.run(prompt, session=session))
 

@@ -31,11 +31,27 @@ def register(app: typer.Typer) -> None:
 def sessions(
     sessions_dir: SessionsDirOption = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="List the sessions of a shared store (postgresql://…): status, current "
+            "operation, lease owner, epoch and expiry.",
+            metavar="URL",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """List sessions: id, created, model, current operation, last activity and size.
 
     Exit status: 0 listed (also when there are none), 2 --sessions-dir does not exist.
     """
+    if store is not None:
+        from tether._cli.store_cmd import list_store_sessions
+
+        with handle_errors():
+            list_store_sessions(store, json_output)
+        return
     with handle_errors():
         if sessions_dir is not None and not sessions_dir.is_dir():
             raise InputError(f"sessions folder {str(sessions_dir)!r} does not exist")

@@ -49,7 +49,9 @@ class Agent(Executor):
     e.g. :class:`~tether._stores.memory.MemorySessions`), ``workspace_db`` opens the
     workspace database (:class:`~tether._wsdb.protocol.WorkspaceDBOpener`, e.g.
     :class:`~tether._wsdb.memory.MemoryWorkspace`), ``clock`` and ``ids`` are the time and id
-    sources of the loop. Everything is read and built by
+    sources of the loop. ``store_url`` (default: ``$TETHER_STORE_URL``, else ``[store] url``)
+    selects a shared PostgreSQL store instead of the file store (``docs/scale-out.md``).
+    Everything is read and built by
     :func:`~tether._runtime.compose.compose`.
     """
 
@@ -78,6 +80,7 @@ class Agent(Executor):
         workspace_db: WorkspaceDBOpener | None = None,
         clock: Clock | None = None,
         ids: IdSource | None = None,
+        store_url: str | None = None,
     ) -> None:
         super().__init__(
             compose(
@@ -103,5 +106,6 @@ class Agent(Executor):
                 workspace_db=workspace_db,
                 clock=clock,
                 ids=ids,
+                store_url=store_url,
             )
         )

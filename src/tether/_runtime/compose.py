@@ -74,6 +74,9 @@ DEFAULT_SYSTEM_PROMPT: Final = (
 AGENTS_FILE: Final = "AGENTS.md"
 MAX_AGENTS_BYTES: Final = 64 * 1024
 ENVIRONMENT_VARIABLE: Final = "TETHER_ENVIRONMENT_IDENTITY"
+STORE_URL_ENV: Final = "TETHER_STORE_URL"
+"""A shared session store's URL (``postgresql://…``); ``[store] url`` in tether.toml too."""
+LEASE_ENV: Final = "TETHER_LEASE_SECONDS"
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,9 @@ class Composition:
     evidence: SessionEvidence
     clock: Clock
     ids: IdSource
+    owned_sessions: Any = None
+    """The session opener compose made itself and the agent closes (a shared store's
+    connections and lease renewal), or ``None``."""
 
 
 def load_agents_md(workspace: Path) -> str | None:
@@ -148,6 +154,7 @@ def compose(
     workspace_db: WorkspaceDBOpener | None = None,
     clock: Clock | None = None,
     ids: IdSource | None = None,
+    store_url: str | None = None,
 ) -> Composition:
     """Read the configuration and build everything an agent needs (the parameters are
     :class:`~tether._runtime.agent.Agent`'s)."""
@@ -162,8 +169,16 @@ def compose(
     required = require_verified if require_verified is not None else config.verify.required
     if required and config.verify.command is None:
         raise ConfigurationError(f"verification is required but {NO_COMMAND}")
-    # 3. The guards, over this agent's workspace database.
-    opener = workspace_db if workspace_db is not None else _effects_db_opener(real)
+    # 3. The guards, over this agent's workspace database: on a shared store its tables are
+    # in the store's database, the file-change journal stays in .tether/effects.db.
+    if store_url is None and session_store is None:
+        store_url = os.environ.get(STORE_URL_ENV) or config.store.url
+    if workspace_db is not None:
+        opener = workspace_db
+    elif store_url and session_store is None:
+        opener = _shared_db_opener(real, store_url)
+    else:
+        opener = _effects_db_opener(real)
     evidence = SessionEvidence(opener)
     guards = Guards(
         real,
@@ -216,11 +231,23 @@ def compose(
     # 9. Where sessions and evidence go, the clock and the ids.
     time_source = clock if clock is not None else SYSTEM_CLOCK
     id_source = ids if ids is not None else new_uuid7
-    sessions = (
-        session_store
-        if session_store is not None
-        else FileSessions(real, sessions_path, mode, clock=time_source.now_ms, ids=id_source)
-    )
+    owned: Any = None
+    if session_store is not None:
+        sessions: SessionOpener = session_store
+    elif store_url:
+        # A shared store (docs/scale-out.md); imported here: it needs tether[postgres].
+        from tether._stores.postgres import DEFAULT_LEASE_SECONDS, PostgresSessions, is_store_url
+
+        if not is_store_url(store_url):
+            raise ConfigurationError("a store URL must start with postgresql:// or postgres://")
+        lease = config.store.lease_seconds or float(
+            os.environ.get(LEASE_ENV) or DEFAULT_LEASE_SECONDS
+        )
+        sessions = owned = PostgresSessions(
+            store_url, str(real), lease_seconds=lease, clock=time_source.now_ms, ids=id_source
+        )
+    else:
+        sessions = FileSessions(real, sessions_path, mode, clock=time_source.now_ms, ids=id_source)
     return Composition(
         workspace=real,
         model=model,
@@ -243,7 +270,24 @@ def compose(
         evidence=evidence,
         clock=time_source,
         ids=id_source,
+        owned_sessions=owned,
     )
+
+
+def _shared_db_opener(workspace: Path, url: str) -> WorkspaceDBOpener:
+    """The journal in ``<workspace>/.tether/effects.db``, the other tables at ``url``."""
+
+    def open_split() -> WorkspaceDB:
+        from tether._wsdb.postgres import PostgresEffectsDB, SplitWorkspaceDB
+
+        shared = PostgresEffectsDB.open_url(url)
+        try:
+            return SplitWorkspaceDB(EffectsDB.open_workspace(workspace), shared)
+        except BaseException:
+            shared.close()
+            raise
+
+    return open_split
 
 
 def _effects_db_opener(workspace: Path) -> WorkspaceDBOpener:

@@ -201,8 +201,12 @@ class Executor:
         return self._last_session
 
     def close(self) -> None:
-        """Close the workspace database if it was opened (idempotent)."""
+        """Close the workspace database if it was opened, and a shared store's connections
+        (idempotent)."""
         self._evidence.close()
+        owned = self.parts.owned_sessions
+        if owned is not None:
+            owned.close()
 
     # ------------------------------------------------------------------ calls
 
@@ -922,6 +926,12 @@ class Executor:
     ) -> None:
         """Run a started call as its recovery kind says, then commit its result."""
         store = drive.store
+        # A leased store (PostgreSQL) confirms the lease first: a writer that lost it
+        # starts no effect (SessionFenced); its epoch goes to the tool as fencing token.
+        check_lease = getattr(store, "check_lease", None)
+        if check_lease is not None:
+            check_lease()
+        token = getattr(store, "fencing_token", None)
         context = ToolContext(
             workspace=self.workspace,
             operation_id=started.tool_started_id,
@@ -929,6 +939,7 @@ class Executor:
             timeout=self._tool_timeout(drive),
             session_id=store.session_id,
             protected=self.protected,
+            fencing_token=token if isinstance(token, int) else None,
         )
         result = RUNNERS[tool.recovery].run(self._calls, store, tool, arguments, context, prepared)
         faults.hit(boundaries.AFTER_EFFECT)

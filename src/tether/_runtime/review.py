@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tether._effects.recovery import RecoveryAction, decision_for_review
 from tether._effects.review import ReviewDecision, ReviewItem
@@ -35,17 +36,40 @@ def resolve_review(
     *,
     sessions_dir: str | os.PathLike[str] | None = None,
     durability: Durability | str = Durability.DURABLE,
+    store_url: str | None = None,
 ) -> ReviewOutcome:
-    """Record a reviewer's decision and append the result it implies."""
+    """Record a reviewer's decision and append the result it implies.
+
+    With ``store_url`` the review items and the session are in the shared store's database
+    (``docs/scale-out.md``); the session's lease is taken as the file store's lock is."""
     root = Path(os.path.realpath(workspace))
-    db = EffectsDB.open_workspace(root)
+    db: Any
+    opener: Any = None
+    if store_url is not None:
+        from tether._stores.postgres import PostgresSessions
+        from tether._wsdb.postgres import PostgresEffectsDB, SplitWorkspaceDB
+
+        shared = PostgresEffectsDB.open_url(store_url)
+        db = SplitWorkspaceDB(EffectsDB.open_workspace(root), shared)
+        try:
+            opener = PostgresSessions(store_url, str(root))
+        except BaseException:
+            db.close()
+            raise
+    else:
+        db = EffectsDB.open_workspace(root)
     try:
         reviews = db.reviews
         item = reviews.get(item_id)
         # Take the session's writer lock before deciding, so no run is mid-flight.
-        with SessionStore.open(
-            item.session_id, workspace=root, sessions_dir=sessions_dir, durability=durability
-        ) as store:
+        session_store: Any = (
+            opener.open(item.session_id)
+            if opener is not None
+            else SessionStore.open(
+                item.session_id, workspace=root, sessions_dir=sessions_dir, durability=durability
+            )
+        )
+        with session_store as store:
             item = reviews.resolve(item.id, decision, note)
             implied = decision_for_review(item, db.journal.get(item.operation_id))
             operation = store.state.operation
@@ -86,3 +110,5 @@ def resolve_review(
             return ReviewOutcome(item, "nothing")
     finally:
         db.close()
+        if opener is not None:
+            opener.close()

@@ -121,6 +121,9 @@ class ToolContext:
       agent passes its actual layout (its sessions directory wherever it is); ``None``
       means the default layout of ``workspace`` (``<workspace>/.tether``, sessions in
       it), for contexts made by hand. See :meth:`protected_state`.
+    * ``fencing_token`` — the writer's lease epoch on a shared store (``None`` for the
+      file store): it only grows, so a service that supports fencing can refuse a call
+      carrying a lower token than one it has seen (``docs/scale-out.md``).
     """
 
     workspace: Path
@@ -129,6 +132,7 @@ class ToolContext:
     timeout: float | None = None
     session_id: str | None = None
     protected: ProtectedState | None = None
+    fencing_token: int | None = None
 
     def protected_state(self) -> ProtectedState:
         """``protected``, or the default layout of ``workspace`` when it is ``None``."""

@@ -840,7 +840,14 @@ class BashTool(Tool):
         started = time.monotonic()
         capture = _Capture(self.output_head, self.output_tail)
         # The environment is taken at each call, like a child inheriting tether's own.
-        env = self.env if self.env is not None else child_environment(self.pass_env)
+        env = dict(self.env if self.env is not None else child_environment(self.pass_env))
+        # Who is calling: the call's operation id (stable across crashes), its session, and
+        # on a shared store the writer's fencing token (docs/scale-out.md).
+        env["TETHER_OPERATION_ID"] = context.operation_id
+        if context.session_id is not None:
+            env["TETHER_SESSION_ID"] = context.session_id
+        if context.fencing_token is not None:
+            env["TETHER_FENCING_TOKEN"] = str(context.fencing_token)
         try:
             finished = run_in_group(
                 ["/bin/bash", "-c", command],

@@ -151,6 +151,24 @@ class _Instruments:
             return committed
 
         setattr(SessionStore, "commit", commit)  # noqa: B010
+        try:
+            from tether._stores.postgres import PostgresSessionStore
+        except ImportError:  # pragma: no cover - without tether[postgres]
+            return
+        pg_original = PostgresSessionStore.commit
+
+        def pg_commit(
+            store: PostgresSessionStore, facts: Sequence[Mapping[str, Any]]
+        ) -> list[dict[str, Any]]:
+            committed = pg_original(store, facts)
+            instruments.acks.line(
+                json.dumps(
+                    {"seqs": [f["seq"] for f in committed], "ids": [f["id"] for f in committed]}
+                )
+            )
+            return committed
+
+        setattr(PostgresSessionStore, "commit", pg_commit)  # noqa: B010
 
     def _wrap_apply_change(self) -> None:
         from tether._tools import builtin
@@ -197,8 +215,13 @@ class _Instruments:
 # =========================================================================== run folder
 
 
-def prepare_run_dir(run_dir: Path, scenario: Scenario, durability: str) -> None:
-    """A fresh run folder: ``lab.json``, ``script.json``, ``ws/`` with the scenario's files."""
+def prepare_run_dir(
+    run_dir: Path, scenario: Scenario, durability: str, store: str | None = None
+) -> None:
+    """A fresh run folder: ``lab.json``, ``script.json``, ``ws/`` with the scenario's files.
+
+    With ``store`` (a ``postgresql://`` URL) the run's sessions go to a schema of their own
+    in that database, created empty here (``lab.json`` keeps the schema's URL)."""
     if run_dir.exists():
         shutil.rmtree(run_dir)
     workspace = run_dir / WORKSPACE
@@ -208,9 +231,82 @@ def prepare_run_dir(run_dir: Path, scenario: Scenario, durability: str) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
     scenario.write_script(run_dir / SCRIPT_FILE)
-    lab = {"scenario": scenario.to_json(), "durability": durability}
+    lab: dict[str, Any] = {"scenario": scenario.to_json(), "durability": durability}
+    if store is not None:
+        lab["store"] = _fresh_schema(store, run_dir)
     (run_dir / LAB_FILE).write_text(json.dumps(lab, indent=1) + "\n")
     (run_dir / "out").mkdir()
+
+
+CREATED_SCHEMAS: list[tuple[str, str]] = []
+"""(store URL, schema) of every lab schema this process created (:func:`drop_lab_schemas`)."""
+
+
+def drop_lab_schemas(keep: bool = False) -> None:
+    """Drop the lab schemas this process created (unless ``keep``)."""
+    from tether._stores.postgres import connect
+
+    while CREATED_SCHEMAS:
+        store, schema = CREATED_SCHEMAS.pop()
+        if keep:
+            continue
+        with connect(store) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def _fresh_schema(store: str, run_dir: Path) -> str:
+    """An empty schema with tether's tables for ``run_dir``; its URL."""
+    import hashlib
+    from urllib.parse import quote
+
+    from tether._stores.postgres import connect, init_schema
+
+    schema = "lab_" + hashlib.sha256(str(run_dir).encode()).hexdigest()[:16]
+    with connect(store) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.execute(f"CREATE SCHEMA {schema}")
+    if (store, schema) not in CREATED_SCHEMAS:
+        CREATED_SCHEMAS.append((store, schema))
+    sep = "&" if "?" in store else "?"
+    url = f"{store}{sep}options={quote(f'-csearch_path={schema}')}"
+    init_schema(url)
+    return url
+
+
+def lab_store(run_dir: Path) -> str | None:
+    """The shared store's URL of a run folder (``None``: the file store)."""
+    value = json.loads((run_dir / LAB_FILE).read_text()).get("store")
+    return None if value is None else str(value)
+
+
+def session_log(run_dir: Path) -> tuple[str, bytes] | None:
+    """The (single) session of a run folder: its id and committed lines, or ``None``."""
+    store = lab_store(run_dir)
+    if store is None:
+        log = session_log_path(run_dir / WORKSPACE)
+        if log is None:
+            return None
+        return log.name[: -len(".jsonl")].split("_", 1)[1], log.read_bytes()
+    from tether._stores.postgres import PostgresSessions
+
+    with PostgresSessions(store) as sessions:
+        rows = sessions.sessions()
+        if not rows:
+            return None
+        return rows[0].session_id, sessions.log_bytes(rows[0].session_id)
+
+
+def expire_leases(run_dir: Path) -> None:
+    """The crashed writer is dead: let its lease expire now rather than after its length."""
+    store = lab_store(run_dir)
+    if store is None:
+        return
+    from tether._stores.postgres import connect
+
+    with connect(store) as conn:
+        conn.execute(
+            "UPDATE tether_sessions SET lease_expires = now() WHERE lease_owner IS NOT NULL"
+        )
 
 
 def apply_tamper(run_dir: Path, scenario: Scenario) -> None:
@@ -294,6 +390,7 @@ def _agent(
         durability=durability,
         read_agents_md=False,
         on_event=on_event,
+        store_url=lab_store(run_dir),
     )
 
 
@@ -395,12 +492,13 @@ def _resume(scenario: Scenario, run_dir: Path, durability: str) -> dict[str, Any
     reconciled: list[dict[str, Any]] = []
     agent = _agent(scenario, run_dir, durability, instruments, reconciled)
     before = probe(scenario, run_dir, agent.registry)
-    log = session_log_path(workspace)
+    log = session_log(run_dir)
     out: dict[str, Any] = {"mode": "resume", "probeBefore": before, "reconciled": reconciled}
     if log is None:
         out.update(result=None, elapsedMs=0.0)
     else:
-        session = log.name[: -len(".jsonl")].split("_", 1)[1]
+        session = log[0]
+        expire_leases(run_dir)
         started = time.perf_counter()
         if scenario.abort_on is not None:
             with _AbortDriver(agent, workspace, scenario.abort_on):
@@ -597,8 +695,8 @@ def _effect(
 def probe(scenario: Scenario, run_dir: Path, registry: Any = None) -> dict[str, Any]:
     """Effect counts, outcomes, ledger and review items of a run folder, as JSON."""
     workspace = run_dir / WORKSPACE
-    log = session_log_path(workspace)
-    facts = LogFacts(log.read_bytes() if log is not None else b"")
+    log = session_log(run_dir)
+    facts = LogFacts(log[1] if log is not None else b"")
     effects_log = _read_lines(run_dir / EFFECTS_FILE)
     needs_ledger = any(spec.kind == "ledger" for spec in scenario.effects)
     ledger = _ledger_rows(workspace) if needs_ledger else []
@@ -732,7 +830,7 @@ def main(argv: list[str]) -> int:
         return EXIT_USAGE
     out: dict[str, Any]
     if mode == "reset":
-        prepare_run_dir(run_dir, scenario, durability)
+        prepare_run_dir(run_dir, scenario, durability, lab_store(run_dir))
         out = {"mode": "reset", "runDir": str(run_dir)}
     elif mode == "tamper":
         apply_tamper(run_dir, scenario)

@@ -46,10 +46,10 @@ from tether.errors import SessionCorruption
 from tether.testing.crashlab.child import (
     ACKS_FILE,
     HITS_FILE,
-    WORKSPACE,
     LogFacts,
     apply_tamper,
     prepare_run_dir,
+    session_log,
     session_log_path,
 )
 from tether.testing.crashlab.scenarios import EffectSpec, Scenario
@@ -64,6 +64,7 @@ __all__ = [
     "parse_boundary_filter",
     "prepare_run_dir",
     "run_lab",
+    "session_log_path",
 ]
 
 DEFAULT_TIMEOUT = 120.0
@@ -214,8 +215,8 @@ def fork_available() -> bool:
 
 
 def _log_bytes(run_dir: Path) -> bytes:
-    log = session_log_path(run_dir / WORKSPACE)
-    return log.read_bytes() if log is not None else b""
+    log = session_log(run_dir)
+    return log[1] if log is not None else b""
 
 
 def _acks(run_dir: Path) -> list[tuple[int, str]]:
@@ -579,6 +580,8 @@ class LabOptions:
     """``NAME`` (every hit) or ``NAME@N``; empty: the whole matrix."""
     jobs: int = 0
     durability: str = "durable"
+    store: str | None = None
+    """A ``postgresql://`` URL: every run's session in a schema of its own there."""
     timeout: float = DEFAULT_TIMEOUT
     workdir: Path | None = None
     keep: bool = False
@@ -741,7 +744,7 @@ def _execute(
     runner = workers.runner()
     name = scenario.name
     if crash:
-        prepare_run_dir(run_dir, scenario, options.durability)
+        prepare_run_dir(run_dir, scenario, options.durability, options.store)
         env = {"TETHER_CRASH_AT": case.spec, "TETHER_CRASH_MODE": "kill"}
         run = runner.run(
             [name, str(run_dir), "run"],
@@ -795,7 +798,7 @@ def _discover(
     workers: _Workers, scenario: Scenario, base: Path, options: LabOptions, strict: bool
 ) -> Discovery:
     run_dir = base / scenario.name / "discover"
-    prepare_run_dir(run_dir, scenario, options.durability)
+    prepare_run_dir(run_dir, scenario, options.durability, options.store)
     baseline = _execute(
         workers,
         scenario,

@@ -1,0 +1,246 @@
+"""Benchmark of the PostgreSQL session store against a bare INSERT on the same server.
+
+Run: ``python bench/bench_postgres.py [URL]`` (about 30 s; URL default
+``$TETHER_BENCH_PG_URL``, else ``$TETHER_TEST_PG_URL``). It works in a schema of its own,
+dropped at the end.
+
+Printed (acceptance targets in brackets):
+
+* ``pg.commit``: one ``PostgresSessionStore.commit`` of a typical fact (a user message of
+  200 characters; encode, validate, the fenced statement) against a bare ``INSERT`` of the
+  same bytes into a table of the same shape followed by ``COMMIT``, on one connection
+  [≤ 1.3x]; ``pg.commit.one_statement`` against the stricter baseline of the ``INSERT``
+  alone in autocommit mode (one round trip, as the store's commit is);
+* ``pg.throughput.N``: N worker processes (1, 2, 4, 8), each creating sessions of 20
+  commits: durable facts per second and sessions per minute, all workers together; and
+  the bare-``INSERT`` rate of N processes as the physical baseline;
+* ``pg.renewal``: one lease renewal (one ``UPDATE`` for all the leases a worker holds; 8
+  held) against a bare ``INSERT`` + ``COMMIT`` of one small row, and its share of a
+  worker's time at the default period (every 10 s).
+
+Estimator: rounds that time a batch of the store and a batch of the baseline back to back,
+alternating which goes first; a ratio is the median of the per-round ratios, so drifts in
+machine load cancel out.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import secrets
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+
+from tether._stores.postgres import PostgresSessions, init_schema
+
+TEXT = ("The quick brown fox jumps over the lazy dog. " * 5)[:200]
+FACT: dict[str, Any] = {
+    "kind": "entry",
+    "entry": {"type": "message", "message": {"role": "user", "content": TEXT}},
+}
+COMMITS_PER_SESSION = 20
+
+
+def with_schema(url: str, schema: str) -> str:
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}options={quote(f'-csearch_path={schema}')}"
+
+
+def timed(fn: Callable[[], None], n: int) -> float:
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) / n
+
+
+def ratio_rounds(
+    store: Callable[[], None], base: Callable[[], None], rounds: int, batch: int
+) -> tuple[float, float, float]:
+    ratios, a, b = [], [], []
+    for r in range(rounds):
+        if r % 2:
+            tb = timed(base, batch)
+            ta = timed(store, batch)
+        else:
+            ta = timed(store, batch)
+            tb = timed(base, batch)
+        ratios.append(ta / tb)
+        a.append(ta)
+        b.append(tb)
+    return statistics.median(ratios), statistics.median(a), statistics.median(b)
+
+
+def bench_commit(url: str) -> None:
+    sessions = PostgresSessions(url, lease_seconds=60)
+    store = sessions.create(provider="bench", model="m", environment_identity="bench")
+    conn = psycopg.connect(url, autocommit=True)
+    conn.execute(
+        "CREATE TABLE bare_lines (session_id text, line_no bigint, data bytea, "
+        "PRIMARY KEY (session_id, line_no))"
+    )
+    line = len(store.state.transcript)
+    data = (
+        b'{"kind":"entry","seq":1,"id":"01a22d5d-9469-769c-a5aa-fec37507ea65",'
+        b'"timestamp":1710000000000,"entry":{"type":"message","message":{"role":"user",'
+        b'"content":"' + TEXT.encode() + b'"}}}'
+    )
+    counter = [line]
+
+    def bare() -> None:
+        counter[0] += 1
+        conn.execute(
+            "INSERT INTO bare_lines (session_id, line_no, data) VALUES (%s, %s, %s)",
+            (store.session_id, counter[0], data),
+        )
+
+    def commit() -> None:
+        store.commit([FACT])
+
+    tx = psycopg.connect(url)  # not autocommit: INSERT, then COMMIT
+
+    def insert_commit() -> None:
+        counter[0] += 1
+        tx.execute(
+            "INSERT INTO bare_lines (session_id, line_no, data) VALUES (%s, %s, %s)",
+            (store.session_id, counter[0], data),
+        )
+        tx.commit()
+
+    for _ in range(20):  # warm up every path (plans, caches)
+        commit()
+        bare()
+        insert_commit()
+    ratio, ta, tb = ratio_rounds(commit, insert_commit, rounds=15, batch=40)
+    print(
+        f"pg.commit  {ratio:.2f}x  store {ta * 1e6:.0f} us  bare INSERT + COMMIT {tb * 1e6:.0f} us"
+    )
+    ratio, ta, tb = ratio_rounds(commit, bare, rounds=15, batch=40)
+    print(
+        f"pg.commit.one_statement  {ratio:.2f}x  store {ta * 1e6:.0f} us  "
+        f"bare INSERT in autocommit (one round trip) {tb * 1e6:.0f} us"
+    )
+    tx.close()
+    store.close()
+    sessions.close()
+    conn.close()
+
+
+def _worker(url: str, seconds: float, out: Any) -> None:
+    sessions = PostgresSessions(url, lease_seconds=60)
+    done_sessions = facts = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with sessions.create(provider="bench", model="m", environment_identity="b") as store:
+            for _ in range(COMMITS_PER_SESSION):
+                store.commit([FACT])
+            facts += 1 + COMMITS_PER_SESSION
+            done_sessions += 1
+    sessions.close()
+    out.put((facts, done_sessions))
+
+
+def _bare_worker(url: str, seconds: float, out: Any) -> None:
+    conn = psycopg.connect(url, autocommit=True)
+    me = secrets.token_hex(4)
+    n = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        n += 1
+        conn.execute(
+            "INSERT INTO bare_lines (session_id, line_no, data) VALUES (%s, %s, %s)",
+            (me, n, TEXT.encode()),
+        )
+    conn.close()
+    out.put((n, 0))
+
+
+def run_procs(
+    target: Callable[..., None], url: str, workers: int, seconds: float
+) -> tuple[int, int]:
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(url, seconds, out)) for _ in range(workers)]
+    for p in procs:
+        p.start()
+    results = [out.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(r[0] for r in results), sum(r[1] for r in results)
+
+
+def bench_throughput(url: str, seconds: float = 2.0) -> None:
+    for workers in (1, 2, 4, 8):
+        facts, done = run_procs(_worker, url, workers, seconds)
+        bare, _ = run_procs(_bare_worker, url, workers, seconds)
+        print(
+            f"pg.throughput.{workers}  {facts / seconds:.0f} facts/s  "
+            f"{done * 60 / seconds:.0f} sessions/min  "
+            f"(bare INSERT+COMMIT {bare / seconds:.0f}/s: {facts / max(bare, 1):.2f} of it)"
+        )
+
+
+def bench_renewal(url: str) -> None:
+    sessions = PostgresSessions(url, lease_seconds=30)
+    stores = [
+        sessions.create(provider="bench", model="m", environment_identity="r") for _ in range(8)
+    ]
+    conn = psycopg.connect(url, autocommit=True)
+
+    def renew() -> None:
+        assert sessions.renew_now() == 8
+
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS bare_lines (session_id text, line_no bigint, "
+        "data bytea, PRIMARY KEY (session_id, line_no))"
+    )
+    me, n = secrets.token_hex(4), [0]
+
+    def ping() -> None:
+        n[0] += 1
+        conn.execute("INSERT INTO bare_lines VALUES (%s, %s, %s)", (me, n[0], b"x"))
+
+    ratio, ta, _tb = ratio_rounds(renew, ping, rounds=11, batch=30)
+    period = sessions.lease_seconds / 3
+    print(
+        f"pg.renewal  {ratio:.2f}x a bare INSERT+COMMIT  "
+        f"{ta * 1e6:.0f} us per renewal of 8 leases, "
+        f"every {period:.0f} s: {ta / period * 100:.4f}% of one worker's time"
+    )
+    for store in stores:
+        store.close()
+    sessions.close()
+    conn.close()
+
+
+def main(argv: list[str]) -> int:
+    url = (
+        argv[0]
+        if argv
+        else os.environ.get("TETHER_BENCH_PG_URL") or os.environ.get("TETHER_TEST_PG_URL")
+    )
+    if not url:
+        print("usage: bench_postgres.py URL (or set TETHER_BENCH_PG_URL)", file=sys.stderr)
+        return 2
+    schema = f"bench_{secrets.token_hex(4)}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        scoped = with_schema(url, schema)
+        init_schema(scoped)
+        bench_commit(scoped)
+        bench_throughput(scoped)
+        bench_renewal(scoped)
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,363 @@
+"""The shared-store commands (``docs/scale-out.md``).
+
+* ``tether store init --store URL`` — create tether's tables (idempotent);
+* ``tether export SESSION --store URL [-o FILE]`` — a session as a session-v2 file;
+* ``tether import FILE --store URL`` — a session-v2 file as a session of the store;
+* ``tether submit PROMPT [--session ID] --store URL`` — accept a prompt durably, return;
+* ``tether worker --store URL [--concurrency N]`` — drive unfinished sessions until
+  ``SIGTERM`` (or, with ``--until-empty``, until none is left).
+
+``tether sessions --store URL`` and ``tether inspect SESSION --store URL`` use
+:func:`list_store_sessions` and :func:`read_store_log`. Every error is one line with the
+exit code of :mod:`tether.errors` (10 store unreachable, 11 fenced, 12 schema).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tether._cli.common import (
+    WORKSPACE_HELP,
+    emit_json,
+    handle_errors,
+    printable,
+    read_input,
+    workspace_root,
+)
+from tether._cli.run_cmd import (
+    AgentSettings,
+    ApiKeyOption,
+    BaseUrlOption,
+    ModelOption,
+    TimeoutOption,
+    ToolTimeoutOption,
+    YesOption,
+)
+from tether.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from tether._runtime import Agent
+    from tether._stores.postgres import PostgresSessions
+
+MAX_IMPORT_BYTES = 1 << 30
+STORE_URL_ENV = "TETHER_STORE_URL"
+
+store_app = typer.Typer(
+    help="A shared session store (postgresql://…): see docs/scale-out.md.",
+    no_args_is_help=True,
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(store_app, name="store")
+    app.command("export")(export)
+    app.command("import")(import_)
+    app.command("submit")(submit)
+    app.command("worker")(worker)
+
+
+def store_url(given: str | None) -> str:
+    """``--store``, else ``$TETHER_STORE_URL``; exit 2 when neither names one."""
+    from tether._stores.postgres import STORE_URL_ENV, is_store_url
+
+    url = given or os.environ.get(STORE_URL_ENV)
+    if not url:
+        raise ConfigurationError(
+            f"no store given: pass --store postgresql://… or set {STORE_URL_ENV}"
+        )
+    if not is_store_url(url):
+        raise ConfigurationError("a store URL must start with postgresql:// or postgres://")
+    return url
+
+
+def open_store(given: str | None) -> PostgresSessions:
+    from tether._stores.postgres import PostgresSessions
+
+    return PostgresSessions(store_url(given))
+
+
+StoreUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help="The store, postgresql://… (default: $TETHER_STORE_URL).",
+        metavar="URL",
+        show_default=False,
+    ),
+]
+
+
+def read_store_log(url: str | None, session: str) -> bytes:
+    """The committed lines of ``session`` in the store at ``url`` (for ``inspect``)."""
+    with open_store(url) as sessions:
+        return sessions.log_bytes(session)
+
+
+def list_store_sessions(url: str | None, json_output: bool) -> None:
+    """``tether sessions --store URL``."""
+    with open_store(url) as sessions:
+        rows = sessions.sessions()
+    if json_output:
+        emit_json([row.to_json() for row in rows])
+        return
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=220)
+    if not rows:
+        console.print("no sessions")
+        return
+    table = Table(box=None, pad_edge=False)
+    for name in ("id", "created (UTC)", "status", "operation", "lines", "lease owner", "epoch"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("lease expires (database clock)", no_wrap=True)
+    for row in rows:
+        table.add_row(
+            row.session_id,
+            row.created_at[:19].replace("T", " "),
+            row.status,
+            row.operation,
+            str(row.lines),
+            printable(row.lease_owner or "-"),
+            str(row.lease_epoch),
+            (row.lease_expires or "-")[:23],
+        )
+    console.print(table)
+
+
+@store_app.command("init")
+def init(store: StoreUrlOption = None) -> None:
+    """Create tether's tables in the database (idempotent).
+
+    Exit status: 0 created or already there, 10 unreachable, 12 a newer schema.
+    """
+    from tether._stores.postgres import SCHEMA_VERSION, display_url, init_schema
+
+    with handle_errors():
+        url = store_url(store)
+        created = init_schema(url)
+        state = "created" if created else "already present"
+        typer.echo(f"tether schema version {SCHEMA_VERSION} {state} in {display_url(url)}")
+
+
+def export(
+    session: Annotated[str, typer.Argument(help="Session id or unique prefix.", metavar="SESSION")],
+    store: StoreUrlOption = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Write the file here (default: stdout).", metavar="FILE"
+        ),
+    ] = None,
+) -> None:
+    """Write a session of the store as a session-v2 file (its lines as committed).
+
+    Exit status: 0 written, 3 no such session, 7 ambiguous prefix, 10/12 store errors.
+    """
+    with handle_errors():
+        data = read_store_log(store, session)
+        if output is None:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            tmp = output.with_name(f".{output.name}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, output)
+
+
+def import_(
+    file: Annotated[Path, typer.Argument(help="A session-v2 file (.jsonl).", metavar="FILE")],
+    store: StoreUrlOption = None,
+) -> None:
+    """Load a session-v2 file into the store as a session (its id is the file's).
+
+    Exit status: 0 imported (the id is printed), 1/5 the file is not a valid session (or
+    the id exists already), 2 unreadable file, 10/12 store errors.
+    """
+    with handle_errors():
+        data = read_input(file, "session file", limit=MAX_IMPORT_BYTES)
+        with open_store(store) as sessions:
+            typer.echo(sessions.import_log(data))
+
+
+def _settings(
+    model: str | None,
+    base_url: str | None,
+    api_key: str | None,
+    timeout: float | None,
+    workspace: Path | None,
+    tool_timeout: float | None,
+    assume_yes: bool,
+    store: str | None,
+) -> AgentSettings:
+    return AgentSettings(
+        model=model,
+        base_url=base_url,
+        api_key=api_key,
+        timeout=timeout,
+        workspace=workspace,
+        tool_timeout=tool_timeout,
+        assume_yes=assume_yes,
+        store=store_url(store),
+    )
+
+
+def quiet_agent(settings: AgentSettings, environment: str | None = None) -> Agent:
+    """An agent for ``settings`` without progress output (submit, worker threads)."""
+    from tether._models import load_model
+    from tether._project import load_project_config
+    from tether._runtime import Agent
+
+    workspace = workspace_root(settings.workspace)
+    model = load_model(
+        settings.model,
+        base_url=settings.base_url,
+        api_key=settings.api_key,
+        timeout=settings.timeout,
+    )
+    return Agent(
+        model,
+        workspace=workspace,
+        tool_timeout=settings.tool_timeout,
+        project=load_project_config(workspace),
+        assume_yes=settings.assume_yes,
+        store_url=settings.store,
+        environment=environment,
+    )
+
+
+WorkspaceOpt = Annotated[
+    Path | None, typer.Option("--workspace", "-w", help=WORKSPACE_HELP, metavar="DIR")
+]
+EnvironmentOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--environment",
+        help="The environment identity (default: $TETHER_ENVIRONMENT_IDENTITY, else the "
+        "workspace path). A worker only drives sessions recorded with its identity.",
+        metavar="ID",
+        show_default=False,
+    ),
+]
+
+
+def submit(
+    prompt: Annotated[str, typer.Argument(help="What the agent should do.", metavar="PROMPT")],
+    session: Annotated[
+        str | None,
+        typer.Option("--session", "-s", help="Add the run to this session.", metavar="ID"),
+    ] = None,
+    store: StoreUrlOption = None,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
+    workspace: WorkspaceOpt = None,
+    environment: EnvironmentOpt = None,
+) -> None:
+    """Accept PROMPT durably as a run (user entry + runStarted) and print the session id.
+
+    Nothing runs here: `tether worker` picks the session up.
+
+    Exit status: 0 accepted, 2 usage error (no store, no model, an unfinished session),
+    3 no such session, 4 busy, 10-12 store errors.
+    """
+    from tether._runtime.worker import submit as submit_prompt
+
+    with handle_errors():
+        settings = _settings(model, base_url, api_key, None, workspace, None, False, store)
+        agent = quiet_agent(settings, environment)
+        try:
+            typer.echo(submit_prompt(agent, prompt, session))
+        finally:
+            agent.close()
+
+
+def worker(
+    store: StoreUrlOption = None,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", "-c", help="Sessions driven at once.", min=1)
+    ] = 1,
+    until_empty: Annotated[
+        bool,
+        typer.Option(
+            "--until-empty",
+            help="Exit once no unfinished session of this environment is left.",
+        ),
+    ] = False,
+    lease_seconds: Annotated[
+        float | None,
+        typer.Option(
+            "--lease-seconds",
+            help="Length of this worker's leases (default: [store] lease_seconds, else 30).",
+            min=0.1,
+        ),
+    ] = None,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
+    timeout: TimeoutOption = None,
+    workspace: WorkspaceOpt = None,
+    environment: EnvironmentOpt = None,
+    tool_timeout: ToolTimeoutOption = None,
+    assume_yes: YesOption = False,
+) -> None:
+    """Drive the unfinished sessions of the store, CONCURRENCY at a time.
+
+    Claims the oldest unfinished session of this worker's environment whose lease is
+    free or expired, drives it as `tether resume` would, releases it. SIGTERM: no new
+    claims; the sessions being driven are finished, leases released, exit 0.
+
+    Exit status: 0 stopped, 2 usage error, 10 the store stayed unreachable, 11 fenced
+    (this worker lost a lease: it was paused past its expiry; it stops at once).
+    """
+    from tether._runtime.worker import Worker
+    from tether._stores.postgres import DEFAULT_LEASE_SECONDS
+
+    with handle_errors():
+        if lease_seconds is not None:
+            os.environ["TETHER_LEASE_SECONDS"] = repr(lease_seconds)
+        settings = _settings(
+            model, base_url, api_key, timeout, workspace, tool_timeout, assume_yes, store
+        )
+
+        def log(line: str) -> None:
+            typer.echo(f"worker {os.getpid()}: {printable(line)}", err=True)
+
+        work = Worker(
+            lambda: quiet_agent(settings, environment),
+            concurrency=concurrency,
+            until_empty=until_empty,
+            log=log,
+        )
+
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            log("SIGTERM: finishing the sessions being driven, then exiting")
+            work.stop()
+
+        signal.signal(signal.SIGTERM, on_term)
+        log(f"started: concurrency {concurrency}, lease {lease_seconds or DEFAULT_LEASE_SECONDS} s")
+        report = work.run()
+        if report.fenced is not None:
+            raise report.fenced
+        if report.failed is not None:
+            raise report.failed
+        log(f"stopped after {len(report.driven)} sessions")
+
+
+__all__: list[Any] = [
+    "STORE_URL_ENV",
+    "StoreUrlOption",
+    "list_store_sessions",
+    "read_store_log",
+    "register",
+    "store_app",
+]

@@ -1,0 +1,194 @@
+"""The log is the queue: ``submit`` accepts a prompt durably, workers drive what is unfinished.
+
+:func:`submit` commits a user entry and ``runStarted`` (the transaction ``tether run``
+commits first) and returns: the session now has an unfinished run, which is all a worker
+looks for. :class:`Worker` runs ``concurrency`` threads, each with its own
+:class:`~tether._runtime.agent.Agent` over a shared store (:mod:`tether._stores.postgres`):
+a thread claims the oldest unfinished session of its environment identity whose lease is
+free or expired (``FOR UPDATE SKIP LOCKED``), drives it with the normal executor
+(``resume``: the same planner as after a crash), and releases the lease. A session of
+another environment identity is never claimed: it waits for a worker that serves it.
+
+* a session whose recovery is blocked (a gate, a review) is parked: out of the queue until
+  its next commit (a person resolving it);
+* :class:`~tether.errors.SessionFenced`: this worker lost a lease (it was paused past its
+  expiry and another worker took over). The thread stops at once; the worker takes no new
+  work and exits with the fenced error's code;
+* the database going away: the thread waits and claims again; a worker that cannot reach
+  it for :data:`UNREACHABLE_SECONDS` exits with the store error's code;
+* :meth:`Worker.stop` (``SIGTERM``): no new claims; each thread finishes the session it is
+  driving, releases its lease, and the worker exits 0.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from tether import _faults as faults
+from tether._runtime import boundaries
+from tether._runtime.agent import Agent
+from tether._runtime.results import RunStatus
+from tether.core import facts
+from tether.core.state import IdleOperation
+from tether.errors import ConfigurationError, SessionFenced, StoreUnavailable, TetherError
+
+__all__ = ["UNREACHABLE_SECONDS", "Worker", "WorkerReport", "submit"]
+
+UNREACHABLE_SECONDS: Final = 30.0
+POLL_SECONDS: Final = 0.2
+
+
+def _shared_store(agent: Agent) -> Any:
+    sessions = agent.parts.sessions
+    if not hasattr(sessions, "claim"):
+        raise ConfigurationError(
+            "submit and worker need a shared store: give --store postgresql://… "
+            "(or TETHER_STORE_URL, or [store] url in tether.toml)"
+        )
+    return sessions
+
+
+def submit(agent: Agent, prompt: str, session: str | None = None) -> str:
+    """Accept ``prompt`` durably as a new run (in a new session unless ``session``); the
+    session id. Nothing is driven: a worker picks it up."""
+    if not prompt or not prompt.strip():
+        raise ConfigurationError("the prompt is empty")
+    _shared_store(agent)
+    sessions = agent.parts.sessions
+    if session is None:
+        store = sessions.create(
+            provider=agent.model.provider,
+            model=agent.model.model,
+            environment_identity=agent.environment,
+        )
+    else:
+        store = sessions.open(session)
+    with store:
+        if not isinstance(store.state.operation, IdleOperation):
+            raise ConfigurationError(
+                f"session {store.session_id} has an unfinished operation; a worker finishes "
+                "it first (submit again afterwards)"
+            )
+        entry_id = agent.parts.ids()
+        commit = agent.masker.value
+        store.commit(
+            [
+                commit(facts.user_entry(entry_id=entry_id, content=prompt)),
+                facts.run_started(operation_id=agent.parts.ids(), input_entry_id=entry_id),
+            ]
+        )
+        faults.hit(boundaries.RUN_ACCEPTED)
+        return str(store.session_id)
+
+
+@dataclass
+class WorkerReport:
+    """What a worker did, and how it ended."""
+
+    driven: dict[str, str] = field(default_factory=dict)
+    """Session id → the status of its last drive."""
+    fenced: SessionFenced | None = None
+    failed: TetherError | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Worker:
+    """``concurrency`` threads claiming and driving sessions (see the module docstring).
+
+    ``make_agent`` builds one agent per thread (its opener must be a shared store);
+    ``until_empty`` ends the worker once no unfinished session of its environment is left
+    (leased by anyone or not); ``log`` receives one line per event.
+    """
+
+    def __init__(
+        self,
+        make_agent: Callable[[], Agent],
+        *,
+        concurrency: int = 1,
+        until_empty: bool = False,
+        log: Callable[[str], None] = lambda line: None,
+    ) -> None:
+        if concurrency < 1:
+            raise ConfigurationError(f"--concurrency must be at least 1, got {concurrency}")
+        self.make_agent = make_agent
+        self.concurrency = concurrency
+        self.until_empty = until_empty
+        self.log = log
+        self.report = WorkerReport()
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """Take no new work; the threads finish the sessions they are driving."""
+        self._stop.set()
+
+    def run(self) -> WorkerReport:
+        agents = [self.make_agent() for _ in range(self.concurrency)]
+        for agent in agents:
+            _shared_store(agent)
+        threads = [
+            threading.Thread(target=self._loop, args=(agent,), name=f"tether-worker-{n}")
+            for n, agent in enumerate(agents, 1)
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                for thread in threads:
+                    thread.join(timeout=0.2)
+        finally:
+            self._stop.set()
+            for thread in threads:
+                thread.join()
+            for agent in agents:
+                agent.close()
+        return self.report
+
+    def _loop(self, agent: Agent) -> None:
+        sessions = _shared_store(agent)
+        environment = agent.environment
+        unreachable_since: float | None = None
+        while not self._stop.is_set():
+            try:
+                session = sessions.claim(environment)
+                if session is None:
+                    if self.until_empty and sessions.waiting(environment) == 0:
+                        return
+                    unreachable_since = None
+                    self._stop.wait(POLL_SECONDS)
+                    continue
+                unreachable_since = None
+                self._drive(agent, sessions, session)
+            except SessionFenced as exc:
+                self.log(f"fenced: {exc}")
+                with self.report.lock:
+                    self.report.fenced = exc
+                self._stop.set()
+                return
+            except StoreUnavailable as exc:
+                now = time.monotonic()
+                if unreachable_since is None:
+                    unreachable_since = now
+                    self.log(f"store unavailable, retrying: {exc}")
+                if now - unreachable_since > UNREACHABLE_SECONDS:
+                    with self.report.lock:
+                        self.report.failed = exc
+                    self._stop.set()
+                    return
+                self._stop.wait(1.0)
+
+    def _drive(self, agent: Agent, sessions: Any, session: str) -> None:
+        try:
+            result = agent.resume(session)
+        except BaseException:
+            sessions.release_claim(session)
+            raise
+        status = result.status
+        if status is RunStatus.BLOCKED:
+            sessions.park(session)
+        self.log(f"session {session}: {status.value}")
+        with self.report.lock:
+            self.report.driven[session] = status.value

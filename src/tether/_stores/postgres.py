@@ -1,0 +1,956 @@
+"""The PostgreSQL session store: one shared session log for many workers, leased and fenced.
+
+:class:`PostgresSessions` is the :class:`~tether._stores.protocol.SessionOpener` over one
+database (``postgresql://…``); :class:`PostgresSessionStore` is one open session. The rules
+of :mod:`tether._stores.protocol` hold as in the file store, with a lease in place of the
+``flock`` (the full protocol, with the SQL, is in ``docs/scale-out.md``):
+
+* every committed line is stored exactly as the file store writes it (without its LF), one
+  row of ``tether_lines`` per line, so a session exports to a session-v2 file
+  (:func:`export_session`) and a file imports into a session (:func:`import_session`);
+* a writer holds the session's **lease**: an owner, an **epoch** that only grows and an
+  expiry computed from the database's clock (``now()``), never the worker's. Opening a
+  session takes its lease when it is free or expired (incrementing the epoch); the
+  opener renews every lease it holds in the background (one ``UPDATE`` per renewal
+  period for all of them); closing the store releases it;
+* a commit is one statement, hence one database transaction: it appends the line and
+  advances the session's line count only if the count and the lease epoch are those this
+  writer last saw; otherwise :class:`~tether.errors.SessionFenced` (exit 11) and nothing
+  is stored. The store is unusable after that;
+* a connection lost during a commit is reconnected and the commit's outcome read back
+  from the database (the line is there, byte for byte, or it is not): a commit is never
+  half-known. If the database stays away, :class:`~tether.errors.StoreUnavailable`;
+* the schema has a version (``tether_meta``); a database without it or with a newer one is
+  one clear line (:class:`~tether.errors.StoreSchemaError`, exit 12). ``tether store init``
+  creates it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
+
+from tether._ids import new_uuid7
+from tether._stores.transaction import encode_header, encode_transaction
+from tether.core.reducer import Reducer
+from tether.core.state import IdleOperation, SessionState
+from tether.errors import (
+    AmbiguousSessionId,
+    ConfigurationError,
+    CorruptSession,
+    FactRejected,
+    SessionBusy,
+    SessionCorruption,
+    SessionFenced,
+    SessionNotFound,
+    StoreSchemaError,
+    StoreUnavailable,
+)
+
+try:  # the optional extra tether[postgres]
+    import psycopg
+    from psycopg import errors as pg_errors
+except ImportError:  # pragma: no cover - exercised only without the extra
+    psycopg = None  # type: ignore[assignment]
+    pg_errors = None  # type: ignore[assignment]
+
+__all__ = [
+    "DEFAULT_LEASE_SECONDS",
+    "SCHEMA_VERSION",
+    "STORE_URL_ENV",
+    "PostgresSessionStore",
+    "PostgresSessions",
+    "SessionRow",
+    "display_url",
+    "export_session",
+    "import_session",
+    "init_schema",
+    "is_store_url",
+]
+
+SCHEMA_VERSION: Final = 1
+"""The version of the tables below; a database with a higher one is refused."""
+STORE_URL_ENV: Final = "TETHER_STORE_URL"
+DEFAULT_LEASE_SECONDS: Final = 30.0
+RECONNECT_SECONDS: Final = 15.0
+"""How long a writer keeps trying to reach the database again after losing its connection."""
+CONNECT_TIMEOUT: Final = 5
+
+SCHEMA_SQL: Final = """
+CREATE TABLE IF NOT EXISTS tether_meta (
+    key   text PRIMARY KEY,
+    value text NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tether_sessions (
+    session_id    text PRIMARY KEY,
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    environment   text NOT NULL,
+    lines         bigint NOT NULL,
+    operation     text NOT NULL,
+    pending       boolean NOT NULL,
+    blocked       boolean NOT NULL DEFAULT false,
+    lease_owner   text,
+    lease_epoch   bigint NOT NULL DEFAULT 0,
+    lease_expires timestamptz
+) WITH (fillfactor = 50);
+-- No index holds a column every commit changes (lines, updated_at, lease_expires), so a
+-- commit's UPDATE of the session row is a heap-only (HOT) update: no index is written.
+CREATE INDEX IF NOT EXISTS tether_sessions_queue
+    ON tether_sessions (environment) WHERE pending AND NOT blocked;
+-- No foreign key to tether_sessions: a line is only ever inserted by the commit statement,
+-- which needs the session's row, and the key check would lock that row a second time.
+CREATE TABLE IF NOT EXISTS tether_lines (
+    session_id text NOT NULL,
+    line_no    bigint NOT NULL,
+    data       bytea NOT NULL,
+    PRIMARY KEY (session_id, line_no)
+);
+CREATE TABLE IF NOT EXISTS tether_sidecars (
+    session_id text NOT NULL REFERENCES tether_sessions ON DELETE CASCADE,
+    name       text NOT NULL,
+    data       bytea NOT NULL,
+    PRIMARY KEY (session_id, name)
+);
+"""
+
+COMMIT_SQL: Final = """
+WITH advanced AS (
+    UPDATE tether_sessions
+       SET lines = lines + 1, operation = %(operation)s, pending = %(pending)s,
+           blocked = false, updated_at = now(),
+           lease_expires = now() + make_interval(secs => %(ttl)s)
+     WHERE session_id = %(session)s AND lines = %(lines)s
+       AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+    RETURNING session_id
+)
+INSERT INTO tether_lines (session_id, line_no, data)
+SELECT session_id, %(line_no)s, %(data)s FROM advanced
+"""
+"""One commit: one statement, so one transaction (the connection is in autocommit mode)."""
+
+ACQUIRE_SQL: Final = """
+UPDATE tether_sessions
+   SET lease_owner = %(owner)s, lease_epoch = lease_epoch + 1,
+       lease_expires = now() + make_interval(secs => %(ttl)s)
+ WHERE session_id = %(session)s
+   AND (lease_owner IS NULL OR lease_expires <= now())
+RETURNING lease_epoch, lines
+"""
+
+RENEW_SQL: Final = """
+UPDATE tether_sessions
+   SET lease_expires = now() + make_interval(secs => %(ttl)s)
+ WHERE lease_owner = %(owner)s AND session_id = ANY(%(sessions)s)
+RETURNING session_id, lease_epoch
+"""
+
+CLAIM_SQL: Final = """
+WITH candidate AS (
+    SELECT session_id FROM tether_sessions
+     WHERE pending AND NOT blocked AND environment = %(environment)s
+       AND (lease_owner IS NULL OR lease_expires <= now())
+     ORDER BY updated_at
+     LIMIT 1
+     FOR UPDATE SKIP LOCKED
+)
+UPDATE tether_sessions AS s
+   SET lease_owner = %(owner)s, lease_epoch = s.lease_epoch + 1,
+       lease_expires = now() + make_interval(secs => %(ttl)s)
+  FROM candidate
+ WHERE s.session_id = candidate.session_id
+RETURNING s.session_id, s.lease_epoch
+"""
+"""The queue: an unfinished session of this environment whose lease is free or expired."""
+
+
+def is_store_url(value: str) -> bool:
+    """Whether ``value`` names a PostgreSQL store (``postgresql://`` or ``postgres://``)."""
+    return value.startswith(("postgresql://", "postgres://"))
+
+
+def display_url(url: str) -> str:
+    """``url`` without its password, for messages."""
+    if psycopg is None:  # pragma: no cover - without the extra
+        return url.split("@")[-1]  # type: ignore[unreachable]
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "postgresql://(unparsable URL)"
+    host = info.get("host") or "localhost"
+    port = info.get("port")
+    user = info.get("user")
+    db = info.get("dbname") or ""
+    where = f"{host}:{port}" if port else str(host)
+    return f"postgresql://{f'{user}@' if user else ''}{where}/{db}"
+
+
+def _require_driver() -> None:
+    if psycopg is None:
+        raise ConfigurationError("a postgresql:// store needs psycopg: install tether[postgres]")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    """An autocommit connection to ``url``; one clear error when that is not possible."""
+    _require_driver()
+    try:
+        psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(f"store URL is malformed: {_first_line(exc)}") from None
+    try:
+        return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(f"store URL {display_url(url)}: {_first_line(exc)}") from None
+    except psycopg.Error as exc:
+        error = StoreUnavailable(display_url(url), f"cannot connect: {_first_line(exc)}")
+        error.args = (f"store {display_url(url)}: cannot connect: {_first_line(exc)}",)
+        raise error from None
+
+
+def check_schema(conn: psycopg.Connection[Any], url: str) -> None:
+    """Refuse a database without tether's schema or with a newer one."""
+    try:
+        row = conn.execute("SELECT value FROM tether_meta WHERE key = 'schema_version'").fetchone()
+    except pg_errors.UndefinedTable:
+        row = None
+    if row is None:
+        raise StoreSchemaError(
+            f"database {display_url(url)} has no tether schema: create it with "
+            "`tether store init --store URL`"
+        )
+    try:
+        version = int(row[0])
+    except ValueError:
+        version = -1
+    if version > SCHEMA_VERSION:
+        raise StoreSchemaError(
+            f"database {display_url(url)} has tether schema version {row[0]}, newer than this "
+            f"tether supports ({SCHEMA_VERSION}): upgrade tether"
+        )
+    if version < 1:
+        raise StoreSchemaError(
+            f"database {display_url(url)} has an unknown tether schema version {row[0]!r}"
+        )
+
+
+def init_schema(url: str) -> bool:
+    """Create tether's tables in the database (idempotent); whether they were created now."""
+    with connect(url) as conn:
+        try:
+            row = conn.execute(
+                "SELECT value FROM tether_meta WHERE key = 'schema_version'"
+            ).fetchone()
+        except pg_errors.UndefinedTable:
+            row = None
+        if row is not None:
+            check_schema(conn, url)
+            return False
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(7403121)")  # one initializer at a time
+            conn.execute(SCHEMA_SQL)
+            conn.execute(
+                "INSERT INTO tether_meta (key, value) VALUES ('schema_version', %s) "
+                "ON CONFLICT (key) DO NOTHING",
+                (str(SCHEMA_VERSION),),
+            )
+        return True
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _operation(state: SessionState) -> tuple[str, bool]:
+    operation = state.operation
+    return operation.kind, not isinstance(operation, IdleOperation)
+
+
+def _operation_after(
+    before: tuple[str, bool], committed: Sequence[Mapping[str, Any]]
+) -> tuple[str, bool]:
+    """The current operation's kind and whether one is unfinished, after ``committed``
+    (a validated transaction: only these records start or finish an operation)."""
+    kind, pending = before
+    for fact in committed:
+        record = fact.get("record")
+        if not isinstance(record, Mapping):
+            continue
+        if record.get("type") in ("runStarted", "compactionStarted"):
+            kind, pending = str(record.get("operationKind")), True
+        elif record.get("type") == "operationFinished":
+            kind, pending = "idle", False
+    return kind, pending
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    """One line of ``tether sessions --store URL``."""
+
+    session_id: str
+    created_at: str
+    operation: str
+    pending: bool
+    lines: int
+    environment: str
+    lease_owner: str | None
+    lease_epoch: int
+    lease_expires: str | None
+    lease_live: bool
+    blocked: bool = False
+
+    @property
+    def status(self) -> str:
+        """``idle``, ``queued`` (unfinished, no live lease), ``running`` or ``blocked``."""
+        if not self.pending:
+            return "idle"
+        if self.blocked:
+            return "blocked"
+        return "running" if self.lease_live else "queued"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.session_id,
+            "created": self.created_at,
+            "status": self.status,
+            "operation": self.operation,
+            "lines": self.lines,
+            "environment": self.environment,
+            "leaseOwner": self.lease_owner,
+            "leaseEpoch": self.lease_epoch,
+            "leaseExpires": self.lease_expires,
+        }
+
+
+@dataclass
+class _Held:
+    epoch: int
+    lines: int
+
+
+class PostgresSessions:
+    """The opener over one database: creates, opens (leases) and lists sessions.
+
+    ``cwd`` is the header's ``cwd`` of the sessions it creates; ``owner`` names this writer
+    in leases (default: host, pid and a random suffix); ``lease_seconds`` is the lease's
+    length, renewed every third of it while the store is open.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        cwd: str = "/",
+        *,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        owner: str | None = None,
+        clock: Callable[[], int] = _now_ms,
+        ids: Callable[[], str] = new_uuid7,
+    ) -> None:
+        if not lease_seconds > 0:
+            raise ConfigurationError(f"lease seconds must be positive, got {lease_seconds!r}")
+        self.url = url
+        self.where = display_url(url)
+        self.cwd = cwd
+        self.lease_seconds = float(lease_seconds)
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.clock = clock
+        self.ids = ids
+        self._lock = threading.Lock()
+        self._conn = connect(url)
+        try:
+            check_schema(self._conn, url)
+        except BaseException:
+            self._conn.close()
+            raise
+        self._held: dict[str, _Held] = {}
+        self._claimed: set[str] = set()
+        self._lost: set[str] = set()
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self.renewals = 0
+
+    # ------------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def _db(self) -> Iterator[psycopg.Connection[Any]]:
+        """The opener's connection (reconnected when it was lost), under its lock."""
+        with self._lock:
+            if self._conn.closed or self._conn.broken:
+                self._conn = connect(self.url)
+            try:
+                yield self._conn
+            except psycopg.OperationalError as exc:
+                raise StoreUnavailable(self.where, _first_line(exc)) from None
+
+    def _start_renewer(self) -> None:
+        if self._renewer is None or not self._renewer.is_alive():
+            self._renewer = threading.Thread(
+                target=self._renew_loop, name="tether-lease-renewal", daemon=True
+            )
+            self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        while not self._stop.wait(self.lease_seconds / 3):
+            with self._lock:
+                held = dict(self._held)
+            if not held:
+                continue
+            try:
+                if conn is None or conn.closed or conn.broken:
+                    conn = psycopg.connect(self.url, autocommit=True, connect_timeout=2)
+                rows = conn.execute(
+                    RENEW_SQL,
+                    {"ttl": self.lease_seconds, "owner": self.owner, "sessions": list(held)},
+                ).fetchall()
+            except psycopg.Error:
+                continue  # the database is away: the commits find out; try again later
+            self.renewals += 1
+            renewed = {str(sid): int(epoch) for sid, epoch in rows}
+            with self._lock:
+                for sid, mine in held.items():
+                    if renewed.get(sid) != mine.epoch and sid in self._held:
+                        self._lost.add(sid)
+        if conn is not None:
+            conn.close()
+
+    def renew_now(self) -> int:
+        """Renew every lease this opener holds now (the benchmark's unit); how many."""
+        with self._lock:
+            sessions = list(self._held)
+        with self._db() as conn:
+            rows = conn.execute(
+                RENEW_SQL, {"ttl": self.lease_seconds, "owner": self.owner, "sessions": sessions}
+            ).fetchall()
+        return len(rows)
+
+    def lease_lost(self, session_id: str) -> bool:
+        """Whether the renewal found this opener's lease on the session gone."""
+        with self._lock:
+            return session_id in self._lost
+
+    def _release(self, session_id: str, epoch: int) -> None:
+        with self._lock:
+            self._held.pop(session_id, None)
+            self._lost.discard(session_id)
+            self._claimed.discard(session_id)
+        for _ in range(2):  # once more on a new connection if this one was just lost
+            try:
+                with self._db() as conn:
+                    conn.execute(
+                        "UPDATE tether_sessions SET lease_owner = NULL, lease_expires = NULL "
+                        "WHERE session_id = %s AND lease_epoch = %s AND lease_owner = %s",
+                        (session_id, epoch, self.owner),
+                    )
+                return
+            except (StoreUnavailable, ConfigurationError, psycopg.Error):
+                pass  # else the lease expires on its own
+
+    # ------------------------------------------------------------------ opener
+
+    def create(
+        self, *, provider: str, model: str, environment_identity: str
+    ) -> PostgresSessionStore:
+        session_id = self.ids()
+        data, reducer = encode_header(
+            session_id=session_id,
+            created_at=self.clock(),
+            cwd=self.cwd,
+            provider=provider,
+            model=model,
+            environment_identity=environment_identity,
+        )
+        self._insert(session_id, environment_identity, [data.rstrip(b"\n")], reducer.state)
+        return self._adopt(reducer, epoch=1, lines=1)
+
+    def _insert(
+        self, session_id: str, environment: str, lines: list[bytes], state: SessionState
+    ) -> None:
+        operation, pending = _operation(state)
+        with self._db() as conn, conn.transaction():
+            try:
+                conn.execute(
+                    "INSERT INTO tether_sessions (session_id, environment, lines, operation, "
+                    "pending, lease_owner, lease_epoch, lease_expires) VALUES "
+                    "(%s, %s, %s, %s, %s, %s, 1, now() + make_interval(secs => %s))",
+                    (
+                        session_id,
+                        environment,
+                        len(lines),
+                        operation,
+                        pending,
+                        self.owner,
+                        self.lease_seconds,
+                    ),
+                )
+            except pg_errors.UniqueViolation:
+                raise ConfigurationError(
+                    f"session {session_id} already exists in {self.where}"
+                ) from None
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO tether_lines (session_id, line_no, data) VALUES (%s, %s, %s)",
+                    [(session_id, n, line) for n, line in enumerate(lines, start=1)],
+                )
+
+    def _adopt(self, reducer: Reducer, *, epoch: int, lines: int) -> PostgresSessionStore:
+        session_id = reducer.state.header.id
+        with self._lock:
+            self._held[session_id] = _Held(epoch, lines)
+            self._lost.discard(session_id)
+        self._start_renewer()
+        try:
+            return PostgresSessionStore(self, reducer, epoch=epoch, lines=lines)
+        except BaseException:
+            self._release(session_id, epoch)
+            raise
+
+    def resolve(self, session: str) -> str:
+        """The id of the session ``session`` names (its id or a unique prefix of it)."""
+        pattern = session.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        with self._db() as conn:
+            rows = conn.execute(
+                "SELECT session_id FROM tether_sessions WHERE session_id LIKE %s "
+                "ORDER BY session_id LIMIT 6",
+                (pattern,),
+            ).fetchall()
+        ids = [str(r[0]) for r in rows]
+        if session in ids:
+            return session
+        if not ids:
+            raise SessionNotFound(session, self.where)
+        if len(ids) > 1:
+            raise AmbiguousSessionId(session, ids)
+        return ids[0]
+
+    def open(self, session: str) -> PostgresSessionStore:
+        """Take the session's lease (free or expired: the epoch grows) and read its log;
+        a session this opener claimed (:meth:`claim`) is opened under the claim's lease."""
+        session_id = self.resolve(session)
+        with self._lock:
+            claimed = session_id in self._claimed
+            self._claimed.discard(session_id)
+        if claimed:
+            return self.open_claimed(session_id)
+        with self._db() as conn:
+            row = conn.execute(
+                ACQUIRE_SQL,
+                {"owner": self.owner, "ttl": self.lease_seconds, "session": session_id},
+            ).fetchone()
+            if row is None:
+                holder = conn.execute(
+                    "SELECT lease_owner, lease_expires FROM tether_sessions WHERE session_id = %s",
+                    (session_id,),
+                ).fetchone()
+        if row is None:
+            busy = SessionBusy(f"{self.where}/{session_id}", None)
+            if holder is not None:
+                busy.args = (
+                    f"session {session_id} is leased by {holder[0]} until {holder[1]} "
+                    "(database clock); it can be taken over once the lease expires",
+                )
+            raise busy
+        epoch, lines = int(row[0]), int(row[1])
+        return self._load(session_id, epoch, lines)
+
+    def open_claimed(self, session_id: str) -> PostgresSessionStore:
+        """Open a session this opener claimed (:meth:`claim`), keeping the claim's lease."""
+        with self._lock:
+            held = self._held.get(session_id)
+        if held is None:
+            return self.open(session_id)
+        with self._db() as conn:
+            row = conn.execute(
+                "SELECT lines FROM tether_sessions WHERE session_id = %s "
+                "AND lease_owner = %s AND lease_epoch = %s",
+                (session_id, self.owner, held.epoch),
+            ).fetchone()
+        if row is None:
+            with self._lock:
+                self._held.pop(session_id, None)
+            raise SessionFenced(session_id, held.epoch, "was taken over before the session opened")
+        return self._load(session_id, held.epoch, int(row[0]))
+
+    def _load(self, session_id: str, epoch: int, lines: int) -> PostgresSessionStore:
+        try:
+            with self._db() as conn:
+                rows = conn.execute(
+                    "SELECT line_no, data FROM tether_lines WHERE session_id = %s "
+                    "AND line_no <= %s ORDER BY line_no",
+                    (session_id, lines),
+                ).fetchall()
+            data = b"".join(bytes(r[1]) + b"\n" for r in rows)
+            if len(rows) != lines:
+                raise CorruptSession(
+                    f"{self.where}/{session_id}",
+                    "MISSING_LINES",
+                    len(rows) + 1,
+                    detail=f"{len(rows)} of {lines} lines present",
+                )
+            try:
+                reducer = Reducer.load(data)
+            except SessionCorruption as exc:
+                raise CorruptSession.wrap(f"{self.where}/{session_id}", exc) from None
+        except BaseException:
+            self._release(session_id, epoch)
+            raise
+        return self._adopt(reducer, epoch=epoch, lines=lines)
+
+    def claim(self, environment: str) -> str | None:
+        """Lease the oldest unfinished session of ``environment`` whose lease is free or
+        expired (``FOR UPDATE SKIP LOCKED``: concurrent workers never claim the same one);
+        its id, or ``None`` when there is none. Open it with :meth:`open_claimed`."""
+        with self._db() as conn:
+            row = conn.execute(
+                CLAIM_SQL,
+                {"environment": environment, "owner": self.owner, "ttl": self.lease_seconds},
+            ).fetchone()
+        if row is None:
+            return None
+        session_id, epoch = str(row[0]), int(row[1])
+        with self._lock:
+            self._held[session_id] = _Held(epoch, 0)
+            self._claimed.add(session_id)
+        self._start_renewer()
+        return session_id
+
+    def waiting(self, environment: str) -> int:
+        """How many unfinished, unblocked sessions of ``environment`` there are (leased or
+        not): a worker told to stop when the queue is empty waits while any is left."""
+        with self._db() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM tether_sessions WHERE pending AND NOT blocked "
+                "AND environment = %s",
+                (environment,),
+            ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def park(self, session_id: str) -> None:
+        """Take a session whose recovery is blocked (a gate, a review) out of the queue
+        until its next commit (a person resolving it, ``tether resume``); only while
+        nobody holds its lease."""
+        with self._db() as conn:
+            conn.execute(
+                "UPDATE tether_sessions SET blocked = true WHERE session_id = %s "
+                "AND (lease_owner IS NULL OR lease_expires <= now())",
+                (session_id,),
+            )
+
+    def release_claim(self, session_id: str) -> None:
+        """Give back a claimed session that will not be opened."""
+        with self._lock:
+            held = self._held.get(session_id)
+        if held is not None:
+            self._release(session_id, held.epoch)
+
+    def sessions(self) -> list[SessionRow]:
+        """Every session, oldest first, with its status and lease."""
+        with self._db() as conn:
+            rows = conn.execute(
+                "SELECT session_id, created_at, operation, pending, lines, "
+                "environment, lease_owner, lease_epoch, lease_expires, "
+                "(lease_owner IS NOT NULL AND lease_expires > now()), blocked "
+                "FROM tether_sessions ORDER BY created_at, session_id"
+            ).fetchall()
+        return [
+            SessionRow(
+                session_id=str(r[0]),
+                created_at=r[1].isoformat(),
+                operation=str(r[2]),
+                pending=bool(r[3]),
+                lines=int(r[4]),
+                environment=str(r[5]),
+                lease_owner=None if r[6] is None else str(r[6]),
+                lease_epoch=int(r[7]),
+                lease_expires=None if r[8] is None else r[8].isoformat(),
+                lease_live=bool(r[9]),
+                blocked=bool(r[10]),
+            )
+            for r in rows
+        ]
+
+    def log_bytes(self, session: str) -> bytes:
+        """The committed lines of a session as the file store holds them (LF after each)."""
+        session_id = self.resolve(session)
+        with self._db() as conn:
+            rows = conn.execute(
+                "SELECT data FROM tether_lines l JOIN tether_sessions s USING (session_id) "
+                "WHERE session_id = %s AND line_no <= s.lines ORDER BY line_no",
+                (session_id,),
+            ).fetchall()
+        return b"".join(bytes(r[0]) + b"\n" for r in rows)
+
+    def import_log(self, data: bytes) -> str:
+        """Store a session-v2 log as a new session (idle or not); its id."""
+        try:
+            reducer = Reducer.load(data)
+        except SessionCorruption as exc:
+            raise CorruptSession.wrap("the imported file", exc) from None
+        lines = data.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+        if len(lines) != reducer.line_count:
+            raise CorruptSession("the imported file", "TORN_LINE", len(lines), detail="no LF")
+        header = reducer.state.header
+        self._insert(header.id, header.environment_identity, lines, reducer.state)
+        self._release(header.id, 1)
+        return header.id
+
+    def close(self) -> None:
+        """Stop renewing and close the connection (open stores should be closed first)."""
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join(timeout=5)
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class PostgresSidecar:
+    """A session's record in ``tether_sidecars``."""
+
+    sessions: PostgresSessions
+    session_id: str
+    name: str
+
+    @property
+    def location(self) -> str:
+        return f"{self.sessions.where} tether_sidecars ({self.session_id}, {self.name})"
+
+    def exists(self) -> bool:
+        return self.read()[0] is not None
+
+    def read(self) -> tuple[bytes | None, str | None]:
+        try:
+            with self.sessions._db() as conn:
+                row = conn.execute(
+                    "SELECT data FROM tether_sidecars WHERE session_id = %s AND name = %s",
+                    (self.session_id, self.name),
+                ).fetchone()
+        except (StoreUnavailable, psycopg.Error) as exc:
+            return None, str(exc)
+        return (None if row is None else bytes(row[0])), None
+
+    def write(self, data: bytes) -> None:
+        try:
+            with self.sessions._db() as conn:
+                conn.execute(
+                    "INSERT INTO tether_sidecars (session_id, name, data) VALUES (%s, %s, %s) "
+                    "ON CONFLICT (session_id, name) DO UPDATE SET data = EXCLUDED.data",
+                    (self.session_id, self.name, data),
+                )
+        except (StoreUnavailable, psycopg.Error) as exc:
+            raise OSError(str(exc)) from None
+
+
+class PostgresSessionStore:
+    """One session of a :class:`PostgresSessions`, open for writing under its lease."""
+
+    read_only: bool = False
+    repaired: int = 0
+
+    def __init__(
+        self, sessions: PostgresSessions, reducer: Reducer, *, epoch: int, lines: int
+    ) -> None:
+        self._sessions = sessions
+        self._reducer = reducer
+        self.session_id = reducer.state.header.id
+        self.path = Path(f"{sessions.where}/{self.session_id}")
+        self.fencing_token = epoch
+        """The lease epoch: checked in every commit, passed to effect tools."""
+        self._lines = lines
+        self._mutex = threading.Lock()
+        self._closed = False
+        self._failed: str | None = None
+        self._conn = connect(sessions.url)
+
+    @property
+    def state(self) -> SessionState:
+        with self._mutex:
+            return self._reducer.state
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def commit(self, facts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Encode, validate, then store one transaction in one fenced statement."""
+        with self._mutex:
+            if self._closed:
+                raise StoreUnavailable(str(self.path), "the store is closed")
+            if self._failed is not None:
+                raise StoreUnavailable(str(self.path), self._failed)
+            reducer = self._reducer
+            before = _operation(reducer.state)
+            committed, line = encode_transaction(
+                reducer, facts, clock=self._sessions.clock, new_id=self._sessions.ids
+            )
+            try:
+                pending = reducer.begin(line)
+            except SessionCorruption as exc:
+                raise FactRejected(exc.code, exc.line, exc.seq, exc.detail) from None
+            try:
+                operation, busy = _operation_after(before, committed)
+                stored = self._store(line, operation, busy)
+            except BaseException:
+                pending.rollback()
+                raise
+            if not stored:
+                pending.rollback()
+                self._failed = "fenced: this writer lost its lease"
+                raise self._fenced()
+            pending.commit()
+            self._lines += 1
+            return committed
+
+    def _params(self, line: bytes, operation: str, pending: bool) -> dict[str, Any]:
+        return {
+            "operation": operation,
+            "pending": pending,
+            "ttl": self._sessions.lease_seconds,
+            "session": self.session_id,
+            "lines": self._lines,
+            "epoch": self.fencing_token,
+            "owner": self._sessions.owner,
+            "line_no": self._lines + 1,
+            "data": line,
+        }
+
+    def _store(self, line: bytes, operation: str, pending: bool) -> bool:
+        """Whether the line was stored; reconnects and reads the outcome back when the
+        connection was lost during the statement."""
+        params = self._params(line, operation, pending)
+        try:
+            if self._conn.broken or self._conn.closed:
+                raise psycopg.OperationalError("connection lost earlier")
+            return self._conn.execute(COMMIT_SQL, params).rowcount == 1
+        except psycopg.OperationalError as exc:
+            lost = _first_line(exc)
+        deadline = time.monotonic() + RECONNECT_SECONDS
+        while True:
+            try:
+                self._conn.close()
+                self._conn = psycopg.connect(self._sessions.url, autocommit=True, connect_timeout=2)
+                row = self._conn.execute(
+                    "SELECT data FROM tether_lines WHERE session_id = %s AND line_no = %s",
+                    (self.session_id, self._lines + 1),
+                ).fetchone()
+                if row is not None:
+                    if bytes(row[0]) == line:
+                        return True  # the lost statement had committed
+                    return False  # another writer's line: fenced
+                return self._conn.execute(COMMIT_SQL, params).rowcount == 1
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline:
+                    self._failed = f"the database connection was lost ({lost})"
+                    raise StoreUnavailable(
+                        str(self.path),
+                        f"the database connection was lost ({lost}) and not regained; "
+                        "the transaction was not committed",
+                    ) from None
+                time.sleep(0.5)
+
+    def _fenced(self) -> SessionFenced:
+        try:
+            row = self._conn.execute(
+                "SELECT lease_owner, lease_epoch, lines FROM tether_sessions WHERE session_id = %s",
+                (self.session_id,),
+            ).fetchone()
+        except psycopg.Error:
+            row = None
+        if row is None:
+            detail = "is gone; nothing was committed"
+        elif int(row[1]) != self.fencing_token:
+            detail = (
+                f"was taken over by {row[0] or 'another writer'} (epoch {row[1]}); "
+                "nothing was committed"
+            )
+        else:
+            detail = f"is stale: the log has {row[2]} lines, this writer saw {self._lines}"
+        return SessionFenced(self.session_id, self.fencing_token, detail)
+
+    def check_lease(self) -> None:
+        """Before an effect: renew the lease, or raise :class:`SessionFenced` if it is lost
+        or expired (a service without fencing then never sees this writer again)."""
+        with self._mutex:
+            try:
+                row = self._conn.execute(
+                    "UPDATE tether_sessions SET lease_expires = now() + "
+                    "make_interval(secs => %s) WHERE session_id = %s AND lease_epoch = %s "
+                    "AND lease_owner = %s AND lease_expires > now() RETURNING 1",
+                    (
+                        self._sessions.lease_seconds,
+                        self.session_id,
+                        self.fencing_token,
+                        self._sessions.owner,
+                    ),
+                ).fetchone()
+            except psycopg.OperationalError as exc:
+                raise StoreUnavailable(str(self.path), _first_line(exc)) from None
+            if row is None:
+                self._failed = "fenced: this writer lost its lease"
+                raise SessionFenced(
+                    self.session_id,
+                    self.fencing_token,
+                    "expired or was taken over before the effect; the effect was not started",
+                )
+
+    def sidecar(self, name: str) -> PostgresSidecar:
+        return PostgresSidecar(self._sessions, self.session_id, name)
+
+    def close(self) -> None:
+        """Release the lease (a fenced writer has none left). Idempotent."""
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            self._conn.close()
+        self._sessions._release(self.session_id, self.fencing_token)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresSessionStore({str(self.path)!r}, epoch={self.fencing_token})"
+
+
+def export_session(sessions: PostgresSessions, session: str) -> bytes:
+    """The session-v2 file of a session (its committed lines, LF after each)."""
+    return sessions.log_bytes(session)
+
+
+def import_session(sessions: PostgresSessions, data: bytes) -> str:
+    """Load a session-v2 file as a new session; its id."""
+    return sessions.import_log(data)

@@ -1,0 +1,71 @@
+"""A real PostgreSQL server for the tests: ``TETHER_TEST_PG_URL`` names it (``.ci/run`` starts
+one and exports it). Each test gets a fresh schema of its own (a ``search_path`` in the URL),
+dropped afterwards, so tests never see each other's sessions.
+
+Without a reachable server the tests skip with a one-line reason, except under ``CI=true``,
+where that is a failure (CI must run them).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from urllib.parse import quote
+
+import pytest
+
+URL_ENV = "TETHER_TEST_PG_URL"
+
+
+def server_url() -> str:
+    """The server's URL; skip (or, under ``CI=true``, fail) when there is none."""
+    url = os.environ.get(URL_ENV)
+    problem = None
+    if not url:
+        problem = f"no PostgreSQL server: set {URL_ENV} (.ci/run does)"
+    else:
+        try:
+            import psycopg
+
+            with psycopg.connect(url, connect_timeout=3):
+                pass
+        except Exception as exc:
+            problem = f"PostgreSQL at {URL_ENV} is unreachable: {str(exc).splitlines()[0]}"
+    if problem is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the PostgreSQL tests: {problem}")
+        pytest.skip(problem)
+    assert url is not None
+    return url
+
+
+def with_schema(url: str, schema: str) -> str:
+    """``url`` whose connections use ``schema`` (``options=-csearch_path=…``)."""
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}options={quote(f'-csearch_path={schema}')}"
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A URL of a fresh, empty schema (no tether tables yet) on the test server."""
+    import psycopg
+
+    base = server_url()
+    schema = f"t_{secrets.token_hex(6)}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield with_schema(base, schema)
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def pg_store(pg_url: str) -> str:
+    """:func:`pg_url` with tether's schema created."""
+    from tether._stores.postgres import init_schema
+
+    init_schema(pg_url)
+    return pg_url

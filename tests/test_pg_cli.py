@@ -1,0 +1,243 @@
+"""The shared-store commands as real processes (``python -m tether``) on a real server:
+``store init``, ``submit``, ``worker``, ``sessions``/``inspect``/``resume``/``export``/``import``
+with ``--store``, ``[store] url`` in tether.toml, SIGTERM, and every bad input as one line
+with its own exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgkit import pg_store, pg_url  # noqa: F401 (fixtures)
+from tether.core.reducer import Reducer
+
+SCRIPT = {
+    "model": "scripted/cli",
+    "responses": [
+        {
+            "content": "Counting.",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "name": "bash",
+                    "arguments": {
+                        "command": 'echo "$TETHER_SESSION_ID:$TETHER_FENCING_TOKEN" >> ../n.txt'
+                    },
+                }
+            ],
+        },
+        {"content": "Done.", "finish_reason": "stop"},
+    ],
+}
+
+
+def tether(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if k != "TETHER_STORE_URL"}
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "tether", *args],
+        cwd=cwd,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    workspace = tmp_path / "ws"
+    (workspace / ".tether").mkdir(parents=True)
+    (workspace / "script.json").write_text(json.dumps(SCRIPT))
+    return workspace
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_submit_worker_sessions_inspect_export_import(pg_url: str, ws: Path) -> None:  # noqa: F811
+    store = ["--store", pg_url]
+    missing = tether("sessions", *store, cwd=ws)
+    assert missing.returncode == 12
+    assert "no tether schema" in one_error_line(missing)
+    assert tether("store", "init", *store, cwd=ws).returncode == 0
+    model = ["-m", "scripted:script.json"]
+    ids = []
+    for n in range(3):
+        result = tether("submit", f"task {n}", *store, *model, cwd=ws)
+        assert result.returncode == 0, result.stderr
+        ids.append(result.stdout.strip())
+    listed = json.loads(tether("sessions", *store, "--json", cwd=ws).stdout)
+    assert [row["status"] for row in listed] == ["queued"] * 3
+    worker = tether("worker", *store, *model, "--until-empty", "-c", "2", cwd=ws)
+    assert worker.returncode == 0, worker.stderr
+    counted = sorted((ws.parent / "n.txt").read_text().split())
+    assert counted == sorted(f"{s}:2" for s in ids)  # epoch 2: submit held 1
+    listed = json.loads(tether("sessions", *store, "--json", cwd=ws).stdout)
+    assert {row["status"] for row in listed} == {"idle"}
+    assert {row["leaseOwner"] for row in listed} == {None}
+    shown = tether("inspect", ids[0], *store, "--json", cwd=ws)
+    assert json.loads(shown.stdout)["state"]["transcript"][-1]["content"] == "Done."
+    out = ws / "s.jsonl"
+    assert tether("export", ids[0], *store, "-o", str(out), cwd=ws).returncode == 0
+    state = Reducer.load(out.read_bytes()).state
+    assert state.transcript[-1]["content"] == "Done."
+    # An exported file is an ordinary session file: inspect reads it too.
+    assert tether("inspect", str(out), cwd=ws).returncode == 0
+    # Import into another schema of the same server: the same bytes come back.
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM tether_sessions WHERE session_id = %s", (ids[0],))
+        conn.execute("DELETE FROM tether_lines WHERE session_id = %s", (ids[0],))
+    imported = tether("import", str(out), *store, cwd=ws)
+    assert imported.returncode == 0 and imported.stdout.strip() == ids[0]
+    again = tether("export", ids[0], *store, cwd=ws)
+    assert again.stdout.encode() == out.read_bytes()
+    dup = tether("import", str(out), *store, cwd=ws)
+    assert dup.returncode == 2 and "already exists" in one_error_line(dup)
+    # resume through the store: nothing to do, nothing appended.
+    resumed = tether("resume", ids[0], *store, *model, cwd=ws)
+    assert resumed.returncode == 0, resumed.stderr
+    assert tether("export", ids[0], *store, cwd=ws).stdout.encode() == out.read_bytes()
+
+
+def test_the_store_url_comes_from_tether_toml_and_the_environment(
+    pg_store: str,  # noqa: F811
+    ws: Path,
+) -> None:
+    (ws / "tether.toml").write_text(f'[store]\nurl = "{pg_store}"\nlease_seconds = 5\n')
+    run = tether("run", "go", "-m", "scripted:script.json", cwd=ws)
+    assert run.returncode == 0, run.stderr
+    assert not (ws / ".tether" / "sessions").exists()  # not in the file store
+    (ws / "tether.toml").write_text("")
+    listed = tether("sessions", "--json", cwd=ws, env={"TETHER_STORE_URL": pg_store})
+    assert json.loads(listed.stdout) == []  # sessions without --store lists the files
+    rows = json.loads(tether("sessions", "--store", pg_store, "--json", cwd=ws).stdout)
+    assert len(rows) == 1 and rows[0]["status"] == "idle"
+    run = tether(
+        "run", "go", "-m", "scripted:script.json", cwd=ws, env={"TETHER_STORE_URL": pg_store}
+    )
+    assert run.returncode == 0, run.stderr
+    assert len(json.loads(tether("sessions", "--store", pg_store, "--json", cwd=ws).stdout)) == 2
+    (ws / "tether.toml").write_text('[store]\nurl = "mysql://x"\n')
+    bad = tether("run", "go", "-m", "scripted:script.json", cwd=ws)
+    assert bad.returncode == 2 and "[store] url" in one_error_line(bad)
+
+
+def test_bad_input_is_one_line_with_its_own_exit_code(pg_store: str, ws: Path) -> None:  # noqa: F811
+    model = ["-m", "scripted:script.json"]
+    cases = [
+        (["sessions", "--store", "postgresql://u:secret@127.0.0.1:1/db"], 10, "cannot connect"),
+        (["submit", "x", "--store", "postgresql://u@/db?bogus=1", *model], 2, "store URL"),
+        (["export", "018f-nope", "--store", pg_store], 3, "no session"),
+        (["resume", "018f-nope", "--store", pg_store, *model], 3, "no session"),
+        (["submit", "x", *model], 2, "no store given"),
+        (["worker", "--store", "mysql://x", *model], 2, "postgresql://"),
+    ]
+    for args, code, text in cases:
+        result = tether(*args, cwd=ws)
+        assert result.returncode == code, (args, result.stderr)
+        line = one_error_line(result)
+        assert text in line and "secret" not in line, line
+    with psycopg.connect(pg_store, autocommit=True) as conn:
+        conn.execute("UPDATE tether_meta SET value = '99' WHERE key = 'schema_version'")
+    newer = tether("sessions", "--store", pg_store, cwd=ws)
+    assert newer.returncode == 12 and "newer than this tether supports" in one_error_line(newer)
+
+
+def test_sigterm_stops_the_worker_and_releases_its_leases(pg_store: str, ws: Path) -> None:  # noqa: F811
+    script = dict(SCRIPT)
+    slow = json.loads(json.dumps(SCRIPT))
+    slow["responses"][0]["tool_calls"][0]["arguments"]["command"] = "sleep 1"
+    (ws / "slow.json").write_text(json.dumps(slow))
+    del script
+    model = ["-m", "scripted:slow.json"]
+    for n in range(4):
+        assert tether("submit", f"t{n}", "--store", pg_store, *model, cwd=ws).returncode == 0
+    env = {k: v for k, v in os.environ.items() if k != "TETHER_STORE_URL"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "worker", "--store", pg_store, *model],
+        cwd=ws,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        rows = json.loads(tether("sessions", "--store", pg_store, "--json", cwd=ws).stdout)
+        if any(r["status"] == "running" for r in rows):
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "SIGTERM" in err
+    rows = json.loads(tether("sessions", "--store", pg_store, "--json", cwd=ws).stdout)
+    statuses = sorted(r["status"] for r in rows)
+    assert statuses.count("running") == 0 and {r["leaseOwner"] for r in rows} == {None}
+    assert "idle" in statuses and "queued" in statuses  # it finished one, left the rest
+
+
+def test_the_crash_lab_passes_against_the_store(pg_url: str, tmp_path: Path) -> None:  # noqa: F811
+    """``tether crashlab --store URL``: the publish_report scenario killed at every boundary
+    it passes, each run's session in a schema of its own, all dropped afterwards."""
+    result = tether(
+        "crashlab", "--store", pg_url, "--scenario", "publish-report", "-j", "2", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("PASS duplicate_effects=0"), last
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'lab\\_%'"
+        ).fetchone()
+    assert left == (0,)
+
+
+def test_review_and_authorizations_through_the_store(pg_store: str, ws: Path) -> None:  # noqa: F811
+    """Review items live in the store's database: any person resolves them from anywhere."""
+    from tether._stores.postgres import PostgresSessions
+    from tether._wsdb.postgres import PostgresEffectsDB
+    from tether.core import facts
+
+    with PostgresSessions(pg_store, str(ws)) as sessions:
+        with sessions.create(provider="p", model="m", environment_identity="e") as store:
+            entry = "018f0000-0000-7000-8000-100000000001"
+            store.commit(
+                [
+                    facts.user_entry(entry_id=entry, content="go"),
+                    facts.run_started(operation_id=entry[:-1] + "9", input_entry_id=entry),
+                ]
+            )
+            session = store.session_id
+    db = PostgresEffectsDB.open_url(pg_store)
+    try:
+        item = db.reviews.open_item(session, "op-1", "post", "outcome unknown", {"why": "test"})
+    finally:
+        db.close()
+    listed = tether("review", "--store", pg_store, "--json", cwd=ws)
+    assert listed.returncode == 0, listed.stderr
+    assert [i["operationId"] for i in json.loads(listed.stdout)] == ["op-1"]
+    assert json.loads(tether("review", "--json", cwd=ws).stdout) == []  # not in effects.db
+    resolved = tether(
+        "review", "resolve", str(item.id), "--not-applied", "--store", pg_store, cwd=ws
+    )
+    assert resolved.returncode == 0, resolved.stderr
+    assert "resolved as notApplied" in resolved.stdout
+    listed = tether("review", "--store", pg_store, "--json", cwd=ws)
+    assert json.loads(listed.stdout) == []
+    decisions = tether("authorizations", "--store", pg_store, "--json", cwd=ws)
+    assert decisions.returncode == 0 and json.loads(decisions.stdout) == []

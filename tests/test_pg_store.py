@@ -1,0 +1,309 @@
+"""The PostgreSQL session store on a real server: the seam's rules, leases and fencing, the
+schema checks, export/import, and an agent run with in-process crashes over it.
+
+Every test gets a schema of its own (tests/pgkit.py); without a server they skip with one
+line, except under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pgkit import pg_store, pg_url  # noqa: F401 (fixtures)
+from tether._runtime import Agent, RunStatus
+from tether._stores.memory import MemorySessions
+from tether._stores.postgres import (
+    SCHEMA_VERSION,
+    PostgresSessions,
+    init_schema,
+)
+from tether._tools.builtin import builtin_tools
+from tether.core import facts
+from tether.core.reducer import Reducer
+from tether.errors import (
+    AmbiguousSessionId,
+    ConfigurationError,
+    FactRejected,
+    SessionBusy,
+    SessionFenced,
+    SessionNotFound,
+    StoreSchemaError,
+    StoreUnavailable,
+)
+from tether.testing.scripted import ScriptedModel
+
+
+class Ticks:
+    def __init__(self, prefix: str = "018f0000-0000-7000-8000-") -> None:
+        self._ms = itertools.count(1_767_000_000_000, 7)
+        self._ids = itertools.count(1)
+        self.prefix = prefix
+
+    def clock(self) -> int:
+        return next(self._ms)
+
+    def ids(self) -> str:
+        return f"{self.prefix}{next(self._ids):012d}"
+
+
+@pytest.fixture
+def sessions(pg_store: str) -> Iterator[PostgresSessions]:  # noqa: F811
+    ticks = Ticks()
+    opener = PostgresSessions(pg_store, "/w", lease_seconds=2, clock=ticks.clock, ids=ticks.ids)
+    yield opener
+    opener.close()
+
+
+def _create(sessions: PostgresSessions) -> Any:
+    return sessions.create(provider="scripted", model="m", environment_identity="env")
+
+
+def _prompt(store: Any, text: str = "hello") -> list[dict[str, Any]]:
+    entry = f"018f0000-0000-7000-8000-1{len(store.state.transcript):011d}"
+    result: list[dict[str, Any]] = store.commit(
+        [
+            facts.user_entry(entry_id=entry, content=text),
+            facts.run_started(operation_id=f"{entry[:-1]}9", input_entry_id=entry),
+        ]
+    )
+    return result
+
+
+def _expire(url: str, session: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE tether_sessions SET lease_expires = now() - interval '1 second' "
+            "WHERE session_id = %s",
+            (session,),
+        )
+
+
+# =========================================================================== the seam's rules
+
+
+def test_a_commit_survives_a_reopen_and_is_stored_as_the_file_store_writes_it(
+    sessions: PostgresSessions, tmp_path: Path
+) -> None:
+    with _create(sessions) as store:
+        session = store.session_id
+        committed = _prompt(store)
+        assert [f["seq"] for f in committed] == [1, 2]
+        state = store.state
+        assert store.fencing_token == 1
+    with sessions.open(session) as again:
+        assert again.state == state
+        assert again.fencing_token == 2  # every lease taken raises the epoch
+    ticks = Ticks()
+    memory = MemorySessions("/w", clock=ticks.clock, ids=ticks.ids)
+    with memory.create(provider="scripted", model="m", environment_identity="env") as mem:
+        _prompt(mem)
+    assert sessions.log_bytes(session) == memory.log_bytes(session)
+    assert Reducer.load(sessions.log_bytes(session)).state == state
+
+
+def test_a_rejected_transaction_changes_nothing(sessions: PostgresSessions) -> None:
+    with _create(sessions) as store:
+        _prompt(store)
+        before = store.state
+        with pytest.raises(FactRejected):
+            _prompt(store, "again")  # a second run while one is active
+        with pytest.raises(FactRejected, match="no facts"):
+            store.commit([])
+        assert store.state == before
+        session = store.session_id
+    with sessions.open(session) as again:
+        assert again.state == before
+
+
+def test_one_writer_unknown_and_ambiguous_ids_and_the_sidecar(sessions: PostgresSessions) -> None:
+    with _create(sessions) as store, _create(sessions) as other:
+        with pytest.raises(SessionBusy, match="leased by"):
+            sessions.open(store.session_id)
+        record = store.sidecar("binding")
+        assert record.read() == (None, None)
+        record.write(b"{}\n")
+        assert store.sidecar("binding").read() == (b"{}\n", None)
+        with pytest.raises(AmbiguousSessionId):
+            sessions.open("018f0000")
+        assert other.session_id != store.session_id
+    with psycopg.connect(sessions.url, autocommit=True) as conn:
+        conn.execute("DELETE FROM tether_sessions WHERE session_id = %s", (other.session_id,))
+        conn.execute("DELETE FROM tether_lines WHERE session_id = %s", (other.session_id,))
+    with sessions.open(store.session_id[:-1]):  # a unique prefix
+        pass
+    with pytest.raises(SessionNotFound):
+        sessions.open("018f0000-0000-7000-8000-999999999999")
+
+
+# =========================================================================== leases and fencing
+
+
+def test_an_expired_lease_is_taken_over_and_the_old_writer_is_fenced(
+    sessions: PostgresSessions,
+    pg_store: str,  # noqa: F811
+) -> None:
+    zombie = _create(sessions)
+    session = zombie.session_id
+    _expire(pg_store, session)
+    rival = PostgresSessions(pg_store, "/w", lease_seconds=2)
+    try:
+        with rival.open(session) as taker:
+            assert taker.fencing_token == 2
+            before = sessions.log_bytes(session)
+            with pytest.raises(SessionFenced, match=r"epoch 1.*taken over by .*epoch 2"):
+                _prompt(zombie)
+            assert sessions.log_bytes(session) == before  # nothing of it was stored
+            with pytest.raises(StoreUnavailable, match="fenced"):
+                _prompt(zombie)  # the fenced writer stays stopped
+            with pytest.raises(SessionFenced):
+                zombie.check_lease()
+            _prompt(taker)  # the new writer commits
+        zombie.close()  # releases nothing: the lease is not its own
+        with sessions.open(session) as after:
+            assert after.fencing_token == 3
+            assert after.state.transcript[-1]["content"] == "hello"
+    finally:
+        rival.close()
+
+
+def test_leases_are_renewed_while_the_store_is_open(
+    sessions: PostgresSessions,
+    pg_store: str,  # noqa: F811
+) -> None:
+    with _create(sessions) as store:
+        time.sleep(3)  # longer than the 2 s lease: the renewals keep it
+        with pytest.raises(SessionBusy):
+            PostgresSessions(pg_store).open(store.session_id)
+        store.check_lease()
+        _prompt(store)
+        assert sessions.renewals >= 1
+
+
+def test_the_queue_hands_each_session_to_one_worker(
+    sessions: PostgresSessions,
+    pg_store: str,  # noqa: F811
+) -> None:
+    ids = []
+    for _ in range(6):
+        with _create(sessions) as store:
+            _prompt(store)  # an unfinished run: work for a worker
+            ids.append(store.session_id)
+    with _create(sessions):
+        pass  # idle: not work
+    claimed: list[str] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        opener = PostgresSessions(pg_store, lease_seconds=2)
+        while (session := opener.claim("env")) is not None:
+            with lock:
+                claimed.append(session)
+        opener.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(claimed) == sorted(ids)
+    assert sessions.claim("other-env") is None
+
+
+# =========================================================================== bad input
+
+
+def test_schema_missing_newer_and_unreachable(pg_url: str) -> None:  # noqa: F811
+    with pytest.raises(StoreSchemaError, match="has no tether schema: create it with"):
+        PostgresSessions(pg_url)
+    assert init_schema(pg_url) is True
+    assert init_schema(pg_url) is False
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE tether_meta SET value = %s WHERE key = 'schema_version'",
+            (str(SCHEMA_VERSION + 1),),
+        )
+    with pytest.raises(StoreSchemaError, match="newer than this tether supports"):
+        PostgresSessions(pg_url)
+    with pytest.raises(StoreUnavailable, match="cannot connect"):
+        PostgresSessions("postgresql://nobody:pw@127.0.0.1:1/none")
+
+
+# =========================================================================== export / import
+
+
+def test_export_and_import(sessions: PostgresSessions, pg_url: str) -> None:  # noqa: F811
+    with _create(sessions) as store:
+        _prompt(store)
+        session, state = store.session_id, store.state
+    data = sessions.log_bytes(session)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("DELETE FROM tether_sessions")
+        conn.execute("DELETE FROM tether_lines")
+    assert sessions.import_log(data) == session
+    assert sessions.log_bytes(session) == data
+    with sessions.open(session) as again:
+        assert again.state == state
+    with pytest.raises(ConfigurationError, match="already exists"):
+        sessions.import_log(data)
+
+
+# =========================================================================== an agent over it
+
+
+SCRIPT = {
+    "model": "scripted/pg",
+    "responses": [
+        {
+            "content": "Working.",
+            "tool_calls": [
+                {"id": "c_bash", "name": "bash", "arguments": {"command": "printf x >> count.txt"}},
+                {"id": "c_write", "name": "write", "arguments": {"path": "n.txt", "content": "v"}},
+            ],
+        },
+        {"content": "All done.", "finish_reason": "stop"},
+    ],
+}
+
+
+def test_the_agent_runs_and_resumes_over_postgres(
+    pg_store: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel.from_json(SCRIPT, source="pg")
+    opener = PostgresSessions(pg_store, str(tmp_path), lease_seconds=2)
+    try:
+        agent = Agent(
+            model,
+            builtin_tools(),
+            workspace=tmp_path,
+            environment="pg",
+            read_agents_md=False,
+            session_store=opener,
+        )
+        result = agent.run("go")
+        agent.close()
+        assert result.status is RunStatus.COMPLETED
+        assert (tmp_path / "count.txt").read_text() == "x"
+        again = Agent(
+            model,
+            builtin_tools(),
+            workspace=tmp_path,
+            environment="pg",
+            read_agents_md=False,
+            session_store=opener,
+        )
+        before = opener.log_bytes(result.session_id)
+        assert again.resume(result.session_id).status is RunStatus.IDLE
+        again.close()
+        assert opener.log_bytes(result.session_id) == before  # a second drive appends nothing
+        assert opener.sessions()[0].pending is False
+    finally:
+        opener.close()

@@ -13,7 +13,10 @@ event, so :meth:`FakeProvider.close` never hangs on them.
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,6 +33,10 @@ class Canned:
     body: bytes = b""
     headers: Mapping[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    chunks: tuple[tuple[float, bytes], ...] | None = None
+    """Streamed answer: ``(pause before, bytes)`` pieces sent with chunked encoding."""
+    hang_up: bool = False
+    """After the chunks, drop the connection instead of ending the body properly."""
 
 
 @dataclass(frozen=True)
@@ -146,14 +153,17 @@ class _Handler(BaseHTTPRequestHandler):
         provider.record(
             Recorded("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
         )
-        if self.path.rstrip("/") != "/v1/chat/completions":
+        if self.path.rstrip("/") not in provider.paths:
             answer = Canned(
                 404, b'{"error": {"message": "not found"}}', {"Content-Type": "application/json"}
             )
         else:
             answer = provider.next_answer()
-        if answer.delay and provider.stopping.wait(answer.delay):
-            return  # server is shutting down: drop the connection
+        if answer.delay and self._pause(answer.delay):
+            return  # server is shutting down or the client left: drop the connection
+        if answer.chunks is not None:
+            self._stream(answer)
+            return
         try:
             self.send_response(answer.status)
             for name, value in answer.headers.items():
@@ -164,6 +174,53 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except OSError:
             pass  # the client gave up (timeout or cancel): nothing to do
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds``; True when the server stops or the client closed meanwhile."""
+        end = time.monotonic() + seconds
+        provider = self.server.provider
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if provider.stopping.is_set():
+                return True
+            readable, _, _ = select.select([self.connection], [], [], min(left, 0.02))
+            if readable:
+                try:
+                    peek = self.connection.recv(1, socket.MSG_PEEK)
+                except OSError:
+                    peek = b""
+                if not peek:
+                    provider.note_disconnect()
+                    return True
+
+    def _stream(self, answer: Canned) -> None:
+        provider = self.server.provider
+        try:
+            self.send_response(answer.status)
+            headers = {"Content-Type": "text/event-stream", **dict(answer.headers)}
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.flush()
+            assert answer.chunks is not None
+            for pause, data in answer.chunks:
+                if pause and self._pause(pause):
+                    self.close_connection = True
+                    return
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            if answer.hang_up:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            provider.note_disconnect()
+            self.close_connection = True
 
     def do_GET(self) -> None:
         self.send_response(404)
@@ -185,6 +242,9 @@ class FakeProvider:
         self._queue: deque[Canned] = deque()
         self._requests: list[Recorded] = []
         self.stopping = threading.Event()
+        self.disconnected = threading.Event()
+        """Set when a client closed its connection while an answer was still coming."""
+        self.paths = {"/v1/chat/completions"}
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.provider = self
         self._thread = threading.Thread(
@@ -210,6 +270,9 @@ class FakeProvider:
                 return self._queue.popleft()
         return error(500, "fake provider: no answer queued")
 
+    def note_disconnect(self) -> None:
+        self.disconnected.set()
+
     def record(self, request: Recorded) -> None:
         with self._lock:
             self._requests.append(request)
@@ -233,3 +296,69 @@ def running() -> Iterator[FakeProvider]:
         yield provider
     finally:
         provider.close()
+
+
+# -- streaming (server-sent events) ------------------------------------------------------------
+
+
+def sse_data(payload: Any) -> bytes:
+    """One SSE event carrying ``payload`` as JSON (or a raw string such as ``[DONE]``)."""
+    text = payload if isinstance(payload, str) else json.dumps(payload)
+    return f"data: {text}\n\n".encode()
+
+
+def chunk(
+    *,
+    content: str | None = None,
+    reasoning: str | None = None,
+    reasoning_field: str = "reasoning",
+    reasoning_details: Sequence[Mapping[str, Any]] | None = None,
+    tool_calls: Sequence[Mapping[str, Any]] | None = None,
+    finish_reason: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+    no_choices: bool = False,
+) -> dict[str, Any]:
+    """A ``chat.completion.chunk`` object."""
+    delta: dict[str, Any] = {}
+    if content is not None:
+        delta["content"] = content
+    if reasoning is not None:
+        delta[reasoning_field] = reasoning
+    if reasoning_details is not None:
+        delta["reasoning_details"] = [dict(d) for d in reasoning_details]
+    if tool_calls is not None:
+        delta["tool_calls"] = [dict(c) for c in tool_calls]
+    body: dict[str, Any] = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "fake/model",
+        "choices": []
+        if no_choices
+        else [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
+    if usage is not None:
+        body["usage"] = dict(usage)
+    return body
+
+
+def streamed(
+    *events: Any,
+    pause: float = 0.0,
+    pauses: Mapping[int, float] | None = None,
+    done: bool = True,
+    hang_up: bool = False,
+    status: int = 200,
+) -> Canned:
+    """A streamed answer: each event (a chunk object, or raw bytes) as one SSE event.
+
+    ``pause`` seconds pass before every event, ``pauses[i]`` before event ``i`` instead;
+    ``done`` appends ``data: [DONE]``; ``hang_up`` drops the connection after the events.
+    """
+    pieces: list[tuple[float, bytes]] = []
+    for index, event in enumerate(events):
+        wait = (pauses or {}).get(index, pause)
+        pieces.append((wait, event if isinstance(event, bytes) else sse_data(event)))
+    if done:
+        pieces.append((pause, sse_data("[DONE]")))
+    return Canned(status=status, chunks=tuple(pieces), hang_up=hang_up)

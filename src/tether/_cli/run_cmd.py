@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -289,10 +289,20 @@ class ObservedModel:
     def routing_identity(self) -> str:
         return self._inner.routing_identity
 
+    @property
+    def streaming(self) -> bool:
+        return bool(getattr(self._inner, "streaming", False))
+
     def complete(
-        self, request: ModelRequest, *, cancel: threading.Event | None = None
+        self,
+        request: ModelRequest,
+        *,
+        cancel: threading.Event | None = None,
+        on_delta: Callable[[Any], None] | None = None,
     ) -> ModelResponse:
-        response = self._inner.complete(request, cancel=cancel)
+        from tether._models.base import call_model
+
+        response = call_model(self._inner, request, cancel=cancel, on_delta=on_delta)
         for call in response.tool_calls:
             self._calls.remember(call.id, self._masker.text(call.arguments))
         return response

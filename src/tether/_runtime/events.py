@@ -46,6 +46,17 @@ class ModelFinished(Event):
 
 
 @dataclass(frozen=True)
+class ModelDelta(Event):
+    """A piece of a streaming answer as it arrives: ``channel`` ``text`` or ``reasoning``.
+
+    Shown live; the answer itself is recorded only when complete (``model_finished``)."""
+
+    channel: str = "text"
+    text: str = ""
+    kind: str = "model_delta"
+
+
+@dataclass(frozen=True)
 class ModelFailed(Event):
     code: str = ""
     message: str = ""

@@ -31,7 +31,7 @@ from typing import Any, Final
 from tether import _faults as faults
 from tether._effects.journal import PreparedChange
 from tether._effects.recovery import RecoveryAction, RecoveryDecision, reconcile_pending
-from tether._models.base import ModelRequest, ModelResponse
+from tether._models.base import ModelRequest, ModelResponse, call_model
 from tether._runtime import boundaries, events
 from tether._runtime.compose import Composition
 from tether._runtime.guards import follow_up_prompt, is_failure, run_range
@@ -668,7 +668,7 @@ class Executor:
         )
         # 4. call the model; an error commits [stepFailed, operationFinished failed]
         try:
-            response = self.model.complete(request, cancel=self._cancel)
+            response = call_model(self.model, request, cancel=self._cancel, on_delta=self._delta)
         except ModelError as exc:
             self._model_failed(store, state, step_id, attempt_id, exc)
             return
@@ -680,6 +680,9 @@ class Executor:
             self._settle_compaction(store, state, operation, attempt_id, response)
         else:
             self._settle_assistant(store, operation, step_id, attempt_id, response)
+
+    def _delta(self, delta: Any) -> None:
+        self._emit(events.ModelDelta(channel=delta.channel, text=delta.text))
 
     def _model_failed(
         self,

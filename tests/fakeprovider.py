@@ -244,7 +244,7 @@ class FakeProvider:
         self.stopping = threading.Event()
         self.disconnected = threading.Event()
         """Set when a client closed its connection while an answer was still coming."""
-        self.paths = {"/v1/chat/completions"}
+        self.paths = {"/v1/chat/completions", "/v1/messages"}
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.provider = self
         self._thread = threading.Thread(
@@ -259,6 +259,11 @@ class FakeProvider:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def root_url(self) -> str:
+        """The server root (the Anthropic SDK appends ``/v1/messages`` itself)."""
+        return f"http://127.0.0.1:{self.port}"
 
     def enqueue(self, *answers: Canned) -> None:
         with self._lock:
@@ -362,3 +367,145 @@ def streamed(
     if done:
         pieces.append((pause, sse_data("[DONE]")))
     return Canned(status=status, chunks=tuple(pieces), hang_up=hang_up)
+
+
+# -- Anthropic Messages API streams ------------------------------------------------------------
+
+
+def anthropic_event(data: Mapping[str, Any]) -> bytes:
+    return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def anthropic_stream(
+    *blocks: Mapping[str, Any],
+    stop_reason: str = "end_turn",
+    usage: Mapping[str, Any] | None = None,
+    output_tokens: int = 7,
+    pause: float = 0.0,
+    pauses: Mapping[int, float] | None = None,
+    complete: bool = True,
+    hang_up: bool = False,
+) -> Canned:
+    """A streamed Messages answer. Each block is ``{"type": "text", "text": ...}``,
+    ``{"type": "thinking", "thinking": ..., "signature": ...}``, ``{"type":
+    "redacted_thinking", "data": ...}`` or ``{"type": "tool_use", "id", "name", "input"}``;
+    text, thinking and tool input are streamed in two deltas each. ``pauses[i]`` is the
+    pause before event ``i``; ``complete=False`` stops before ``message_stop``."""
+    start_usage = dict(
+        usage
+        if usage is not None
+        else {"input_tokens": 12, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+    )
+    start_usage.setdefault("output_tokens", 1)
+    events: list[Mapping[str, Any]] = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_fake",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-fake",
+                "content": [],
+                "stop_reason": None,
+                "usage": start_usage,
+            },
+        }
+    ]
+
+    def halves(text: str) -> list[str]:
+        cut = len(text) // 2
+        return [part for part in (text[:cut], text[cut:]) if part]
+
+    for index, block in enumerate(blocks):
+        kind = block["type"]
+        if kind == "text":
+            events.append(
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "text", "text": ""},
+                }
+            )
+            for part in halves(block["text"]):
+                events.append(
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "text_delta", "text": part},
+                    }
+                )
+        elif kind == "thinking":
+            events.append(
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+                }
+            )
+            for part in halves(block["thinking"]):
+                events.append(
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "thinking_delta", "thinking": part},
+                    }
+                )
+            events.append(
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "signature_delta", "signature": block["signature"]},
+                }
+            )
+        elif kind == "redacted_thinking":
+            events.append(
+                {"type": "content_block_start", "index": index, "content_block": dict(block)}
+            )
+        elif kind == "tool_use":
+            events.append(
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {
+                        "type": "tool_use",
+                        "id": block["id"],
+                        "name": block["name"],
+                        "input": {},
+                    },
+                }
+            )
+            for part in halves(json.dumps(block["input"])):
+                events.append(
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": part},
+                    }
+                )
+        events.append({"type": "content_block_stop", "index": index})
+        if index == 0:
+            events.append({"type": "ping"})
+    events.append(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "usage": {"output_tokens": output_tokens},
+        }
+    )
+    if complete:
+        events.append({"type": "message_stop"})
+    else:
+        events = events[:-1]
+    pieces = tuple(
+        ((pauses or {}).get(i, pause), anthropic_event(event)) for i, event in enumerate(events)
+    )
+    return Canned(status=200, chunks=pieces, hang_up=hang_up)
+
+
+def anthropic_error(
+    status: int, kind: str, message: str, headers: Mapping[str, str] | None = None
+) -> Canned:
+    body = {"type": "error", "error": {"type": kind, "message": message}}
+    return Canned(
+        status, json.dumps(body).encode(), {"Content-Type": "application/json", **(headers or {})}
+    )

@@ -56,6 +56,50 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
+class Reasoning:
+    """What a model said while thinking, kept beside the log (never in it, spec 6).
+
+    ``text`` is the readable reasoning (OpenRouter ``reasoning``, DeepSeek/vLLM
+    ``reasoning_content``, Anthropic ``thinking`` text). ``details`` are the provider's own
+    structured records that must be sent back verbatim on later requests (OpenRouter
+    ``reasoning_details``, Anthropic ``thinking``/``redacted_thinking`` blocks with their
+    signatures); ``format`` names whose records they are (``openrouter``, ``anthropic``).
+    """
+
+    text: str = ""
+    details: tuple[Mapping[str, Any], ...] = ()
+    format: str = ""
+
+    def __post_init__(self) -> None:
+        details: Any = self.details
+        if not isinstance(details, tuple):
+            object.__setattr__(self, "details", tuple(details))
+
+    def __bool__(self) -> bool:
+        return bool(self.text or self.details)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "details": [dict(d) for d in self.details],
+            "format": self.format,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Reasoning:
+        text = data.get("text")
+        details = data.get("details")
+        fmt = data.get("format")
+        return cls(
+            text=text if isinstance(text, str) else "",
+            details=tuple(d for d in details if isinstance(d, Mapping))
+            if isinstance(details, list)
+            else (),
+            format=fmt if isinstance(fmt, str) else "",
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ModelRequest:
     """Everything one model request is made of.
 
@@ -74,6 +118,10 @@ class ModelRequest:
     output_options: Mapping[str, Any] = field(default_factory=dict)
     position: int = 0
     purpose: Purpose = "assistant"
+    reasoning: Sequence[Reasoning | None] = ()
+    """Side records aligned with ``messages`` (``reasoning[i]`` belongs to ``messages[i]``,
+    an assistant message); empty or shorter when they are missing. Adapters send them
+    back to providers that want them; they never affect the configuration digest."""
 
     def __post_init__(self) -> None:
         if isinstance(self.position, bool) or not isinstance(self.position, int):
@@ -138,50 +186,6 @@ class TokenUsage:
             "cacheRead": self.cache_read,
             "cacheWrite": self.cache_write,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class Reasoning:
-    """What a model said while thinking, kept beside the log (never in it, spec 6).
-
-    ``text`` is the readable reasoning (OpenRouter ``reasoning``, DeepSeek/vLLM
-    ``reasoning_content``, Anthropic ``thinking`` text). ``details`` are the provider's own
-    structured records that must be sent back verbatim on later requests (OpenRouter
-    ``reasoning_details``, Anthropic ``thinking``/``redacted_thinking`` blocks with their
-    signatures); ``format`` names whose records they are (``openrouter``, ``anthropic``).
-    """
-
-    text: str = ""
-    details: tuple[Mapping[str, Any], ...] = ()
-    format: str = ""
-
-    def __post_init__(self) -> None:
-        details: Any = self.details
-        if not isinstance(details, tuple):
-            object.__setattr__(self, "details", tuple(details))
-
-    def __bool__(self) -> bool:
-        return bool(self.text or self.details)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "details": [dict(d) for d in self.details],
-            "format": self.format,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Reasoning:
-        text = data.get("text")
-        details = data.get("details")
-        fmt = data.get("format")
-        return cls(
-            text=text if isinstance(text, str) else "",
-            details=tuple(d for d in details if isinstance(d, Mapping))
-            if isinstance(details, list)
-            else (),
-            format=fmt if isinstance(fmt, str) else "",
-        )
 
 
 @dataclass(frozen=True, slots=True)

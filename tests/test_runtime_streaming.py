@@ -97,3 +97,101 @@ def test_stream_broken_mid_answer_fails_the_step(fake: FakeProvider, workspace: 
     assert "stepFailed" in kinds
     assert b"Half of" not in data
     assert len(fake.requests) == 1
+
+
+# --------------------------------------------------------------------------- reasoning
+
+
+DETAIL = {"type": "reasoning.text", "index": 0, "format": "anthropic-claude-v1"}
+READ_CALL = {
+    "index": 0,
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "read", "arguments": '{"path": "README.md"}'},
+}
+
+
+def _reasoning_turns(fake: FakeProvider) -> None:
+    fake.enqueue(
+        streamed(
+            chunk(reasoning="Read it.", reasoning_details=[{**DETAIL, "text": "Read it."}]),
+            chunk(reasoning_details=[{**DETAIL, "text": "", "signature": "sig=="}]),
+            chunk(tool_calls=[READ_CALL]),
+            chunk(
+                finish_reason="tool_calls",
+                usage={
+                    "prompt_tokens": 9,
+                    "completion_tokens": 30,
+                    "completion_tokens_details": {"reasoning_tokens": 21},
+                    "cost": 0.0012,
+                },
+            ),
+        ),
+        streamed(chunk(content="It says hello."), chunk(finish_reason="stop")),
+    )
+
+
+def side_files(result_path: Path) -> list[Path]:
+    return sorted(result_path.parent.glob(".*.reasoning.*.json"))
+
+
+def test_reasoning_side_record_is_kept_and_sent_back(fake: FakeProvider, workspace: Path) -> None:
+    _reasoning_turns(fake)
+    result = Agent(remote(fake), workspace=workspace).run("README?")
+    assert result.status is RunStatus.COMPLETED
+    data = result.session_path.read_bytes()
+    assert b"Read it." not in data and b"sig==" not in data  # strictly session v2
+    state = reduce_session(data)
+    first_assistant = next(
+        i
+        for i, m in zip(state.transcript_ids, state.transcript, strict=True)
+        if m["role"] == "assistant"
+    )
+    [path] = side_files(result.session_path)
+    assert path.name == f".{result.session_id}.reasoning.{first_assistant}.json"
+    assert path.stat().st_mode & 0o777 == 0o600
+    record = json.loads(path.read_bytes())
+    assert record["entryId"] == first_assistant
+    assert record["reasoning"]["text"] == "Read it."
+    assert record["reasoning"]["details"] == [{**DETAIL, "text": "Read it.", "signature": "sig=="}]
+    assert record["reasoningTokens"] == 21 and record["cost"] == 0.0012
+    # Sent back verbatim on the next request, as OpenRouter asks.
+    assistant = fake.requests[1].body["messages"][2]
+    assert assistant["role"] == "assistant" and assistant["tool_calls"][0]["id"] == "call_1"
+    assert assistant["reasoning_details"] == record["reasoning"]["details"]
+
+
+def test_missing_side_records_still_resume(fake: FakeProvider, workspace: Path) -> None:
+    _reasoning_turns(fake)
+    result = Agent(remote(fake), workspace=workspace).run("README?")
+    for path in side_files(result.session_path):
+        path.unlink()
+    fake.enqueue(streamed(chunk(content="Still here."), chunk(finish_reason="stop")))
+    again = Agent(remote(fake), workspace=workspace).run("again?", session=result.session_id)
+    assert again.status is RunStatus.COMPLETED and again.text == "Still here."
+    messages = fake.requests[2].body["messages"]
+    assert all("reasoning_details" not in m for m in messages)
+    reduce_session(again.session_path.read_bytes())
+
+
+def test_inspect_shows_the_reasoning(fake: FakeProvider, workspace: Path) -> None:
+    import io
+
+    from rich.console import Console
+
+    from tether._cli.inspect_cmd import render_state
+
+    _reasoning_turns(fake)
+    result = Agent(remote(fake), workspace=workspace).run("README?")
+    data = result.session_path.read_bytes()
+    out = io.StringIO()
+    console = Console(file=out, width=200)
+    render_state(
+        reduce_session(data),
+        file_size=len(data),
+        console=console,
+        log_dir=result.session_path.parent,
+    )
+    text = out.getvalue()
+    assert "thinking" in text and "Read it." in text
+    assert "reasoning tokens" in text and "21" in text

@@ -352,12 +352,14 @@ class OpenAICompatibleModel:
 
         Messages are sent in their normalized form, except that an assistant message
         with ``content: null`` and no tool calls is sent with ``content: ""`` (servers
-        reject a null content without calls).
+        reject a null content without calls), and an assistant message whose side record
+        holds OpenRouter ``reasoning_details`` carries them again.
         """
         wire: list[dict[str, Any]] = []
         if request.system_prompt:
             wire.append({"role": "system", "content": request.system_prompt})
-        for message in request.messages:
+        reasoning = list(request.reasoning)
+        for index, message in enumerate(request.messages):
             item = _plain(message)
             if (
                 item.get("role") == "assistant"
@@ -365,6 +367,10 @@ class OpenAICompatibleModel:
                 and not item.get("tool_calls")
             ):
                 item["content"] = ""
+            side = reasoning[index] if index < len(reasoning) else None
+            if item.get("role") == "assistant" and side is not None and side.format == "openrouter":
+                # OpenRouter asks for reasoning_details back, verbatim, across tool calls.
+                item["reasoning_details"] = [_plain(d) for d in side.details]
             wire.append(item)
         return wire
 

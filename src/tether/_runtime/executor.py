@@ -39,6 +39,12 @@ from tether._runtime.masking import mask_commits
 from tether._runtime.results import RunResult, RunStatus, finished_details
 from tether._runtime.runners import RUNNERS, CallSite
 from tether._stores.protocol import SessionStoreProtocol
+from tether._stores.reasoning import (
+    align_context_ids,
+    read_side_record,
+    wants_side_record,
+    write_side_record,
+)
 from tether._tools.base import RecoveryKind, Rejection, Tool, ToolContext
 from tether.core import facts
 from tether.core.canonical import source_digest
@@ -660,6 +666,7 @@ class Executor:
             output_options=self.output_options,
             position=max(state.step_count - 1, 0),
             purpose="compaction" if compaction else "assistant",
+            reasoning=self._side_reasoning(store, state, messages),
         )
         self._emit(
             events.ModelStarted(
@@ -680,6 +687,23 @@ class Executor:
             self._settle_compaction(store, state, operation, attempt_id, response)
         else:
             self._settle_assistant(store, operation, step_id, attempt_id, response)
+
+    def _side_reasoning(
+        self,
+        store: SessionStoreProtocol,
+        state: SessionState,
+        messages: Sequence[Mapping[str, Any]],
+    ) -> list[Any]:
+        """The reasoning side records of the assistant messages in ``messages``
+        (docs/models.md, "Reasoning side records"); missing ones are ``None``."""
+        ids = align_context_ids(messages, state.transcript, state.transcript_ids)
+        out: list[Any] = []
+        for message, entry_id in zip(messages, ids, strict=True):
+            record = None
+            if entry_id is not None and message.get("role") == "assistant":
+                record = read_side_record(store, entry_id)
+            out.append(record.reasoning if record is not None else None)
+        return out if any(r is not None for r in out) else []
 
     def _delta(self, delta: Any) -> None:
         self._emit(events.ModelDelta(channel=delta.channel, text=delta.text))
@@ -745,17 +769,23 @@ class Executor:
         attempt_id: str,
         response: ModelResponse,
     ) -> None:
-        store.commit(
-            [
-                facts.assistant_entry(
-                    step_id=step_id,
-                    attempt_id=attempt_id,
-                    stop_reason=response.stop_reason.value,
-                    message=response.to_message(),
-                ),
-                self._usage_fact(operation.operation_id, response, attempt_id),
-            ]
+        entry = facts.assistant_entry(
+            step_id=step_id,
+            attempt_id=attempt_id,
+            stop_reason=response.stop_reason.value,
+            message=response.to_message(),
         )
+        if wants_side_record(response):
+            # The side record is durable before the entry that owns it (docs/models.md).
+            entry["id"] = self._ids()
+            write_side_record(
+                store,
+                entry_id=entry["id"],
+                attempt_id=attempt_id,
+                response=response,
+                mask=self.masker.text,
+            )
+        store.commit([entry, self._usage_fact(operation.operation_id, response, attempt_id)])
         self._emit(
             events.ModelFinished(
                 stop_reason=response.stop_reason.value,

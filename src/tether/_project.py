@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from tether._inputs import MAX_CONFIG_BYTES, read_optional_file
+from tether._models.options import ModelConfig, model_config_from_mapping
 from tether._tools.workspace import TETHER_DIR
 from tether.core.policy import (
     Policy,
@@ -114,6 +115,8 @@ class ProjectConfig:
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     policy: Policy = field(default_factory=Policy)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """``[model]``: the model, endpoint and request options (docs/config.md)."""
     path: Path | None = None
 
 
@@ -267,7 +270,7 @@ def parse_project_config(text: str, *, source: str = CONFIG_FILE) -> ProjectConf
     return project_config_from_mapping(data, source=source)
 
 
-_SECTIONS: Final = ("verify", "artifact", "budget", "policy", "tools")
+_SECTIONS: Final = ("verify", "artifact", "budget", "policy", "tools", "model")
 
 
 def project_config_from_mapping(
@@ -290,6 +293,7 @@ def project_config_from_mapping(
         budget=_budget(source, data.get("budget", {})),
         policy=policy_from_mapping(data.get("policy", {}), source),
         tools=_tools(source, data.get("tools", {})),
+        model=model_config_from_mapping(data.get("model", {}), source),
     )
 
 

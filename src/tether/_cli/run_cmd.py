@@ -36,7 +36,7 @@ from tether._credentials import (
     registered_secrets,
 )
 from tether._stores.file import Durability
-from tether.errors import SessionCorruption, TetherError
+from tether.errors import ConfigurationError, SessionCorruption, TetherError
 
 if TYPE_CHECKING:  # the runtime and the adapters pull in the model SDKs: import them lazily
     from tether._models import ModelAdapter, ModelRequest, ModelResponse
@@ -124,6 +124,19 @@ TimeoutOption = Annotated[
         help="Seconds one model request may take (default 60).",
         metavar="SECONDS",
         min=0.001,
+        show_default=False,
+    ),
+]
+ModelOptionsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--model-option",
+        help="A [model] setting of tether.toml for this run, as KEY=VALUE in TOML syntax "
+        "(repeatable): temperature=0.2, max_tokens=4096, reasoning_effort=high, "
+        "'provider={order=[\"anthropic\"]}', tool_choice=required, "
+        "parallel_tool_calls=false, idle_timeout=120, retries=0, stream=false, "
+        "api_key_env=MY_KEY. See docs/config.md.",
+        metavar="KEY=VALUE",
         show_default=False,
     ),
 ]
@@ -254,6 +267,8 @@ class AgentSettings:
     max_seconds: float | None = None
     interactive: bool = False
     """A person can answer authorization questions at the terminal."""
+    model_options: tuple[str, ...] = ()
+    """``--model-option KEY=VALUE`` items (override ``[model]`` of tether.toml)."""
     ask_by_default: bool = False
     """Ask about every side-effecting call no rule names (the REPL on a terminal)."""
 
@@ -330,12 +345,40 @@ def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
     if settings.api_key is not None and settings.api_key.strip():
         typer.echo(API_KEY_WARNING, err=True)
         register_secret(settings.api_key)  # even when the model does not use it
-    model = load_model(
-        settings.model,
-        base_url=settings.base_url,
-        api_key=settings.api_key,
-        timeout=settings.timeout,
+    from tether._models.options import (
+        ConfiguredModel,
+        identity_suffix,
+        merge,
+        output_options_for,
+        parse_model_options,
     )
+
+    config = merge(project.model, parse_model_options(settings.model_options), "--model-option")
+    env = os.environ
+    spec = (settings.model or "").strip() or env.get("TETHER_MODEL", "").strip() or config.model
+    base_url = (
+        (settings.base_url or "").strip() or env.get("TETHER_BASE_URL", "").strip() or None
+    ) or config.base_url
+    api_key = settings.api_key
+    if not (api_key or "").strip() and config.api_key_env:
+        api_key = env.get(config.api_key_env, "").strip() or None
+        if api_key is None:
+            raise ConfigurationError(
+                f"[model] api_key_env names {config.api_key_env}, which is not set"
+            )
+    inner = load_model(
+        spec,
+        base_url=base_url,
+        api_key=api_key,
+        timeout=settings.timeout if settings.timeout is not None else config.timeout,
+        idle_timeout=config.idle_timeout,
+        stream=config.stream,
+        extra_headers=config.extra_headers or None,
+    )
+    api = "anthropic" if inner.adapter_identity.startswith("anthropic:") else "chat-completions"
+    host = inner.routing_identity.split("/", 1)[0]
+    output_options = output_options_for(config, api=api, base_host=host)
+    model: ModelAdapter = ConfiguredModel(inner, identity_suffix(config))
     # From here on neither `ps` nor a command reading /proc/<tether>/cmdline or environ
     # shows the key the adapter registered (Python's own copies keep it).
     hide_from_process_listing(registered_secrets())
@@ -353,6 +396,7 @@ def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
         assume_yes=settings.assume_yes,
         ask_by_default=settings.ask_by_default and settings.interactive,
         require_verified=True if settings.require_verified else None,
+        output_options=output_options or None,
     )
 
 
@@ -476,6 +520,7 @@ def run(
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
     timeout: TimeoutOption = None,
+    model_option: ModelOptionsOption = None,
     workspace: WorkspaceOption = None,
     sessions_dir: AgentSessionsDirOption = None,
     durability: DurabilityOption = DurabilityChoice.durable,
@@ -513,6 +558,7 @@ def run(
         base_url=base_url,
         api_key=api_key,
         timeout=timeout,
+        model_options=tuple(model_option or ()),
         workspace=workspace,
         sessions_dir=sessions_dir,
         durability=durability,

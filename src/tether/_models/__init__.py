@@ -72,6 +72,9 @@ def load_model(
     timeout: float | None = None,
     provider: str | None = None,
     environ: Mapping[str, str] | None = None,
+    idle_timeout: float | None = None,
+    stream: bool | None = None,
+    extra_headers: Mapping[str, str] | None = None,
 ) -> ModelAdapter:
     """The adapter for a ``--model`` value.
 
@@ -95,6 +98,10 @@ def load_model(
         anthropic_options: dict[str, Any] = {}
         if timeout is not None:
             anthropic_options["timeout"] = timeout
+        if idle_timeout is not None:
+            anthropic_options["idle_timeout"] = idle_timeout
+        if extra_headers:
+            anthropic_options["extra_headers"] = extra_headers
         return AnthropicModel.from_env(
             name,
             base_url=base_url or env.get("TETHER_BASE_URL", "").strip() or None,
@@ -117,4 +124,13 @@ def load_model(
         timeout=timeout,
         provider=provider,
         environ=env,
+        **{
+            k: v
+            for k, v in (
+                ("idle_timeout", idle_timeout),
+                ("stream", stream),
+                ("extra_headers", extra_headers),
+            )
+            if v is not None
+        },
     )

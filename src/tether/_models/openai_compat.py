@@ -265,6 +265,7 @@ class OpenAICompatibleModel:
         timeout: float | None = None,
         provider: str | None = None,
         environ: Mapping[str, str] | None = None,
+        **settings: Any,
     ) -> OpenAICompatibleModel:
         """Flags override ``TETHER_MODEL``, ``TETHER_BASE_URL`` and ``TETHER_API_KEY``.
 
@@ -291,6 +292,7 @@ class OpenAICompatibleModel:
             api_key=pick(api_key, ENV_API_KEY),
             timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
             provider=provider,
+            **settings,
         )
 
     # -- identity ---------------------------------------------------------------------------

@@ -183,6 +183,39 @@ def _side_records(state: SessionState, log_dir: Path | None) -> dict[str, Any]:
     return out
 
 
+def _retry_lines(state: SessionState, log_dir: Path | None) -> list[str]:
+    """``retried after rate limit (2 s)`` for each automatic retry (docs/models.md)."""
+    if log_dir is None:
+        return []
+    import json
+
+    from tether._runtime.retry import REASONS, describe
+    from tether._stores.sidecar import FileSidecar, sidecar_path
+
+    data, _ = FileSidecar(sidecar_path(log_dir, state.header.id, "retry")).read()
+    try:
+        record = json.loads(data) if data is not None else None
+    except ValueError:
+        return []
+    if not isinstance(record, dict):
+        return []
+    lines = [
+        describe({**h, "reason": h.get("reason")})
+        for h in record.get("history", [])
+        if isinstance(h, dict)
+    ]
+    if record.get("exhausted"):
+        reason = REASONS.get(str(record.get("reason")), str(record.get("reason")))
+        lines.append(f"gave up after {reason}: retries used up")
+    elif (
+        not record.get("startedOperationId")
+        and state.last_finished is not None
+        and state.last_finished.operation_id == record.get("failedOperationId")
+    ):
+        lines.append(f"retry {record.get('retry')} pending (resume continues the schedule)")
+    return lines
+
+
 def render_state(
     state: SessionState, *, file_size: int, console: Console, log_dir: Path | None = None
 ) -> None:
@@ -244,6 +277,8 @@ def render_state(
         f"input {usage.input}, output {usage.output}, "
         f"cache read {usage.cache_read}, cache write {usage.cache_write}",
     )
+    for line in _retry_lines(state, log_dir):
+        report.row("retry", line)
     tokens = [s.reasoning_tokens for s in sides.values() if s.reasoning_tokens is not None]
     costs = [s.cost for s in sides.values() if s.cost is not None]
     if tokens:

@@ -284,6 +284,13 @@ class HumanProgress:
             label = self._call_label(event.name, event.call_id)
             reason = _SKIP_TEXT.get(event.reason, event.reason)
             self._line(Text(f"↷ {label} ({printable(reason)})", style="yellow"))
+        elif isinstance(event, events.RetryScheduled):
+            self._stop()
+            self._line(
+                f"retrying after {printable(event.reason)} in {event.wait:.3g} s "
+                f"(retry {event.retry} of {event.retries}; every request stays in the log)",
+                style="yellow",
+            )
         elif isinstance(event, events.FollowUpStarted):
             self._stop()
             self._line(

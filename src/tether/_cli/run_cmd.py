@@ -397,6 +397,7 @@ def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
         ask_by_default=settings.ask_by_default and settings.interactive,
         require_verified=True if settings.require_verified else None,
         output_options=output_options or None,
+        model_retries=config.retries,
     )
 
 

@@ -31,6 +31,7 @@ server that speaks ``POST {base_url}/chat/completions``.
 
 from __future__ import annotations
 
+import email.utils
 import ipaddress
 import json
 import math
@@ -637,7 +638,8 @@ def _provider_message(body: object) -> str:
     return ""
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
+def _retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds from ``retry-after-ms``, or ``Retry-After`` as seconds or an HTTP date."""
     for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
         value = headers.get(name)
         if value is None:
@@ -645,7 +647,16 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         try:
             seconds = float(value) / scale
         except ValueError:
-            continue
+            if name != "retry-after":
+                continue
+            try:
+                when = email.utils.parsedate_to_datetime(value.strip())
+            except (TypeError, ValueError, IndexError):
+                continue
+            if when.tzinfo is None:
+                continue
+            current = time.time() if now is None else now
+            seconds = max(when.timestamp() - current, 0.0)
         if math.isfinite(seconds) and seconds >= 0:
             return seconds
     return None

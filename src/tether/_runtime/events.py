@@ -64,6 +64,19 @@ class ModelFailed(Event):
 
 
 @dataclass(frozen=True)
+class RetryScheduled(Event):
+    """A transient provider failure ended the run; a new run on the same input entry
+    starts after ``wait`` seconds (``delay`` was the whole backoff)."""
+
+    reason: str = ""
+    delay: float = 0.0
+    wait: float = 0.0
+    retry: int = 1
+    retries: int = 0
+    kind: str = "retry_scheduled"
+
+
+@dataclass(frozen=True)
 class UsageReported(Event):
     input: int = 0
     output: int = 0

@@ -266,3 +266,29 @@ class TestClearErrors:
         err = fail(adapter(fake), request())
         assert err.code == "provider_error"
         assert "'fake/model'" in err.message and "The model `nope` does not exist" in err.message
+
+
+def test_gzip_compressed_stream_is_decoded(fake: FakeProvider) -> None:
+    """Proxies (Cloudflare in front of a provider) may gzip an event stream."""
+    import zlib
+
+    from fakeprovider import Canned, sse_data
+
+    packer = zlib.compressobj(wbits=31)
+    pieces = []
+    for event in (chunk(content="Zip"), chunk(content="ped."), chunk(finish_reason="stop")):
+        pieces.append((0.05, packer.compress(sse_data(event)) + packer.flush(zlib.Z_SYNC_FLUSH)))
+    pieces.append((0.0, packer.compress(sse_data("[DONE]")) + packer.flush()))
+    fake.enqueue(Canned(chunks=tuple(pieces), headers={"Content-Encoding": "gzip"}))
+    seen: list[Delta] = []
+    response = adapter(fake).complete(request(), on_delta=seen.append)
+    assert response.content == "Zipped." and [d.text for d in seen] == ["Zip", "ped."]
+
+
+def test_cancel_without_streaming_closes_the_connection(fake: FakeProvider) -> None:
+    fake.enqueue(ok(completion("late"), delay=10.0))
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    err = fail(adapter(fake, stream=False), request(), cancel=cancel)
+    assert err.code == "aborted"
+    assert fake.disconnected.wait(2.0)

@@ -457,7 +457,7 @@ class AnthropicModel:
                 http = response.http_response
                 accumulator = MessagesStreamAccumulator()
                 decoder = SSEDecoder()
-                for line in lines_of(http.iter_raw(), emit):
+                for line in lines_of(http.iter_bytes(), emit):
                     event = decoder.line(line)
                     if event is None:
                         continue

@@ -441,7 +441,7 @@ class OpenAICompatibleModel:
                 accumulator = ChatStreamAccumulator()
                 decoder = SSEDecoder()
                 done = False
-                for line in lines_of(http.iter_raw(), emit):
+                for line in lines_of(http.iter_bytes(), emit):
                     event = decoder.line(line)
                     if event is None:
                         continue
@@ -516,10 +516,12 @@ class OpenAICompatibleModel:
             if done.wait(min(_POLL, max(remaining, 0.0)) if cancel is not None else remaining):
                 break
             if cancel is not None and cancel.is_set():
+                self._tracker.abort()  # close the connection: the server stops generating
                 raise ModelError("aborted", "Operation aborted")
             if time.monotonic() >= deadline:
                 if done.is_set():
                     break
+                self._tracker.abort()
                 raise ModelError(
                     "timeout",
                     f"no answer from {self._endpoint.display} within {self._timeout:g} s",

@@ -770,7 +770,7 @@ class Executor:
             output_options=self.output_options,
             position=max(state.step_count - 1, 0),
             purpose="compaction" if compaction else "assistant",
-            reasoning=self._side_reasoning(store, state, messages),
+            reasoning=self._side_reasoning(store, state, state.active_context),
         )
         self._emit(
             events.ModelStarted(

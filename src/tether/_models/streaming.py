@@ -258,7 +258,11 @@ def run_stream(
             seen = True
             last = time.monotonic()
             if value is not None and on_delta is not None:
-                on_delta(value)
+                try:
+                    on_delta(value)
+                except BaseException:
+                    tracker.abort()  # the caller is going away: so is the request
+                    raise
             if cancel is not None and cancel.is_set():
                 tracker.abort()
                 raise ModelError("aborted", "Operation aborted")

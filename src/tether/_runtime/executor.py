@@ -149,6 +149,7 @@ class Executor:
         self._on_event = parts.on_event
         self._cancel = threading.Event()
         self._last_session: str | None = None
+        self._side_cache: dict[tuple[str, str], Any] = {}
         self.retry_policy = RetryPolicy()
         """Automatic retries of transient provider failures (:mod:`tether._runtime.retry`)."""
 
@@ -805,7 +806,11 @@ class Executor:
         for message, entry_id in zip(messages, ids, strict=True):
             record = None
             if entry_id is not None and message.get("role") == "assistant":
-                record = read_side_record(store, entry_id)
+                # A record is written before its entry and never changes: cache hits and misses.
+                key = (store.session_id, entry_id)
+                if key not in self._side_cache:
+                    self._side_cache[key] = read_side_record(store, entry_id)
+                record = self._side_cache[key]
             out.append(record.reasoning if record is not None else None)
         return out if any(r is not None for r in out) else []
 

@@ -66,9 +66,7 @@ def side_record_name(entry_id: str) -> str:
 
 
 def wants_side_record(response: ModelResponse) -> bool:
-    return bool(response.reasoning) or (
-        response.reasoning_tokens is not None or response.cost is not None
-    )
+    return bool(response.reasoning) or bool(response.reasoning_tokens) or response.cost is not None
 
 
 def _masked(value: Any, mask: Callable[[str], str]) -> Any:

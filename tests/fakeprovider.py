@@ -13,7 +13,10 @@ event, so :meth:`FakeProvider.close` never hangs on them.
 from __future__ import annotations
 
 import json
+import select
+import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -30,6 +33,10 @@ class Canned:
     body: bytes = b""
     headers: Mapping[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    chunks: tuple[tuple[float, bytes], ...] | None = None
+    """Streamed answer: ``(pause before, bytes)`` pieces sent with chunked encoding."""
+    hang_up: bool = False
+    """After the chunks, drop the connection instead of ending the body properly."""
 
 
 @dataclass(frozen=True)
@@ -146,14 +153,17 @@ class _Handler(BaseHTTPRequestHandler):
         provider.record(
             Recorded("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
         )
-        if self.path.rstrip("/") != "/v1/chat/completions":
+        if self.path.rstrip("/") not in provider.paths:
             answer = Canned(
                 404, b'{"error": {"message": "not found"}}', {"Content-Type": "application/json"}
             )
         else:
             answer = provider.next_answer()
-        if answer.delay and provider.stopping.wait(answer.delay):
-            return  # server is shutting down: drop the connection
+        if answer.delay and self._pause(answer.delay):
+            return  # server is shutting down or the client left: drop the connection
+        if answer.chunks is not None:
+            self._stream(answer)
+            return
         try:
             self.send_response(answer.status)
             for name, value in answer.headers.items():
@@ -164,6 +174,53 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except OSError:
             pass  # the client gave up (timeout or cancel): nothing to do
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds``; True when the server stops or the client closed meanwhile."""
+        end = time.monotonic() + seconds
+        provider = self.server.provider
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if provider.stopping.is_set():
+                return True
+            readable, _, _ = select.select([self.connection], [], [], min(left, 0.02))
+            if readable:
+                try:
+                    peek = self.connection.recv(1, socket.MSG_PEEK)
+                except OSError:
+                    peek = b""
+                if not peek:
+                    provider.note_disconnect()
+                    return True
+
+    def _stream(self, answer: Canned) -> None:
+        provider = self.server.provider
+        try:
+            self.send_response(answer.status)
+            headers = {"Content-Type": "text/event-stream", **dict(answer.headers)}
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.flush()
+            assert answer.chunks is not None
+            for pause, data in answer.chunks:
+                if pause and self._pause(pause):
+                    self.close_connection = True
+                    return
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            if answer.hang_up:
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            provider.note_disconnect()
+            self.close_connection = True
 
     def do_GET(self) -> None:
         self.send_response(404)
@@ -185,6 +242,9 @@ class FakeProvider:
         self._queue: deque[Canned] = deque()
         self._requests: list[Recorded] = []
         self.stopping = threading.Event()
+        self.disconnected = threading.Event()
+        """Set when a client closed its connection while an answer was still coming."""
+        self.paths = {"/v1/chat/completions", "/v1/messages"}
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.provider = self
         self._thread = threading.Thread(
@@ -200,6 +260,11 @@ class FakeProvider:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
+    @property
+    def root_url(self) -> str:
+        """The server root (the Anthropic SDK appends ``/v1/messages`` itself)."""
+        return f"http://127.0.0.1:{self.port}"
+
     def enqueue(self, *answers: Canned) -> None:
         with self._lock:
             self._queue.extend(answers)
@@ -209,6 +274,9 @@ class FakeProvider:
             if self._queue:
                 return self._queue.popleft()
         return error(500, "fake provider: no answer queued")
+
+    def note_disconnect(self) -> None:
+        self.disconnected.set()
 
     def record(self, request: Recorded) -> None:
         with self._lock:
@@ -233,3 +301,211 @@ def running() -> Iterator[FakeProvider]:
         yield provider
     finally:
         provider.close()
+
+
+# -- streaming (server-sent events) ------------------------------------------------------------
+
+
+def sse_data(payload: Any) -> bytes:
+    """One SSE event carrying ``payload`` as JSON (or a raw string such as ``[DONE]``)."""
+    text = payload if isinstance(payload, str) else json.dumps(payload)
+    return f"data: {text}\n\n".encode()
+
+
+def chunk(
+    *,
+    content: str | None = None,
+    reasoning: str | None = None,
+    reasoning_field: str = "reasoning",
+    reasoning_details: Sequence[Mapping[str, Any]] | None = None,
+    tool_calls: Sequence[Mapping[str, Any]] | None = None,
+    finish_reason: str | None = None,
+    usage: Mapping[str, Any] | None = None,
+    no_choices: bool = False,
+) -> dict[str, Any]:
+    """A ``chat.completion.chunk`` object."""
+    delta: dict[str, Any] = {}
+    if content is not None:
+        delta["content"] = content
+    if reasoning is not None:
+        delta[reasoning_field] = reasoning
+    if reasoning_details is not None:
+        delta["reasoning_details"] = [dict(d) for d in reasoning_details]
+    if tool_calls is not None:
+        delta["tool_calls"] = [dict(c) for c in tool_calls]
+    body: dict[str, Any] = {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "fake/model",
+        "choices": []
+        if no_choices
+        else [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
+    if usage is not None:
+        body["usage"] = dict(usage)
+    return body
+
+
+def streamed(
+    *events: Any,
+    pause: float = 0.0,
+    pauses: Mapping[int, float] | None = None,
+    done: bool = True,
+    hang_up: bool = False,
+    status: int = 200,
+) -> Canned:
+    """A streamed answer: each event (a chunk object, or raw bytes) as one SSE event.
+
+    ``pause`` seconds pass before every event, ``pauses[i]`` before event ``i`` instead;
+    ``done`` appends ``data: [DONE]``; ``hang_up`` drops the connection after the events.
+    """
+    pieces: list[tuple[float, bytes]] = []
+    for index, event in enumerate(events):
+        wait = (pauses or {}).get(index, pause)
+        pieces.append((wait, event if isinstance(event, bytes) else sse_data(event)))
+    if done:
+        pieces.append((pause, sse_data("[DONE]")))
+    return Canned(status=status, chunks=tuple(pieces), hang_up=hang_up)
+
+
+# -- Anthropic Messages API streams ------------------------------------------------------------
+
+
+def anthropic_event(data: Mapping[str, Any]) -> bytes:
+    return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def anthropic_stream(
+    *blocks: Mapping[str, Any],
+    stop_reason: str = "end_turn",
+    usage: Mapping[str, Any] | None = None,
+    output_tokens: int = 7,
+    pause: float = 0.0,
+    pauses: Mapping[int, float] | None = None,
+    complete: bool = True,
+    hang_up: bool = False,
+) -> Canned:
+    """A streamed Messages answer. Each block is ``{"type": "text", "text": ...}``,
+    ``{"type": "thinking", "thinking": ..., "signature": ...}``, ``{"type":
+    "redacted_thinking", "data": ...}`` or ``{"type": "tool_use", "id", "name", "input"}``;
+    text, thinking and tool input are streamed in two deltas each. ``pauses[i]`` is the
+    pause before event ``i``; ``complete=False`` stops before ``message_stop``."""
+    start_usage = dict(
+        usage
+        if usage is not None
+        else {"input_tokens": 12, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
+    )
+    start_usage.setdefault("output_tokens", 1)
+    events: list[Mapping[str, Any]] = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_fake",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-fake",
+                "content": [],
+                "stop_reason": None,
+                "usage": start_usage,
+            },
+        }
+    ]
+
+    def halves(text: str) -> list[str]:
+        cut = len(text) // 2
+        return [part for part in (text[:cut], text[cut:]) if part]
+
+    for index, block in enumerate(blocks):
+        kind = block["type"]
+        if kind == "text":
+            events.append(
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "text", "text": ""},
+                }
+            )
+            for part in halves(block["text"]):
+                events.append(
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "text_delta", "text": part},
+                    }
+                )
+        elif kind == "thinking":
+            events.append(
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+                }
+            )
+            for part in halves(block["thinking"]):
+                events.append(
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "thinking_delta", "thinking": part},
+                    }
+                )
+            events.append(
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "signature_delta", "signature": block["signature"]},
+                }
+            )
+        elif kind == "redacted_thinking":
+            events.append(
+                {"type": "content_block_start", "index": index, "content_block": dict(block)}
+            )
+        elif kind == "tool_use":
+            events.append(
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {
+                        "type": "tool_use",
+                        "id": block["id"],
+                        "name": block["name"],
+                        "input": {},
+                    },
+                }
+            )
+            for part in halves(json.dumps(block["input"])):
+                events.append(
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": part},
+                    }
+                )
+        events.append({"type": "content_block_stop", "index": index})
+        if index == 0:
+            events.append({"type": "ping"})
+    events.append(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "usage": {"output_tokens": output_tokens},
+        }
+    )
+    if complete:
+        events.append({"type": "message_stop"})
+    else:
+        events = events[:-1]
+    pieces = tuple(
+        ((pauses or {}).get(i, pause), anthropic_event(event)) for i, event in enumerate(events)
+    )
+    return Canned(status=200, chunks=pieces, hang_up=hang_up)
+
+
+def anthropic_error(
+    status: int, kind: str, message: str, headers: Mapping[str, str] | None = None
+) -> Canned:
+    body = {"type": "error", "error": {"type": kind, "message": message}}
+    return Canned(
+        status, json.dumps(body).encode(), {"Content-Type": "application/json", **(headers or {})}
+    )

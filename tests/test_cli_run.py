@@ -281,6 +281,8 @@ def test_unreachable_endpoint_fails_durably(workspace: Path) -> None:
         secret,
         "--timeout",
         "5",
+        "--model-option",
+        "retries=0",  # automatic retries: tests/test_runtime_retry.py
         cwd=workspace,
     )
     assert result.returncode == 1, result.stderr

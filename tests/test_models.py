@@ -75,6 +75,8 @@ def fake() -> Iterator[FakeProvider]:
 
 
 def adapter(fake: FakeProvider, *, timeout: float = 5.0, **kw: Any) -> OpenAICompatibleModel:
+    """The adapter in its non-streamed mode (streaming: tests/test_models_streaming.py)."""
+    kw.setdefault("stream", False)
     return OpenAICompatibleModel(
         "fake/model", base_url=fake.base_url, api_key=KEY, timeout=timeout, **kw
     )

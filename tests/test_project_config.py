@@ -384,12 +384,12 @@ UNKNOWN = [
     (
         "[verfy]\n",
         "tether.toml: unknown setting [verfy] "
-        "(known: [verify], [artifact], [budget], [policy], [tools], [mcp], [store])",
+        "(known: [verify], [artifact], [budget], [policy], [tools], [mcp], [store], [model])",
     ),
     (
         "timeout = 3\n",
         "tether.toml: unknown setting timeout "
-        "(known: [verify], [artifact], [budget], [policy], [tools], [mcp], [store])",
+        "(known: [verify], [artifact], [budget], [policy], [tools], [mcp], [store], [model])",
     ),
     (
         "[verify.extra]\nx = 1\n",
@@ -398,7 +398,7 @@ UNKNOWN = [
     (
         '"odd key\\n" = 1\n',
         'tether.toml: unknown setting "odd key\\n" (known: [verify], [artifact], [budget], '
-        "[policy], [tools], [mcp], [store])",
+        "[policy], [tools], [mcp], [store], [model])",
     ),
 ]
 

@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from tether._inputs import MAX_CONFIG_BYTES, read_optional_file
 from tether._mcp.config import McpConfig, mcp_config_from_mapping
+from tether._models.options import ModelConfig, model_config_from_mapping
 from tether._tools.workspace import TETHER_DIR
 from tether.core.policy import (
     Policy,
@@ -128,6 +129,8 @@ class ProjectConfig:
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """``[model]``: the model, endpoint and request options (docs/config.md)."""
     path: Path | None = None
 
 
@@ -281,7 +284,7 @@ def parse_project_config(text: str, *, source: str = CONFIG_FILE) -> ProjectConf
     return project_config_from_mapping(data, source=source)
 
 
-_SECTIONS: Final = ("verify", "artifact", "budget", "policy", "tools", "mcp", "store")
+_SECTIONS: Final = ("verify", "artifact", "budget", "policy", "tools", "mcp", "store", "model")
 
 
 def project_config_from_mapping(
@@ -306,6 +309,7 @@ def project_config_from_mapping(
         tools=_tools(source, data.get("tools", {})),
         mcp=mcp_config_from_mapping(data.get("mcp", {}), source),
         store=_store(source, data.get("store", {})),
+        model=model_config_from_mapping(data.get("model", {}), source),
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -88,7 +88,9 @@ def inspect(
                 file = find_session(resolve_sessions_dir(sessions_dir), str(file))
             data = read_input(file, "session file", limit=MAX_SESSION_FILE_BYTES)
         if not json_output:
-            render_state(reduce_session(data), file_size=len(data), console=Console())
+            render_state(
+                reduce_session(data), file_size=len(data), console=Console(), log_dir=file.parent
+            )
             return
         try:
             state = reduce_session(data)
@@ -177,7 +179,61 @@ def _tool_line(tool: ToolCallState) -> str:
     )
 
 
-def render_state(state: SessionState, *, file_size: int, console: Console) -> None:
+def _side_records(state: SessionState, log_dir: Path | None) -> dict[str, Any]:
+    """The reasoning side records next to the log (docs/models.md), by entry id."""
+    if log_dir is None:
+        return {}
+    from tether._stores.reasoning import parse_side_record, side_record_name
+    from tether._stores.sidecar import FileSidecar, sidecar_path
+
+    out: dict[str, Any] = {}
+    for entry_id, message in zip(state.transcript_ids, state.transcript, strict=False):
+        if message.get("role") != "assistant":
+            continue
+        name = side_record_name(entry_id)
+        data, _ = FileSidecar(sidecar_path(log_dir, state.header.id, name)).read()
+        record = parse_side_record(data, entry_id) if data is not None else None
+        if record is not None:
+            out[entry_id] = record
+    return out
+
+
+def _retry_lines(state: SessionState, log_dir: Path | None) -> list[str]:
+    """``retried after rate limit (2 s)`` for each automatic retry (docs/models.md)."""
+    if log_dir is None:
+        return []
+    import json
+
+    from tether._runtime.retry import REASONS, describe
+    from tether._stores.sidecar import FileSidecar, sidecar_path
+
+    data, _ = FileSidecar(sidecar_path(log_dir, state.header.id, "retry")).read()
+    try:
+        record = json.loads(data) if data is not None else None
+    except ValueError:
+        return []
+    if not isinstance(record, dict):
+        return []
+    lines = [
+        describe({**h, "reason": h.get("reason")})
+        for h in record.get("history", [])
+        if isinstance(h, dict)
+    ]
+    if record.get("exhausted"):
+        reason = REASONS.get(str(record.get("reason")), str(record.get("reason")))
+        lines.append(f"gave up after {reason}: retries used up")
+    elif (
+        not record.get("startedOperationId")
+        and state.last_finished is not None
+        and state.last_finished.operation_id == record.get("failedOperationId")
+    ):
+        lines.append(f"retry {record.get('retry')} pending (resume continues the schedule)")
+    return lines
+
+
+def render_state(
+    state: SessionState, *, file_size: int, console: Console, log_dir: Path | None = None
+) -> None:
     """Print the human view of a reduced session."""
     report = _Report()
     header = state.header
@@ -221,9 +277,14 @@ def render_state(state: SessionState, *, file_size: int, console: Console) -> No
     first = max(0, total - RECENT_MESSAGES)
     if first:
         report.row("…", f"{_plural(first, 'earlier message')} not shown")
+    sides = _side_records(state, log_dir)
+    ids = list(state.transcript_ids)
     for index in range(first, total):
         message = state.transcript[index]
         report.row(f"{index + 1}. {message.get('role')}", message_preview(message))
+        side = sides.get(ids[index]) if index < len(ids) else None
+        if side is not None and side.reasoning is not None and side.reasoning.text:
+            report.row("   thinking", abbreviate(" ".join(side.reasoning.text.split())))
 
     usage = state.usage
     report.section(
@@ -231,6 +292,14 @@ def render_state(state: SessionState, *, file_size: int, console: Console) -> No
         f"input {usage.input}, output {usage.output}, "
         f"cache read {usage.cache_read}, cache write {usage.cache_write}",
     )
+    for line in _retry_lines(state, log_dir):
+        report.row("retry", line)
+    tokens = [s.reasoning_tokens for s in sides.values() if s.reasoning_tokens is not None]
+    costs = [s.cost for s in sides.values() if s.cost is not None]
+    if tokens:
+        report.row("reasoning tokens", f"{sum(tokens)} (included in output)")
+    if costs:
+        report.row("cost reported", f"{sum(costs):.6f}")
 
     torn = file_size - state.repaired_length
     log = f"{state.repaired_length} bytes committed"

@@ -202,6 +202,7 @@ class HumanProgress:
         self._status: Status | None = None
         self._skipped: set[str] = set()
         self._announced: str | None = None
+        self._live: str | None = None  # the channel being streamed live, if any
 
     # -------------------------------------------------------------- spinner
 
@@ -247,11 +248,16 @@ class HumanProgress:
             if event.attempt > 1:
                 what += f" (attempt {event.attempt}, retried after a crash)"
             self._spin(what)
+        elif isinstance(event, events.ModelDelta):
+            self._delta(event.channel, event.text)
         elif isinstance(event, events.ModelFinished):
+            was_live = self._live is not None
+            self._end_live()
             self._stop()
-            if event.tool_calls and event.text and event.text.strip():
+            if not was_live and event.tool_calls and event.text and event.text.strip():
                 self._line(printable_block(event.text.strip()), style="dim")
         elif isinstance(event, events.ModelFailed):
+            self._end_live()
             self._stop()
             if event.code == "aborted":
                 self._line("✗ model request aborted", style="yellow")
@@ -278,6 +284,13 @@ class HumanProgress:
             label = self._call_label(event.name, event.call_id)
             reason = _SKIP_TEXT.get(event.reason, event.reason)
             self._line(Text(f"↷ {label} ({printable(reason)})", style="yellow"))
+        elif isinstance(event, events.RetryScheduled):
+            self._stop()
+            self._line(
+                f"retrying after {printable(event.reason)} in {event.wait:.3g} s "
+                f"(retry {event.retry} of {event.retries}; every request stays in the log)",
+                style="yellow",
+            )
         elif isinstance(event, events.FollowUpStarted):
             self._stop()
             self._line(
@@ -288,6 +301,28 @@ class HumanProgress:
             self._stop()
         elif isinstance(event, events.OperationFinished):
             self._stop()
+
+    def _delta(self, channel: str, text: str) -> None:
+        """Stream the answer (and reasoning, dim italic) live on a terminal's stderr."""
+        if not self.err.is_terminal or not text:
+            return
+        self._stop()
+        if self._live is not None and self._live != channel:
+            self.err.file.write("\n")
+        if self._live != channel and channel == "reasoning":
+            self.err.print("thinking: ", style="dim", end="", highlight=False, markup=False)
+        self._live = channel
+        style = "dim italic" if channel == "reasoning" else "dim"
+        self.err.print(
+            printable_block(text), style=style, end="", highlight=False, markup=False, emoji=False
+        )
+        self.err.file.flush()
+
+    def _end_live(self) -> None:
+        if self._live is not None:
+            self._live = None
+            self.err.file.write("\n")
+            self.err.file.flush()
 
     def _call_label(self, name: str, call_id: str) -> str:
         summary = summarize_arguments(name, self.calls.get(call_id))

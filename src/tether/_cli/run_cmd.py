@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -36,7 +36,7 @@ from tether._credentials import (
     registered_secrets,
 )
 from tether._stores.file import Durability
-from tether.errors import SessionCorruption, TetherError
+from tether.errors import ConfigurationError, SessionCorruption, TetherError
 
 if TYPE_CHECKING:  # the runtime and the adapters pull in the model SDKs: import them lazily
     from tether._models import ModelAdapter, ModelRequest, ModelResponse
@@ -134,6 +134,19 @@ TimeoutOption = Annotated[
         help="Seconds one model request may take (default 60).",
         metavar="SECONDS",
         min=0.001,
+        show_default=False,
+    ),
+]
+ModelOptionsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--model-option",
+        help="A [model] setting of tether.toml for this run, as KEY=VALUE in TOML syntax "
+        "(repeatable): temperature=0.2, max_tokens=4096, reasoning_effort=high, "
+        "'provider={order=[\"anthropic\"]}', tool_choice=required, "
+        "parallel_tool_calls=false, idle_timeout=120, retries=0, stream=false, "
+        "api_key_env=MY_KEY. See docs/config.md.",
+        metavar="KEY=VALUE",
         show_default=False,
     ),
 ]
@@ -264,6 +277,8 @@ class AgentSettings:
     max_seconds: float | None = None
     interactive: bool = False
     """A person can answer authorization questions at the terminal."""
+    model_options: tuple[str, ...] = ()
+    """``--model-option KEY=VALUE`` items (override ``[model]`` of tether.toml)."""
     ask_by_default: bool = False
     """Ask about every side-effecting call no rule names (the REPL on a terminal)."""
     store: str | None = None
@@ -301,10 +316,20 @@ class ObservedModel:
     def routing_identity(self) -> str:
         return self._inner.routing_identity
 
+    @property
+    def streaming(self) -> bool:
+        return bool(getattr(self._inner, "streaming", False))
+
     def complete(
-        self, request: ModelRequest, *, cancel: threading.Event | None = None
+        self,
+        request: ModelRequest,
+        *,
+        cancel: threading.Event | None = None,
+        on_delta: Callable[[Any], None] | None = None,
     ) -> ModelResponse:
-        response = self._inner.complete(request, cancel=cancel)
+        from tether._models.base import call_model
+
+        response = call_model(self._inner, request, cancel=cancel, on_delta=on_delta)
         for call in response.tool_calls:
             self._calls.remember(call.id, self._masker.text(call.arguments))
         return response
@@ -332,12 +357,40 @@ def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
     if settings.api_key is not None and settings.api_key.strip():
         typer.echo(API_KEY_WARNING, err=True)
         register_secret(settings.api_key)  # even when the model does not use it
-    model = load_model(
-        settings.model,
-        base_url=settings.base_url,
-        api_key=settings.api_key,
-        timeout=settings.timeout,
+    from tether._models.options import (
+        ConfiguredModel,
+        identity_suffix,
+        merge,
+        output_options_for,
+        parse_model_options,
     )
+
+    config = merge(project.model, parse_model_options(settings.model_options), "--model-option")
+    env = os.environ
+    spec = (settings.model or "").strip() or env.get("TETHER_MODEL", "").strip() or config.model
+    base_url = (
+        (settings.base_url or "").strip() or env.get("TETHER_BASE_URL", "").strip() or None
+    ) or config.base_url
+    api_key = settings.api_key
+    if not (api_key or "").strip() and config.api_key_env:
+        api_key = env.get(config.api_key_env, "").strip() or None
+        if api_key is None:
+            raise ConfigurationError(
+                f"[model] api_key_env names {config.api_key_env}, which is not set"
+            )
+    inner = load_model(
+        spec,
+        base_url=base_url,
+        api_key=api_key,
+        timeout=settings.timeout if settings.timeout is not None else config.timeout,
+        idle_timeout=config.idle_timeout,
+        stream=config.stream,
+        extra_headers=config.extra_headers or None,
+    )
+    api = "anthropic" if inner.adapter_identity.startswith("anthropic:") else "chat-completions"
+    host = inner.routing_identity.split("/", 1)[0]
+    output_options = output_options_for(config, api=api, base_host=host)
+    model: ModelAdapter = ConfiguredModel(inner, identity_suffix(config))
     # From here on neither `ps` nor a command reading /proc/<tether>/cmdline or environ
     # shows the key the adapter registered (Python's own copies keep it).
     hide_from_process_listing(registered_secrets())
@@ -356,6 +409,8 @@ def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
         ask_by_default=settings.ask_by_default and settings.interactive,
         require_verified=True if settings.require_verified else None,
         store_url=settings.store,
+        output_options=output_options or None,
+        model_retries=config.retries,
     )
 
 
@@ -483,6 +538,7 @@ def run(
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
     timeout: TimeoutOption = None,
+    model_option: ModelOptionsOption = None,
     workspace: WorkspaceOption = None,
     sessions_dir: AgentSessionsDirOption = None,
     durability: DurabilityOption = DurabilityChoice.durable,
@@ -521,6 +577,7 @@ def run(
         base_url=base_url,
         api_key=api_key,
         timeout=timeout,
+        model_options=tuple(model_option or ()),
         workspace=workspace,
         sessions_dir=sessions_dir,
         durability=durability,

@@ -2,6 +2,8 @@
 
 * :class:`~tether._models.openai_compat.OpenAICompatibleModel` — chat completions via the
   official ``openai`` SDK (OpenRouter by default; OpenAI, vLLM, Ollama, llama.cpp, …).
+* :class:`~tether._models.anthropic_native.AnthropicModel` — Anthropic's Messages API via the
+  official ``anthropic`` SDK (``--model anthropic:MODEL``; extra ``tether[anthropic]``).
 * :class:`~tether.testing.scripted.ScriptedModel` — answers from a JSON file, by position.
 
 :func:`load_model` turns a ``--model`` value into an adapter.
@@ -42,6 +44,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ANTHROPIC_PREFIX",
     "MODEL_ERROR_CODES",
     "SCRIPTED_PREFIX",
     "ModelAdapter",
@@ -58,6 +61,7 @@ __all__ = [
 ]
 
 SCRIPTED_PREFIX = "scripted:"
+ANTHROPIC_PREFIX = "anthropic:"
 
 
 def load_model(
@@ -68,13 +72,17 @@ def load_model(
     timeout: float | None = None,
     provider: str | None = None,
     environ: Mapping[str, str] | None = None,
+    idle_timeout: float | None = None,
+    stream: bool | None = None,
+    extra_headers: Mapping[str, str] | None = None,
 ) -> ModelAdapter:
     """The adapter for a ``--model`` value.
 
     ``scripted:PATH`` loads a :class:`ScriptedModel` from ``PATH`` (the connection
-    flags are ignored). Anything else is a model id for the OpenAI-compatible adapter,
-    configured from the flags and the ``TETHER_*`` environment variables. An empty or
-    missing ``spec`` falls back to ``TETHER_MODEL``.
+    flags are ignored). ``anthropic:MODEL`` is Anthropic's Messages API (key from
+    ``--api-key``, ``ANTHROPIC_API_KEY`` or ``TETHER_API_KEY``). Anything else is a model
+    id for the OpenAI-compatible adapter, configured from the flags and the ``TETHER_*``
+    environment variables. An empty or missing ``spec`` falls back to ``TETHER_MODEL``.
     """
     env = os.environ if environ is None else environ
     chosen = (spec or "").strip() or env.get(ENV_MODEL, "").strip()
@@ -83,6 +91,25 @@ def load_model(
         if not path:
             raise ConfigurationError("--model scripted: needs a path, e.g. scripted:demo.json")
         return ScriptedModel.from_file(path)
+    if chosen.startswith(ANTHROPIC_PREFIX):
+        from tether._models.anthropic_native import AnthropicModel
+
+        name = chosen[len(ANTHROPIC_PREFIX) :].strip()
+        anthropic_options: dict[str, Any] = {}
+        if timeout is not None:
+            anthropic_options["timeout"] = timeout
+        if idle_timeout is not None:
+            anthropic_options["idle_timeout"] = idle_timeout
+        if extra_headers:
+            anthropic_options["extra_headers"] = extra_headers
+        return AnthropicModel.from_env(
+            name,
+            base_url=base_url or env.get("TETHER_BASE_URL", "").strip() or None,
+            api_key=api_key,
+            provider=provider,
+            environ=env,
+            **anthropic_options,
+        )
     if not chosen:
         raise ConfigurationError(
             f"no model given: pass --model or set {ENV_MODEL} "
@@ -97,4 +124,13 @@ def load_model(
         timeout=timeout,
         provider=provider,
         environ=env,
+        **{
+            k: v
+            for k, v in (
+                ("idle_timeout", idle_timeout),
+                ("stream", stream),
+                ("extra_headers", extra_headers),
+            )
+            if v is not None
+        },
     )

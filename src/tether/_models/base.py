@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
@@ -32,8 +32,10 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "Purpose",
+    "Reasoning",
     "TokenUsage",
     "ToolCallOut",
+    "call_model",
     "default_call_id",
     "has_unpaired_surrogate",
     "redact",
@@ -50,6 +52,50 @@ RESERVED_OUTPUT_OPTIONS: Final = frozenset(
 """Request members tether sets itself; an output option may not override them."""
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    """What a model said while thinking, kept beside the log (never in it, spec 6).
+
+    ``text`` is the readable reasoning (OpenRouter ``reasoning``, DeepSeek/vLLM
+    ``reasoning_content``, Anthropic ``thinking`` text). ``details`` are the provider's own
+    structured records that must be sent back verbatim on later requests (OpenRouter
+    ``reasoning_details``, Anthropic ``thinking``/``redacted_thinking`` blocks with their
+    signatures); ``format`` names whose records they are (``openrouter``, ``anthropic``).
+    """
+
+    text: str = ""
+    details: tuple[Mapping[str, Any], ...] = ()
+    format: str = ""
+
+    def __post_init__(self) -> None:
+        details: Any = self.details
+        if not isinstance(details, tuple):
+            object.__setattr__(self, "details", tuple(details))
+
+    def __bool__(self) -> bool:
+        return bool(self.text or self.details)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "details": [dict(d) for d in self.details],
+            "format": self.format,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Reasoning:
+        text = data.get("text")
+        details = data.get("details")
+        fmt = data.get("format")
+        return cls(
+            text=text if isinstance(text, str) else "",
+            details=tuple(d for d in details if isinstance(d, Mapping))
+            if isinstance(details, list)
+            else (),
+            format=fmt if isinstance(fmt, str) else "",
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +117,10 @@ class ModelRequest:
     output_options: Mapping[str, Any] = field(default_factory=dict)
     position: int = 0
     purpose: Purpose = "assistant"
+    reasoning: Sequence[Reasoning | None] = ()
+    """Side records aligned with ``messages`` (``reasoning[i]`` belongs to ``messages[i]``,
+    an assistant message); empty or shorter when they are missing. Adapters send them
+    back to providers that want them; they never affect the configuration digest."""
 
     def __post_init__(self) -> None:
         if isinstance(self.position, bool) or not isinstance(self.position, int):
@@ -120,6 +170,8 @@ class ModelResponse:
     a provider's ``finish_reason``. An empty answer (no content, no calls) is a valid
     response: the planner finishes such a run as failed (spec 14.4 rule 7).
     ``finish_reason`` keeps the provider's raw value for diagnostics only.
+    ``reasoning``, ``reasoning_tokens`` and ``cost`` have no place in the session log; the
+    executor keeps them in the reasoning side record (:mod:`tether._stores.reasoning`).
     """
 
     content: str | None
@@ -127,6 +179,11 @@ class ModelResponse:
     stop_reason: StopReason = StopReason.STOP
     usage: TokenUsage = field(default_factory=TokenUsage)
     finish_reason: str | None = None
+    reasoning: Reasoning | None = None
+    reasoning_tokens: int | None = None
+    """Reasoning tokens the provider reported (already included in ``usage.output``)."""
+    cost: float | None = None
+    """The price the provider reported for this request (OpenRouter ``usage.cost``)."""
 
     def __post_init__(self) -> None:
         if self.content is not None and not isinstance(self.content, str):
@@ -180,6 +237,25 @@ class ModelAdapter(Protocol):
         ``cancel`` is set before or during the request). Never retries.
         """
         ...
+
+
+def call_model(
+    model: ModelAdapter,
+    request: ModelRequest,
+    *,
+    cancel: threading.Event | None = None,
+    on_delta: Callable[[Any], None] | None = None,
+) -> ModelResponse:
+    """``model.complete(request, cancel=cancel)``, plus ``on_delta`` for streaming adapters.
+
+    An adapter that streams says so with a true ``streaming`` attribute and then accepts
+    ``on_delta`` (a :data:`tether._models.streaming.DeltaSink`); other adapters are called
+    with the plain protocol signature.
+    """
+    if on_delta is not None and getattr(model, "streaming", False):
+        complete: Any = model.complete
+        return complete(request, cancel=cancel, on_delta=on_delta)  # type: ignore[no-any-return]
+    return model.complete(request, cancel=cancel)
 
 
 def stop_reason_for(finish_reason: str | None, has_tool_calls: bool) -> StopReason:

@@ -7,14 +7,18 @@ server that speaks ``POST {base_url}/chat/completions``.
   is at most one physical HTTP request, i.e. exactly one ``stepAttempt`` in the log.
   Rate limits, timeouts and server errors become a :class:`~tether.errors.ModelError`
   that the executor records as ``stepFailed`` (spec 15.2).
-* **Explicit timeout.** ``timeout`` seconds bound each phase of the HTTP exchange in the
-  SDK *and* the whole call: if no answer has arrived ``timeout`` (+ a small grace)
-  seconds after the request started, the call returns a ``timeout`` error.
+* **Streaming** (the default): the request is sent with ``stream: true`` and the SSE answer
+  is reassembled (:mod:`tether._models.chat_stream`); text and reasoning deltas go to
+  ``on_delta`` as they arrive. ``timeout`` is then a first-byte timeout and
+  ``idle_timeout`` bounds the silence between chunks, so long answers never time out
+  while they keep coming. The answer is returned only when complete (``[DONE]`` or the
+  end of the body after a ``finish_reason``); a stream cut short is a ``connection`` error.
+  A server that ignores ``stream`` and answers JSON is parsed as a whole answer.
+  With ``stream=False``, ``timeout`` bounds each phase of the exchange *and* the whole call.
 * **Cancellation.** The request runs on a daemon worker thread while the caller waits
   on it, polling ``cancel``. When ``cancel`` is set the call returns ``aborted`` at
-  once; the in-flight HTTP request is abandoned — it keeps running in the background
-  until the server answers or the timeout expires, and its answer is discarded (never
-  recorded). The provider may still process and bill it.
+  once and the connection is shut down (:class:`~tether._models.streaming.
+  ConnectionTracker`), so the server sees the client go away and stops generating.
 * **Raw parsing.** The answer is read with ``with_raw_response`` and parsed here, so
   malformed bodies become clear ``bad_response`` errors and provider-specific usage
   fields (cache reads/writes) are visible.
@@ -27,6 +31,7 @@ server that speaks ``POST {base_url}/chat/completions``.
 
 from __future__ import annotations
 
+import email.utils
 import ipaddress
 import json
 import math
@@ -38,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Final, cast
 from urllib.parse import urlsplit
 
+import httpx2
 import openai
 
 from tether._credentials import register_secret
@@ -45,6 +51,7 @@ from tether._models.base import (
     MAX_SAFE_INTEGER,
     ModelRequest,
     ModelResponse,
+    Reasoning,
     TokenUsage,
     ToolCallOut,
     default_call_id,
@@ -53,11 +60,22 @@ from tether._models.base import (
     stop_reason_for,
     validate_output_options,
 )
+from tether._models.chat_stream import ChatStreamAccumulator
+from tether._models.streaming import (
+    ConnectionTracker,
+    DeltaSink,
+    Emit,
+    SSEDecoder,
+    lines_of,
+    run_stream,
+    tracked_http_client,
+)
 from tether.errors import ConfigurationError, ModelError
 
 __all__ = [
     "ADAPTER_IDENTITY",
     "DEFAULT_BASE_URL",
+    "DEFAULT_IDLE_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "ENV_API_KEY",
     "ENV_BASE_URL",
@@ -69,6 +87,7 @@ __all__ = [
 
 DEFAULT_BASE_URL: Final = "https://openrouter.ai/api/v1"
 DEFAULT_TIMEOUT: Final = 60.0
+DEFAULT_IDLE_TIMEOUT: Final = 60.0
 ENV_BASE_URL: Final = "TETHER_BASE_URL"
 ENV_API_KEY: Final = "TETHER_API_KEY"
 ENV_MODEL: Final = "TETHER_MODEL"
@@ -124,6 +143,12 @@ def _parse_base_url(base_url: str, source: str) -> _Endpoint:
     shown_host = f"[{host}]" if ":" in host else host
     netloc = shown_host if port is None else f"{shown_host}:{port}"
     path = parts.path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        root = path[: -len("/chat/completions")]
+        raise ConfigurationError(
+            f"{source} ends in /chat/completions, which tether appends itself: use "
+            f"{parts.scheme}://{netloc}{root}"
+        )
     return _Endpoint(
         host=host,
         netloc=netloc,
@@ -163,6 +188,9 @@ class OpenAICompatibleModel:
         api_key: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         provider: str | None = None,
+        stream: bool = True,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ConfigurationError(
@@ -173,6 +201,13 @@ class OpenAICompatibleModel:
             raise ConfigurationError("the model timeout must be a number of seconds")
         if not math.isfinite(timeout) or timeout <= 0:
             raise ConfigurationError("the model timeout must be a positive number of seconds")
+        if (
+            isinstance(idle_timeout, bool)
+            or not isinstance(idle_timeout, (int, float))
+            or not math.isfinite(idle_timeout)
+            or idle_timeout <= 0
+        ):
+            raise ConfigurationError("the model idle timeout must be a positive number of seconds")
         endpoint = _parse_base_url(base_url or DEFAULT_BASE_URL, "the model base URL")
         key = (api_key or "").strip()
         if not key:
@@ -181,6 +216,7 @@ class OpenAICompatibleModel:
                     f"no API key for {endpoint.display}: set {ENV_API_KEY} (or pass --api-key)"
                 )
             key = _LOCAL_PLACEHOLDER_KEY
+        self._sent_no_key = key == _LOCAL_PLACEHOLDER_KEY
         if provider is not None and not provider.strip():
             raise ConfigurationError("the provider name must not be empty")
         self._model = model.strip()
@@ -189,17 +225,29 @@ class OpenAICompatibleModel:
         if key != _LOCAL_PLACEHOLDER_KEY:
             register_secret(key)
         self._timeout = float(timeout)
+        self._idle_timeout = float(idle_timeout)
+        self._stream = bool(stream)
+        headers = {str(k): str(v) for k, v in (extra_headers or {}).items()}
+        for value in headers.values():
+            register_secret(value)  # a header may carry a credential (masked if long enough)
+        self._tracker = ConnectionTracker()
         self._provider = (
             provider.strip()
             if provider is not None
             else _KNOWN_PROVIDERS.get(endpoint.host, endpoint.host)
         )
         try:
+            http_timeout = httpx2.Timeout(
+                self._timeout,
+                read=(max(self._timeout, self._idle_timeout) + 1.0) if stream else self._timeout,
+            )
             self._client = openai.OpenAI(
                 base_url=(base_url or DEFAULT_BASE_URL).strip(),
                 api_key=key,
                 max_retries=0,
-                timeout=self._timeout,
+                timeout=http_timeout,
+                default_headers=headers or None,
+                http_client=tracked_http_client(self._tracker, http_timeout),
             )
         except openai.OpenAIError as exc:  # pragma: no cover - defensive
             raise ConfigurationError(
@@ -218,6 +266,7 @@ class OpenAICompatibleModel:
         timeout: float | None = None,
         provider: str | None = None,
         environ: Mapping[str, str] | None = None,
+        **settings: Any,
     ) -> OpenAICompatibleModel:
         """Flags override ``TETHER_MODEL``, ``TETHER_BASE_URL`` and ``TETHER_API_KEY``.
 
@@ -244,6 +293,7 @@ class OpenAICompatibleModel:
             api_key=pick(api_key, ENV_API_KEY),
             timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
             provider=provider,
+            **settings,
         )
 
     # -- identity ---------------------------------------------------------------------------
@@ -274,6 +324,20 @@ class OpenAICompatibleModel:
     def timeout(self) -> float:
         return self._timeout
 
+    @property
+    def idle_timeout(self) -> float:
+        return self._idle_timeout
+
+    @property
+    def streaming(self) -> bool:
+        """True: :meth:`complete` streams and accepts ``on_delta``."""
+        return self._stream
+
+    @property
+    def open_connections(self) -> int:
+        """Connections currently open to the server (for tests of cancellation)."""
+        return self._tracker.open_connections
+
     def __repr__(self) -> str:
         return (
             f"OpenAICompatibleModel(model={self._model!r}, base_url={self._endpoint.display!r}, "
@@ -291,12 +355,14 @@ class OpenAICompatibleModel:
 
         Messages are sent in their normalized form, except that an assistant message
         with ``content: null`` and no tool calls is sent with ``content: ""`` (servers
-        reject a null content without calls).
+        reject a null content without calls), and an assistant message whose side record
+        holds OpenRouter ``reasoning_details`` carries them again.
         """
         wire: list[dict[str, Any]] = []
         if request.system_prompt:
             wire.append({"role": "system", "content": request.system_prompt})
-        for message in request.messages:
+        reasoning = list(request.reasoning)
+        for index, message in enumerate(request.messages):
             item = _plain(message)
             if (
                 item.get("role") == "assistant"
@@ -304,6 +370,10 @@ class OpenAICompatibleModel:
                 and not item.get("tool_calls")
             ):
                 item["content"] = ""
+            side = reasoning[index] if index < len(reasoning) else None
+            if item.get("role") == "assistant" and side is not None and side.format == "openrouter":
+                # OpenRouter asks for reasoning_details back, verbatim, across tool calls.
+                item["reasoning_details"] = [_plain(d) for d in side.details]
             wire.append(item)
         return wire
 
@@ -313,7 +383,11 @@ class OpenAICompatibleModel:
         return [{"type": "function", "function": _plain(tool)} for tool in request.tools]
 
     def complete(
-        self, request: ModelRequest, *, cancel: threading.Event | None = None
+        self,
+        request: ModelRequest,
+        *,
+        cancel: threading.Event | None = None,
+        on_delta: DeltaSink | None = None,
     ) -> ModelResponse:
         validate_output_options(request.output_options)
         if cancel is not None and cancel.is_set():
@@ -321,7 +395,12 @@ class OpenAICompatibleModel:
         messages = self.build_messages(request)
         tools = self.build_tools(request)
         extra = _plain(request.output_options)
-        status, body = self._exchange(messages, tools, extra, cancel)
+        status: int
+        body: bytes | str
+        if self._stream:
+            status, body = self._stream_exchange(messages, tools, extra, cancel, on_delta)
+        else:
+            status, body = self._exchange(messages, tools, extra, cancel)
         try:
             return parse_chat_completion(
                 body, position=request.position, status=status, secrets=self._secrets
@@ -329,6 +408,77 @@ class OpenAICompatibleModel:
         except ModelError as exc:
             raise ModelError(
                 exc.code, f"{self._endpoint.display}: {exc.message}", status=status
+            ) from None
+
+    def _stream_exchange(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        extra: dict[str, Any],
+        cancel: threading.Event | None,
+        on_delta: DeltaSink | None,
+    ) -> tuple[int, bytes | str]:
+        """Send the one streamed request; reassemble the chunks into a whole answer."""
+        client = self._client
+        model = self._model
+        where = self._endpoint.display
+
+        def work(emit: Emit) -> tuple[int, bytes | str]:
+            with client.chat.completions.with_streaming_response.create(
+                model=model,
+                messages=cast(Any, messages),
+                tools=cast(Any, tools) if tools else openai.omit,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body=extra or None,
+            ) as response:
+                http = response.http_response
+                status = http.status_code
+                kind = http.headers.get("content-type", "")
+                if "text/event-stream" not in kind:  # the server ignored stream: true
+                    emit(None)
+                    return status, http.read()
+                accumulator = ChatStreamAccumulator()
+                decoder = SSEDecoder()
+                done = False
+                for line in lines_of(http.iter_bytes(), emit):
+                    event = decoder.line(line)
+                    if event is None:
+                        continue
+                    if event[1].strip() == "[DONE]":
+                        done = True
+                        break
+                    try:
+                        chunk = json.loads(event[1])
+                    except ValueError:
+                        snippet = " ".join(event[1].split())[:200]
+                        raise _bad(f"a streamed chunk is not JSON: {snippet}") from None
+                    for delta in accumulator.feed(chunk):
+                        emit(delta)
+                if not done and accumulator.finish_reason is None and accumulator.error is None:
+                    raise ModelError(
+                        "connection",
+                        f"the answer from {where} ended before it was complete "
+                        f"({accumulator.chunks} chunks, no finish_reason)",
+                    )
+                return status, json.dumps(accumulator.completion())
+
+        try:
+            return run_stream(
+                work,
+                cancel=cancel,
+                tracker=self._tracker,
+                first_byte_timeout=self._timeout,
+                idle_timeout=self._idle_timeout,
+                on_delta=on_delta,
+                where=where,
+            )
+        except openai.OpenAIError as exc:
+            raise self._map_error(exc) from None
+        except httpx2.HTTPError as exc:  # a read error after the headers
+            raise ModelError(
+                "connection",
+                self._redact(f"the answer from {where} broke off: {exc or type(exc).__name__}"),
             ) from None
 
     def _exchange(
@@ -366,10 +516,12 @@ class OpenAICompatibleModel:
             if done.wait(min(_POLL, max(remaining, 0.0)) if cancel is not None else remaining):
                 break
             if cancel is not None and cancel.is_set():
+                self._tracker.abort()  # close the connection: the server stops generating
                 raise ModelError("aborted", "Operation aborted")
             if time.monotonic() >= deadline:
                 if done.is_set():
                     break
+                self._tracker.abort()
                 raise ModelError(
                     "timeout",
                     f"no answer from {self._endpoint.display} within {self._timeout:g} s",
@@ -415,10 +567,28 @@ class OpenAICompatibleModel:
                     retry_after=retry_after,
                 )
             if isinstance(exc, openai.AuthenticationError):
+                if self._sent_no_key:
+                    return ModelError(
+                        "authentication",
+                        self._redact(
+                            f"{where} wants an API key (HTTP {status}): {said}; no key was "
+                            f"sent: set {ENV_API_KEY}"
+                        ),
+                        status=status,
+                    )
                 return ModelError(
                     "authentication",
                     self._redact(
                         f"{where} rejected the API key (HTTP {status}): {said}; check {ENV_API_KEY}"
+                    ),
+                    status=status,
+                )
+            if status == 404 or (status == 400 and "model" in said.lower()):
+                return ModelError(
+                    "provider_error",
+                    self._redact(
+                        f"{where} answered HTTP {status} for model {self._model!r}: {said} "
+                        "(check the model id and the base URL)"
                     ),
                     status=status,
                 )
@@ -470,7 +640,8 @@ def _provider_message(body: object) -> str:
     return ""
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
+def _retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds from ``retry-after-ms``, or ``Retry-After`` as seconds or an HTTP date."""
     for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
         value = headers.get(name)
         if value is None:
@@ -478,7 +649,16 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         try:
             seconds = float(value) / scale
         except ValueError:
-            continue
+            if name != "retry-after":
+                continue
+            try:
+                when = email.utils.parsedate_to_datetime(value.strip())
+            except (TypeError, ValueError, IndexError):
+                continue
+            if when.tzinfo is None:
+                continue
+            current = time.time() if now is None else now
+            seconds = max(when.timestamp() - current, 0.0)
         if math.isfinite(seconds) and seconds >= 0:
             return seconds
     return None
@@ -675,11 +855,56 @@ def parse_chat_completion(
         raise _bad("the answer's first choice has no message")
     content = _content(message)
     calls = _tool_calls(message, position)
-    usage = usage_from_json(data.get("usage"))
+    raw_usage = data.get("usage")
+    usage = usage_from_json(raw_usage)
     return ModelResponse(
         content=content,
         tool_calls=calls,
         stop_reason=stop_reason_for(finish, bool(calls)),
         usage=usage,
         finish_reason=finish,
+        reasoning=_reasoning(message),
+        reasoning_tokens=_reasoning_tokens(raw_usage),
+        cost=_cost(raw_usage),
     )
+
+
+def _reasoning(message: Mapping[str, Any]) -> Reasoning | None:
+    """``reasoning`` (OpenRouter) or ``reasoning_content`` (DeepSeek, vLLM), plus
+    OpenRouter's ``reasoning_details`` (sent back verbatim on later requests)."""
+    text = ""
+    for name in ("reasoning", "reasoning_content"):
+        value = message.get(name)
+        if isinstance(value, str) and value:
+            text = _text(value, f"message {name}")
+            break
+    details = message.get("reasoning_details")
+    kept = (
+        tuple(_plain(d) for d in details if isinstance(d, Mapping))
+        if isinstance(details, list)
+        else ()
+    )
+    if not text and not kept:
+        return None
+    return Reasoning(text=text, details=kept, format="openrouter" if kept else "text")
+
+
+def _reasoning_tokens(usage: object) -> int | None:
+    if not isinstance(usage, Mapping):
+        return None
+    details = usage.get("completion_tokens_details")
+    if not isinstance(details, Mapping):
+        return None
+    try:
+        return _count(details, "reasoning_tokens", "completion_tokens_details.")
+    except ModelError:
+        return None
+
+
+def _cost(usage: object) -> float | None:
+    if not isinstance(usage, Mapping):
+        return None
+    cost = usage.get("cost")
+    if isinstance(cost, bool) or not isinstance(cost, (int, float)):
+        return None
+    return float(cost) if math.isfinite(cost) and cost >= 0 else None

@@ -14,10 +14,12 @@ from tether._runtime.compose import compose
 from tether._runtime.events import EventSink
 from tether._runtime.executor import Executor
 from tether._runtime.guards import Authorizer
+from tether._runtime.retry import RetryPolicy
 from tether._stores.file import Durability
 from tether._stores.protocol import SessionOpener
 from tether._tools.base import Tool
 from tether._wsdb.protocol import WorkspaceDBOpener
+from tether.errors import ConfigurationError
 
 __all__ = ["Agent"]
 
@@ -81,6 +83,8 @@ class Agent(Executor):
         clock: Clock | None = None,
         ids: IdSource | None = None,
         store_url: str | None = None,
+        model_retries: int = 0,
+        retry_base_delay: float = 1.0,
     ) -> None:
         super().__init__(
             compose(
@@ -109,3 +113,8 @@ class Agent(Executor):
                 store_url=store_url,
             )
         )
+        if isinstance(model_retries, bool) or not isinstance(model_retries, int):
+            raise ConfigurationError("model_retries must be an integer")
+        if not 0 <= model_retries <= 10:
+            raise ConfigurationError("model_retries must be between 0 and 10")
+        self.retry_policy = RetryPolicy(retries=model_retries, base_delay=float(retry_base_delay))

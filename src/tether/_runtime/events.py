@@ -46,10 +46,34 @@ class ModelFinished(Event):
 
 
 @dataclass(frozen=True)
+class ModelDelta(Event):
+    """A piece of a streaming answer as it arrives: ``channel`` ``text`` or ``reasoning``.
+
+    Shown live; the answer itself is recorded only when complete (``model_finished``)."""
+
+    channel: str = "text"
+    text: str = ""
+    kind: str = "model_delta"
+
+
+@dataclass(frozen=True)
 class ModelFailed(Event):
     code: str = ""
     message: str = ""
     kind: str = "model_failed"
+
+
+@dataclass(frozen=True)
+class RetryScheduled(Event):
+    """A transient provider failure ended the run; a new run on the same input entry
+    starts after ``wait`` seconds (``delay`` was the whole backoff)."""
+
+    reason: str = ""
+    delay: float = 0.0
+    wait: float = 0.0
+    retry: int = 1
+    retries: int = 0
+    kind: str = "retry_scheduled"
 
 
 @dataclass(frozen=True)

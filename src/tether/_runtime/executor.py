@@ -31,14 +31,30 @@ from typing import Any, Final
 from tether import _faults as faults
 from tether._effects.journal import PreparedChange
 from tether._effects.recovery import RecoveryAction, reconcile_pending
-from tether._models.base import ModelRequest, ModelResponse
+from tether._models.base import ModelRequest, ModelResponse, call_model
 from tether._runtime import boundaries, events
 from tether._runtime.compose import Composition
 from tether._runtime.guards import follow_up_prompt, is_failure, run_range
 from tether._runtime.masking import mask_commits
 from tether._runtime.results import RunResult, RunStatus, finished_details
+from tether._runtime.retry import (
+    MAX_DELAY,
+    REASONS,
+    RetryPolicy,
+    RetryRecord,
+    backoff,
+    is_transient,
+    read_record,
+    write_record,
+)
 from tether._runtime.runners import RUNNERS, CallSite
 from tether._stores.protocol import SessionStoreProtocol
+from tether._stores.reasoning import (
+    align_context_ids,
+    read_side_record,
+    wants_side_record,
+    write_side_record,
+)
 from tether._tools.base import RecoveryKind, Rejection, Tool, ToolContext
 from tether.core import facts
 from tether.core.canonical import source_digest
@@ -130,6 +146,9 @@ class Executor:
         self._on_event = parts.on_event
         self._cancel = threading.Event()
         self._last_session: str | None = None
+        self._side_cache: dict[tuple[str, str], Any] = {}
+        self.retry_policy = RetryPolicy()
+        """Automatic retries of transient provider failures (:mod:`tether._runtime.retry`)."""
 
     # ------------------------------------------------------------------ public API
 
@@ -157,6 +176,8 @@ class Executor:
             if abort:
                 self._request_abort(store, store.state)
             result = self._drive(store)
+            if not abort:
+                result = self._continue_retries(store, result)
         return result if abort else self._follow_up(result)
 
     def compact(self, session: str, *, keep_turns: int = 1) -> RunResult:
@@ -227,7 +248,97 @@ class Executor:
                 ]
             )
             faults.hit(boundaries.RUN_ACCEPTED)
-            return self._drive(store, usage_before=before, always_gate=always_gate)
+            result = self._drive(store, usage_before=before, always_gate=always_gate)
+            return self._continue_retries(store, result)
+
+    def _continue_retries(self, store: SessionStoreProtocol, result: RunResult) -> RunResult:
+        """Start the retries the durable schedule asks for, one after another."""
+        usage = result.usage
+        while True:
+            record = self._retry_pending(store)
+            if record is None:
+                return replace(result, usage=usage)
+            wait = max(record.due_at_ms - self._clock.now_ms(), 0) / 1000.0
+            self._emit(
+                events.RetryScheduled(
+                    reason=REASONS.get(record.reason, record.reason),
+                    delay=record.delay,
+                    wait=wait,
+                    retry=record.retry,
+                    retries=self.retry_policy.retries,
+                )
+            )
+            if wait > 0 and self._cancel.wait(wait):
+                return replace(result, usage=usage)  # the schedule stays for resume
+            operation_id = record.started_operation_id or self._ids()
+            if record.started_operation_id is None:
+                step = {
+                    "failedOperationId": record.failed_operation_id,
+                    "reason": record.reason,
+                    "delaySeconds": record.delay,
+                    "retryOperationId": operation_id,
+                }
+                record = replace(
+                    record, started_operation_id=operation_id, history=(*record.history, step)
+                )
+                write_record(store, record)
+            before = store.state.usage
+            store.commit(
+                [facts.run_started(operation_id=operation_id, input_entry_id=record.input_entry_id)]
+            )
+            faults.hit(boundaries.RUN_ACCEPTED)
+            result = self._drive(store, usage_before=before)
+            usage = _usage_sum(usage, result.usage)
+
+    def _retry_pending(self, store: SessionStoreProtocol) -> RetryRecord | None:
+        """The durable retry schedule, if it still applies to this log."""
+        if self.retry_policy.retries <= 0:
+            return None
+        state = store.state
+        last = state.last_finished
+        if not isinstance(state.operation, IdleOperation) or last is None:
+            return None
+        if last.outcome != "failed" or last.kind != "run":
+            return None
+        record = read_record(store)
+        if record is None or record.exhausted or record.failed_operation_id != last.operation_id:
+            return None
+        if record.retry > self.retry_policy.retries:
+            return None
+        return record
+
+    def _schedule_retry(
+        self, store: SessionStoreProtocol, operation: RunOperation, exc: ModelError
+    ) -> None:
+        """After a transient failure closed the run: write the durable retry schedule."""
+        policy = self.retry_policy
+        if policy.retries <= 0 or not is_transient(exc):
+            return
+        prior = read_record(store)
+        number: int = 1
+        history: tuple[Mapping[str, Any], ...] = ()
+        if (
+            prior is not None
+            and prior.input_entry_id == operation.input_entry_id
+            and prior.started_operation_id == operation.operation_id
+        ):
+            number, history = prior.retry + 1, prior.history
+        delay = backoff(policy, number, exc.retry_after)
+        exhausted = number > policy.retries or delay > MAX_DELAY
+        record = RetryRecord(
+            input_entry_id=operation.input_entry_id,
+            failed_operation_id=operation.operation_id,
+            retry=number,
+            reason=exc.code,
+            delay=delay,
+            due_at_ms=self._clock.now_ms() + int(delay * 1000),
+            exhausted=exhausted,
+            history=history,
+        )
+        try:
+            write_record(store, record)
+        except OSError:
+            return  # no durable schedule, no retry
 
     def _follow_up(self, result: RunResult) -> RunResult:
         usage = result.usage
@@ -661,6 +772,7 @@ class Executor:
             output_options=self.output_options,
             position=max(state.step_count - 1, 0),
             purpose="compaction" if compaction else "assistant",
+            reasoning=self._side_reasoning(store, state, state.active_context),
         )
         self._emit(
             events.ModelStarted(
@@ -669,7 +781,7 @@ class Executor:
         )
         # 4. call the model; an error commits [stepFailed, operationFinished failed]
         try:
-            response = self.model.complete(request, cancel=self._cancel)
+            response = call_model(self.model, request, cancel=self._cancel, on_delta=self._delta)
         except ModelError as exc:
             self._model_failed(store, state, step_id, attempt_id, exc)
             return
@@ -681,6 +793,30 @@ class Executor:
             self._settle_compaction(store, state, operation, attempt_id, response)
         else:
             self._settle_assistant(store, operation, step_id, attempt_id, response)
+
+    def _side_reasoning(
+        self,
+        store: SessionStoreProtocol,
+        state: SessionState,
+        messages: Sequence[Mapping[str, Any]],
+    ) -> list[Any]:
+        """The reasoning side records of the assistant messages in ``messages``
+        (docs/models.md, "Reasoning side records"); missing ones are ``None``."""
+        ids = align_context_ids(messages, state.transcript, state.transcript_ids)
+        out: list[Any] = []
+        for message, entry_id in zip(messages, ids, strict=True):
+            record = None
+            if entry_id is not None and message.get("role") == "assistant":
+                # A record is written before its entry and never changes: cache hits and misses.
+                key = (store.session_id, entry_id)
+                if key not in self._side_cache:
+                    self._side_cache[key] = read_side_record(store, entry_id)
+                record = self._side_cache[key]
+            out.append(record.reasoning if record is not None else None)
+        return out if any(r is not None for r in out) else []
+
+    def _delta(self, delta: Any) -> None:
+        self._emit(events.ModelDelta(channel=delta.channel, text=delta.text))
 
     def _model_failed(
         self,
@@ -716,6 +852,8 @@ class Executor:
         )
         faults.hit(boundaries.OPERATION_FINISHED)
         self._emit(events.OperationFinished(operation=operation.kind, outcome="failed"))
+        if isinstance(operation, RunOperation):
+            self._schedule_retry(store, operation, exc)
 
     def _usage_fact(
         self, operation_id: str, response: ModelResponse, attempt_id: str
@@ -743,17 +881,23 @@ class Executor:
         attempt_id: str,
         response: ModelResponse,
     ) -> None:
-        store.commit(
-            [
-                facts.assistant_entry(
-                    step_id=step_id,
-                    attempt_id=attempt_id,
-                    stop_reason=response.stop_reason.value,
-                    message=response.to_message(),
-                ),
-                self._usage_fact(operation.operation_id, response, attempt_id),
-            ]
+        entry = facts.assistant_entry(
+            step_id=step_id,
+            attempt_id=attempt_id,
+            stop_reason=response.stop_reason.value,
+            message=response.to_message(),
         )
+        if wants_side_record(response):
+            # The side record is durable before the entry that owns it (docs/models.md).
+            entry["id"] = self._ids()
+            write_side_record(
+                store,
+                entry_id=entry["id"],
+                attempt_id=attempt_id,
+                response=response,
+                mask=self.masker.text,
+            )
+        store.commit([entry, self._usage_fact(operation.operation_id, response, attempt_id)])
         self._emit(
             events.ModelFinished(
                 stop_reason=response.stop_reason.value,

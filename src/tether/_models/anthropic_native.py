@@ -1,0 +1,553 @@
+"""Anthropic's Messages API through the official ``anthropic`` SDK (optional extra).
+
+Install with ``pip install 'tether[anthropic]'``. Like the OpenAI-compatible adapter:
+
+* **No retries** (``max_retries=0``): one :meth:`AnthropicModel.complete` is at most one
+  HTTP request, i.e. one ``stepAttempt``.
+* **Streaming** (always): ``POST {base_url}/v1/messages`` with ``stream: true``; the events
+  (``message_start``, ``content_block_start/delta/stop``, ``message_delta``,
+  ``message_stop``, ``error``) are reassembled here; text and thinking deltas go to
+  ``on_delta``. ``timeout`` is the first-byte timeout, ``idle_timeout`` bounds the silence
+  between events; cancel and timeouts shut the connection down.
+* **The request**: the normalized context (spec 6.2) is translated: the system prompt
+  becomes ``system``; assistant tool calls become ``tool_use`` blocks (arguments parsed as
+  JSON; arguments that are not a JSON object are sent as ``{}``); ``tool`` messages become
+  ``tool_result`` blocks in a user turn (consecutive ones in one turn, as parallel tool use
+  requires). **Prompt caching**: ``cache_control: {"type": "ephemeral"}`` breakpoints on
+  the last tool definition, the system prompt and the last block of the last message, so a
+  long agent loop reads its prefix from the cache (``cache=False`` turns them off).
+* **Thinking**: enabled with the output option ``thinking`` (``{"type": "enabled",
+  "budget_tokens": N}``). ``thinking`` and ``redacted_thinking`` blocks are kept verbatim
+  (with their signatures) in :class:`~tether._models.base.Reasoning` (format
+  ``anthropic``) and sent back at the start of their assistant turn, as the API requires
+  during tool use.
+* **Usage**: ``input_tokens`` (Anthropic's count excludes the cache), ``output_tokens``,
+  ``cache_read_input_tokens``, ``cache_creation_input_tokens``: already disjoint.
+* ``max_tokens`` is required by the API: the output option ``max_tokens`` if given, else
+  ``max_tokens=`` of the constructor (default 8192).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any, Final, cast
+
+import httpx2
+
+from tether._credentials import register_secret
+from tether._models.base import (
+    MAX_SAFE_INTEGER,
+    ModelRequest,
+    ModelResponse,
+    Reasoning,
+    TokenUsage,
+    ToolCallOut,
+    default_call_id,
+    has_unpaired_surrogate,
+    redact,
+    stop_reason_for,
+    validate_output_options,
+)
+from tether._models.openai_compat import _parse_base_url, _plain, _provider_message, _retry_after
+from tether._models.streaming import (
+    ConnectionTracker,
+    DeltaSink,
+    Emit,
+    SSEDecoder,
+    lines_of,
+    run_stream,
+    tracked_http_client,
+)
+from tether.errors import ConfigurationError, ModelError
+
+__all__ = [
+    "ADAPTER_IDENTITY",
+    "DEFAULT_BASE_URL",
+    "ENV_API_KEY",
+    "AnthropicModel",
+    "MessagesStreamAccumulator",
+]
+
+ADAPTER_IDENTITY: Final = "anthropic:messages:v1"
+DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
+ENV_API_KEY: Final = "ANTHROPIC_API_KEY"
+DEFAULT_MAX_TOKENS: Final = 8192
+_CACHE: Final = {"type": "ephemeral"}
+
+
+def _bad(message: str) -> ModelError:
+    return ModelError("bad_response", message)
+
+
+class MessagesStreamAccumulator:
+    """Reassembles the Messages API's stream events into one answer (pure)."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.partial_json: dict[int, list[str]] = {}
+        self.usage: dict[str, Any] = {}
+        self.stop_reason: str | None = None
+        self.stopped = False
+        self.error: Any = None
+
+    def feed(self, event: str, data: Mapping[str, Any]) -> list[Any]:
+        from tether._models.streaming import Delta
+
+        kind = data.get("type", event)
+        out: list[Any] = []
+        if kind == "message_start":
+            message = data.get("message")
+            if isinstance(message, Mapping) and isinstance(message.get("usage"), Mapping):
+                self.usage.update(message["usage"])
+        elif kind == "content_block_start":
+            index = data.get("index")
+            block = data.get("content_block")
+            if not isinstance(index, int) or not isinstance(block, Mapping):
+                raise _bad("a content_block_start without index or block")
+            self.blocks[index] = _plain(block)
+        elif kind == "content_block_delta":
+            index = data.get("index")
+            delta = data.get("delta")
+            if not isinstance(index, int) or index not in self.blocks:
+                raise _bad("a content_block_delta for an unknown block")
+            if not isinstance(delta, Mapping):
+                raise _bad("a content_block_delta without delta")
+            block = self.blocks[index]
+            dtype = delta.get("type")
+            if dtype == "text_delta" and isinstance(delta.get("text"), str):
+                block["text"] = block.get("text", "") + delta["text"]
+                out.append(Delta("text", delta["text"]))
+            elif dtype == "thinking_delta" and isinstance(delta.get("thinking"), str):
+                block["thinking"] = block.get("thinking", "") + delta["thinking"]
+                out.append(Delta("reasoning", delta["thinking"]))
+            elif dtype == "signature_delta" and isinstance(delta.get("signature"), str):
+                block["signature"] = block.get("signature", "") + delta["signature"]
+            elif dtype == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+                self.partial_json.setdefault(index, []).append(delta["partial_json"])
+        elif kind == "message_delta":
+            delta = data.get("delta")
+            if isinstance(delta, Mapping) and isinstance(delta.get("stop_reason"), str):
+                self.stop_reason = delta["stop_reason"]
+            if isinstance(data.get("usage"), Mapping):
+                self.usage.update({k: v for k, v in data["usage"].items() if v is not None})
+        elif kind == "message_stop":
+            self.stopped = True
+        elif kind == "error":
+            self.error = data.get("error", data)
+        return out
+
+    def response(self, position: int) -> ModelResponse:
+        if self.error is not None:
+            said = _provider_message({"error": self.error}) or "unspecified error"
+            raise ModelError("provider_error", f"provider reported an error: {said}")
+        texts: list[str] = []
+        calls: list[ToolCallOut] = []
+        thinking: list[str] = []
+        details: list[dict[str, Any]] = []
+        for index in sorted(self.blocks):
+            block = self.blocks[index]
+            btype = block.get("type")
+            if btype == "text":
+                texts.append(_checked(block.get("text", ""), "text block"))
+            elif btype == "thinking":
+                thinking.append(_checked(block.get("thinking", ""), "thinking block"))
+                details.append(block)
+            elif btype == "redacted_thinking":
+                details.append(block)
+            elif btype in ("tool_use", "server_tool_use"):
+                parts = self.partial_json.get(index)
+                if parts is not None:
+                    arguments = "".join(parts)
+                else:
+                    given = block.get("input")
+                    arguments = json.dumps(given if given is not None else {}, ensure_ascii=False)
+                name = block.get("name")
+                if not isinstance(name, str) or not name:
+                    raise _bad(f"tool_use block #{index} has no name")
+                raw_id = block.get("id")
+                call_id = (
+                    raw_id
+                    if isinstance(raw_id, str) and raw_id
+                    else default_call_id(position, len(calls))
+                )
+                calls.append(
+                    ToolCallOut(
+                        id=_checked(call_id, "tool_use id"),
+                        name=_checked(name, "tool name"),
+                        arguments=_checked(arguments or "{}", "tool input"),
+                    )
+                )
+        if len({c.id for c in calls}) != len(calls):
+            raise _bad("the answer repeats a tool_use id")
+        finish = "length" if self.stop_reason == "max_tokens" else self.stop_reason
+        reasoning = (
+            Reasoning(text="".join(thinking), details=tuple(details), format="anthropic")
+            if details
+            else None
+        )
+        return ModelResponse(
+            content="".join(texts) if texts else None,
+            tool_calls=tuple(calls),
+            stop_reason=stop_reason_for(finish, bool(calls)),
+            usage=_usage(self.usage),
+            finish_reason=self.stop_reason,
+            reasoning=reasoning,
+        )
+
+
+def _checked(value: object, where: str) -> str:
+    if not isinstance(value, str):
+        raise _bad(f"{where} is not a string")
+    if has_unpaired_surrogate(value):
+        raise _bad(f"{where} contains an unpaired surrogate")
+    return value
+
+
+def _usage(usage: Mapping[str, Any]) -> TokenUsage:
+    def count(name: str) -> int:
+        value = usage.get(name)
+        if value is None:
+            return 0
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _bad(f"provider usage {name} is not an integer: {value!r}"[:200])
+        if not 0 <= value <= MAX_SAFE_INTEGER:
+            raise _bad(f"provider usage {name} is out of range: {value}")
+        return value
+
+    return TokenUsage(
+        input=count("input_tokens"),
+        output=count("output_tokens"),
+        cache_read=count("cache_read_input_tokens"),
+        cache_write=count("cache_creation_input_tokens"),
+    )
+
+
+def _tool_input(arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def build_messages(request: ModelRequest, *, cache: bool = True) -> list[dict[str, Any]]:
+    """The Messages API ``messages`` for the normalized context of ``request``."""
+    wire: list[dict[str, Any]] = []
+    reasoning = list(request.reasoning) if request.reasoning else []
+
+    def user_blocks() -> list[dict[str, Any]]:
+        if wire and wire[-1]["role"] == "user":
+            blocks: list[dict[str, Any]] = wire[-1]["content"]
+            return blocks
+        wire.append({"role": "user", "content": []})
+        return cast(list[dict[str, Any]], wire[-1]["content"])
+
+    for index, message in enumerate(request.messages):
+        role = message.get("role")
+        content = message.get("content")
+        if role == "user":
+            text = content if isinstance(content, str) else json.dumps(_plain(content))
+            user_blocks().append({"type": "text", "text": text})
+        elif role == "tool":
+            user_blocks().append(
+                {
+                    "type": "tool_result",
+                    "tool_use_id": str(message.get("tool_call_id", "")),
+                    "content": content if isinstance(content, str) else "",
+                }
+            )
+        elif role == "assistant":
+            blocks: list[dict[str, Any]] = []
+            side = reasoning[index] if index < len(reasoning) else None
+            if side is not None and side.format == "anthropic":
+                blocks.extend(_plain(d) for d in side.details)
+            if isinstance(content, str) and content:
+                blocks.append({"type": "text", "text": content})
+            for call in message.get("tool_calls") or ():
+                function = call.get("function", {})
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": call.get("id"),
+                        "name": function.get("name"),
+                        "input": _tool_input(str(function.get("arguments") or "")),
+                    }
+                )
+            if not blocks:
+                blocks.append({"type": "text", "text": "(no answer)"})
+            wire.append({"role": "assistant", "content": blocks})
+        elif role == "system":  # a compaction summary may sit in the context as system text
+            text = content if isinstance(content, str) else ""
+            user_blocks().append({"type": "text", "text": text})
+    if cache and wire and wire[-1]["content"]:
+        last = wire[-1]["content"][-1]
+        if last.get("type") not in ("thinking", "redacted_thinking"):
+            last["cache_control"] = dict(_CACHE)
+    return wire
+
+
+def build_tools(request: ModelRequest, *, cache: bool = True) -> list[dict[str, Any]]:
+    tools = [
+        {
+            "name": tool.get("name"),
+            "description": tool.get("description", ""),
+            "input_schema": _plain(tool.get("parameters") or {"type": "object"}),
+        }
+        for tool in request.tools
+    ]
+    if cache and tools:
+        tools[-1]["cache_control"] = dict(_CACHE)
+    return tools
+
+
+class AnthropicModel:
+    """A :class:`~tether._models.base.ModelAdapter` for Anthropic's Messages API."""
+
+    streaming = True
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        idle_timeout: float = 60.0,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        cache: bool = True,
+        provider: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        try:
+            import anthropic
+        except ImportError:
+            raise ConfigurationError(
+                "the Anthropic adapter needs the anthropic package: pip install 'tether[anthropic]'"
+            ) from None
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigurationError("no model given: pass --model (e.g. claude-sonnet-4-5)")
+        for name, value in (("timeout", timeout), ("idle timeout", idle_timeout)):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ConfigurationError(f"the model {name} must be a positive number of seconds")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
+            raise ConfigurationError("max_tokens must be a positive integer")
+        url = (base_url or DEFAULT_BASE_URL).strip()
+        endpoint = _parse_base_url(url, "the Anthropic base URL")
+        if endpoint.identity_path.endswith("/v1/messages"):
+            raise ConfigurationError(
+                "the Anthropic base URL ends in /v1/messages, which the SDK appends itself: "
+                f"use {endpoint.display[: -len('/v1/messages')]}"
+            )
+        key = (api_key or "").strip()
+        if not key:
+            raise ConfigurationError(
+                f"no API key for {endpoint.display}: set {ENV_API_KEY} (or pass --api-key)"
+            )
+        register_secret(key)
+        headers = {str(k): str(v) for k, v in (extra_headers or {}).items()}
+        for header in headers.values():
+            register_secret(header)
+        self._model = model.strip()
+        self._endpoint = endpoint
+        self._secrets = (key,)
+        self._timeout = float(timeout)
+        self._idle_timeout = float(idle_timeout)
+        self._max_tokens = max_tokens
+        self._cache = cache
+        self._provider = provider.strip() if provider else "anthropic"
+        self._tracker = ConnectionTracker()
+        http_timeout = httpx2.Timeout(
+            self._timeout, read=max(self._timeout, self._idle_timeout) + 1.0
+        )
+        self._anthropic = anthropic
+        self._client = anthropic.Anthropic(
+            api_key=key,
+            base_url=url,
+            max_retries=0,
+            timeout=http_timeout,
+            default_headers=headers or None,
+            http_client=tracked_http_client(self._tracker, http_timeout),
+        )
+
+    @classmethod
+    def from_env(
+        cls,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        **kw: Any,
+    ) -> AnthropicModel:
+        """``api_key`` falls back to ``ANTHROPIC_API_KEY``, then ``TETHER_API_KEY``."""
+        env = os.environ if environ is None else environ
+        key = (api_key or "").strip() or env.get(ENV_API_KEY, "").strip()
+        key = key or env.get("TETHER_API_KEY", "").strip()
+        return cls(model, base_url=base_url, api_key=key or None, **kw)
+
+    @property
+    def provider(self) -> str:
+        return self._provider
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def adapter_identity(self) -> str:
+        return ADAPTER_IDENTITY
+
+    @property
+    def routing_identity(self) -> str:
+        return f"{self._endpoint.identity_path}/{self._model}"
+
+    @property
+    def open_connections(self) -> int:
+        return self._tracker.open_connections
+
+    def close(self) -> None:
+        self._client.close()
+
+    def build_request(self, request: ModelRequest) -> dict[str, Any]:
+        """The keyword arguments of ``messages.create`` (without ``stream``)."""
+        options = _plain(request.output_options)
+        max_tokens = options.pop("max_tokens", self._max_tokens)
+        body: dict[str, Any] = {
+            "model": self._model,
+            "max_tokens": max_tokens,
+            "messages": build_messages(request, cache=self._cache),
+        }
+        if request.system_prompt:
+            system: dict[str, Any] = {"type": "text", "text": request.system_prompt}
+            if self._cache:
+                system["cache_control"] = dict(_CACHE)
+            body["system"] = [system]
+        tools = build_tools(request, cache=self._cache)
+        if tools:
+            body["tools"] = tools
+        if options:
+            body["extra_body"] = options
+        return body
+
+    def complete(
+        self,
+        request: ModelRequest,
+        *,
+        cancel: threading.Event | None = None,
+        on_delta: DeltaSink | None = None,
+    ) -> ModelResponse:
+        validate_output_options(request.output_options)
+        if cancel is not None and cancel.is_set():
+            raise ModelError("aborted", "Operation aborted")
+        body = self.build_request(request)
+        client = self._client
+        where = self._endpoint.display
+
+        def work(emit: Emit) -> ModelResponse:
+            with client.messages.with_streaming_response.create(stream=True, **body) as response:
+                http = response.http_response
+                accumulator = MessagesStreamAccumulator()
+                decoder = SSEDecoder()
+                for line in lines_of(http.iter_bytes(), emit):
+                    event = decoder.line(line)
+                    if event is None:
+                        continue
+                    try:
+                        data = json.loads(event[1])
+                    except ValueError:
+                        snippet = " ".join(event[1].split())[:200]
+                        raise _bad(f"a streamed event is not JSON: {snippet}") from None
+                    if not isinstance(data, Mapping):
+                        raise _bad("a streamed event is not a JSON object")
+                    for delta in accumulator.feed(event[0], data):
+                        emit(delta)
+                    if accumulator.stopped or accumulator.error is not None:
+                        break
+                if not accumulator.stopped and accumulator.error is None:
+                    raise ModelError(
+                        "connection",
+                        f"the answer from {where} ended before it was complete (no message_stop)",
+                    )
+                return accumulator.response(request.position)
+
+        try:
+            return run_stream(
+                work,
+                cancel=cancel,
+                tracker=self._tracker,
+                first_byte_timeout=self._timeout,
+                idle_timeout=self._idle_timeout,
+                on_delta=on_delta,
+                where=where,
+            )
+        except self._anthropic.AnthropicError as exc:
+            raise self._map_error(exc) from None
+        except httpx2.HTTPError as exc:
+            raise ModelError(
+                "connection",
+                redact(
+                    f"the answer from {where} broke off: {exc or type(exc).__name__}", self._secrets
+                ),
+            ) from None
+        except ModelError as exc:
+            if exc.code in ("bad_response", "provider_error") and not exc.message.startswith(where):
+                raise ModelError(exc.code, f"{where}: {exc.message}", status=exc.status) from None
+            raise
+
+    def _map_error(self, exc: Exception) -> ModelError:
+        anthropic = self._anthropic
+        where = self._endpoint.display
+
+        def clean(text: str) -> str:
+            return redact(text, self._secrets)
+
+        if isinstance(exc, anthropic.APITimeoutError):
+            return ModelError("timeout", f"no answer from {where} within {self._timeout:g} s")
+        if isinstance(exc, anthropic.APIConnectionError):
+            cause = exc.__cause__ or exc.__context__
+            detail = str(cause) if cause is not None and str(cause) else str(exc)
+            return ModelError("connection", clean(f"cannot reach {where}: {detail}"))
+        if isinstance(exc, anthropic.APIStatusError):
+            status = exc.status_code
+            said = _provider_message(exc.body) or f"HTTP {status}"
+            retry_after = _retry_after(exc.response.headers)
+            if isinstance(exc, anthropic.RateLimitError):
+                return ModelError(
+                    "rate_limited",
+                    clean(f"rate limited by {where} (HTTP {status}): {said}"),
+                    status=status,
+                    retry_after=retry_after,
+                )
+            if isinstance(exc, anthropic.AuthenticationError):
+                return ModelError(
+                    "authentication",
+                    clean(
+                        f"{where} rejected the API key (HTTP {status}): {said}; check {ENV_API_KEY}"
+                    ),
+                    status=status,
+                )
+            if status == 404:
+                return ModelError(
+                    "provider_error",
+                    clean(
+                        f"{where} answered HTTP 404 for model {self._model!r}: {said} "
+                        "(check the model id and the base URL)"
+                    ),
+                    status=status,
+                )
+            return ModelError(
+                "provider_error",
+                clean(f"{where} answered HTTP {status}: {said}"),
+                status=status,
+                retry_after=retry_after,
+            )
+        return ModelError("provider_error", clean(f"{where}: {exc}"))

@@ -1,0 +1,285 @@
+"""Streaming plumbing shared by the HTTP adapters: SSE decoding, the watchdog, cancellation.
+
+* :class:`SSEDecoder` turns the lines of a ``text/event-stream`` body into ``(event, data)``
+  pairs (the WHATWG rules that matter: ``data:`` lines joined by newlines, ``event:``,
+  comments ignored, a blank line dispatches).
+* :class:`ConnectionTracker` is an httpcore network backend that remembers the sockets it
+  opened, so :meth:`ConnectionTracker.abort` can shut them down from another thread. A
+  ``shutdown(SHUT_RDWR)`` wakes a read that is blocked in the worker thread and makes the
+  server see the connection close: the provider stops generating (and billing) instead of
+  finishing an answer nobody will read.
+* :func:`run_stream` runs the blocking exchange on a worker thread and watches it from the
+  caller's thread: the first-byte timeout until the first line arrives, then the idle
+  timeout between lines, and the cancel event. Deltas (answer text, reasoning text) are
+  handed to ``on_delta`` on the caller's thread.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeVar
+
+import httpcore2
+import httpx2
+
+from tether.errors import ModelError
+
+__all__ = [
+    "ConnectionTracker",
+    "Delta",
+    "DeltaSink",
+    "SSEDecoder",
+    "run_stream",
+    "tracked_http_client",
+]
+
+_T = TypeVar("_T")
+
+_POLL: Final = 0.02
+"""How often (seconds) the watchdog checks ``cancel`` and the clock."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A piece of an answer as it streams in: ``channel`` ``text`` or ``reasoning``."""
+
+    channel: Literal["text", "reasoning"]
+    text: str
+
+
+DeltaSink = Callable[[Delta], None]
+
+
+class SSEDecoder:
+    """Incremental server-sent-events decoder over text lines (without line endings)."""
+
+    def __init__(self) -> None:
+        self._data: list[str] = []
+        self._event = ""
+
+    def line(self, text: str) -> tuple[str, str] | None:
+        """Feed one line; returns ``(event, data)`` when the line completes an event."""
+        if text == "":
+            if not self._data:
+                self._event = ""
+                return None
+            out = (self._event or "message", "\n".join(self._data))
+            self._data, self._event = [], ""
+            return out
+        if text.startswith(":"):
+            return None
+        name, _, value = text.partition(":")
+        if value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        return None
+
+    def end(self) -> tuple[str, str] | None:
+        """The event still buffered when the body ended without a blank line."""
+        return self.line("") if self._data else None
+
+
+# -- cancellation that closes the connection --------------------------------------------------
+
+
+class _TrackedStream(httpcore2.NetworkStream):
+    def __init__(self, inner: httpcore2.NetworkStream, tracker: ConnectionTracker) -> None:
+        self._inner = inner
+        self._tracker = tracker
+        tracker._add(self)
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, timeout)
+
+    def close(self) -> None:
+        self._tracker._discard(self)
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: Any,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore2.NetworkStream:
+        self._tracker._discard(self)
+        return _TrackedStream(
+            self._inner.start_tls(ssl_context, server_hostname, timeout), self._tracker
+        )
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+    def shutdown(self) -> None:
+        sock = self._inner.get_extra_info("socket")
+        if isinstance(sock, socket.socket):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+
+
+class ConnectionTracker(httpcore2.NetworkBackend):
+    """A network backend that can shut down every connection it opened, from any thread."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore2.SyncBackend()
+        self._lock = threading.Lock()
+        self._open: set[_TrackedStream] = set()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.NetworkStream:
+        stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        return _TrackedStream(stream, self)
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.NetworkStream:  # pragma: no cover - tether never uses unix sockets
+        return _TrackedStream(self._inner.connect_unix_socket(path, timeout, socket_options), self)
+
+    def sleep(self, seconds: float) -> None:  # pragma: no cover - pool internals
+        self._inner.sleep(seconds)
+
+    def _add(self, stream: _TrackedStream) -> None:
+        with self._lock:
+            self._open.add(stream)
+
+    def _discard(self, stream: _TrackedStream) -> None:
+        with self._lock:
+            self._open.discard(stream)
+
+    @property
+    def open_connections(self) -> int:
+        with self._lock:
+            return len(self._open)
+
+    def abort(self) -> None:
+        """Shut down every open connection (the blocked reader wakes with an error)."""
+        with self._lock:
+            streams = list(self._open)
+        for stream in streams:
+            stream.shutdown()
+
+
+def tracked_http_client(tracker: ConnectionTracker, timeout: httpx2.Timeout) -> httpx2.Client:
+    """An HTTP client whose connections ``tracker`` can shut down.
+
+    httpx has no public hook for the network backend of its default transport, so the
+    transport's pool gets the tracker after construction; if a future httpx renames the
+    attribute, cancellation degrades to abandoning the request (and a test fails).
+    """
+    transport = httpx2.HTTPTransport()
+    pool = getattr(transport, "_pool", None)
+    if pool is not None and hasattr(pool, "_network_backend"):
+        pool._network_backend = tracker
+    return httpx2.Client(transport=transport, timeout=timeout, follow_redirects=True)
+
+
+# -- the watchdog -----------------------------------------------------------------------------
+
+
+Emit = Callable[[Delta | None], None]
+"""What the worker calls: ``emit(None)`` when bytes arrived, ``emit(delta)`` for a delta."""
+
+
+def run_stream(
+    work: Callable[[Emit], _T],
+    *,
+    cancel: threading.Event | None,
+    tracker: ConnectionTracker,
+    first_byte_timeout: float,
+    idle_timeout: float,
+    on_delta: DeltaSink | None,
+    where: str,
+) -> _T:
+    """Run ``work`` on a worker thread; return its result or raise.
+
+    Before the first ``emit`` the call fails with ``timeout`` after ``first_byte_timeout``
+    seconds, afterwards after ``idle_timeout`` seconds without an ``emit``; ``cancel``
+    fails it with ``aborted``. Both shut the connection down first. Exceptions of
+    ``work`` are re-raised on the caller's thread.
+    """
+    inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+
+    def emit(delta: Delta | None) -> None:
+        inbox.put(("delta", delta))
+
+    def target() -> None:
+        try:
+            inbox.put(("done", work(emit)))
+        except BaseException as exc:  # handed to the waiting caller
+            inbox.put(("error", exc))
+
+    worker = threading.Thread(target=target, name="tether-model-stream", daemon=True)
+    worker.start()
+    last = time.monotonic()
+    seen = False
+    while True:
+        limit = idle_timeout if seen else first_byte_timeout
+        remaining = last + limit - time.monotonic()
+        try:
+            kind, value = inbox.get(timeout=max(min(_POLL, remaining), 0.0))
+        except queue.Empty:
+            if cancel is not None and cancel.is_set():
+                tracker.abort()
+                raise ModelError("aborted", "Operation aborted") from None
+            if time.monotonic() - last >= limit:
+                tracker.abort()
+                if seen:
+                    raise ModelError(
+                        "timeout",
+                        f"the answer from {where} stopped: nothing arrived for {limit:g} s "
+                        "(idle timeout)",
+                    ) from None
+                raise ModelError(
+                    "timeout", f"no answer from {where} within {limit:g} s (first-byte timeout)"
+                ) from None
+            continue
+        if kind == "delta":
+            seen = True
+            last = time.monotonic()
+            if value is not None and on_delta is not None:
+                try:
+                    on_delta(value)
+                except BaseException:
+                    tracker.abort()  # the caller is going away: so is the request
+                    raise
+            if cancel is not None and cancel.is_set():
+                tracker.abort()
+                raise ModelError("aborted", "Operation aborted")
+            continue
+        if kind == "error":
+            raise value
+        return value  # type: ignore[no-any-return]
+
+
+def lines_of(chunks: Iterator[bytes], emit: Emit) -> Iterator[str]:
+    """Decode a byte stream into text lines, calling ``emit(None)`` for every chunk."""
+    buffer = b""
+    for chunk in chunks:
+        emit(None)
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        for raw in complete:
+            yield raw.rstrip(b"\r").decode("utf-8", "replace")
+    if buffer:
+        yield buffer.rstrip(b"\r").decode("utf-8", "replace")

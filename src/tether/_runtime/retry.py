@@ -1,0 +1,154 @@
+"""Honest automatic retry of transient provider failures.
+
+Nothing is hidden in the adapter: a failed request closes its attempt as the spec says
+(``stepFailed``, the run finishes ``failed``). Then, within the configured number of retries
+and after a backoff, the executor starts a **new run on the same input entry** (spec 8.1
+allows any earlier user entry). Every physical request is an attempt in the log, the budget
+and usage count them, and the spec's per-step attempt cap is never stretched.
+
+The schedule is durable: a sidecar record ``retry`` beside the session names the failed
+operation, the input entry, the retry number, the reason and when the retry is due (wall
+clock). A process that dies while waiting leaves it behind, and ``tether resume`` (or the
+next ``tether run`` on the session, before its new prompt) continues the schedule: waits out
+what is left, then starts the retry. The record is only acted on while the log's last
+finished operation is the failed one it names and the session is idle, so it can never
+start a second retry for one failure nor retry anything else.
+
+Transient: HTTP 429, 5xx (and 408/409), connection errors (refused, reset, a stream cut
+short) and a timeout before the first byte. Permanent — never retried: 400, 401, 403, 404,
+a malformed answer, an idle timeout mid-stream, an abort.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from tether._stores.protocol import SessionStoreProtocol
+from tether.errors import ModelError
+
+__all__ = [
+    "MAX_DELAY",
+    "REASONS",
+    "RetryPolicy",
+    "RetryRecord",
+    "backoff",
+    "is_transient",
+    "read_record",
+    "write_record",
+]
+
+SIDECAR: Final = "retry"
+MAX_DELAY: Final = 600.0
+"""Longest wait tether accepts; a provider asking for more is not retried."""
+
+REASONS: Final = {
+    "rate_limited": "rate limit",
+    "provider_error": "server error",
+    "connection": "connection error",
+    "timeout": "timeout",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """``retries`` new runs at most per input entry; delays ``base * 2**(n-1)`` (capped),
+    or the provider's Retry-After when it says more."""
+
+    retries: int = 0
+    base_delay: float = 1.0
+    max_backoff: float = 60.0
+
+
+def is_transient(exc: ModelError) -> bool:
+    code = exc.code
+    if code in ("rate_limited", "connection"):
+        return True
+    if code == "timeout":
+        return "idle timeout" not in exc.message
+    if code == "provider_error":
+        status = exc.status
+        return status is not None and (status >= 500 or status in (408, 409))
+    return False
+
+
+def backoff(policy: RetryPolicy, retry: int, retry_after: float | None) -> float:
+    """Seconds to wait before retry number ``retry`` (1-based)."""
+    delay = float(min(policy.base_delay * (2.0 ** (retry - 1)), policy.max_backoff))
+    if retry_after is not None:
+        delay = max(delay, retry_after)
+    return delay
+
+
+@dataclass(frozen=True, slots=True)
+class RetryRecord:
+    input_entry_id: str
+    failed_operation_id: str
+    retry: int
+    """Number of the retry this record schedules (1 = the first)."""
+    reason: str
+    delay: float
+    due_at_ms: int
+    exhausted: bool = False
+    """No retry is scheduled: the retries are used up (kept for ``inspect``)."""
+    started_operation_id: str | None = None
+    history: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            "inputEntryId": self.input_entry_id,
+            "failedOperationId": self.failed_operation_id,
+            "retry": self.retry,
+            "reason": self.reason,
+            "delaySeconds": self.delay,
+            "dueAt": self.due_at_ms,
+            "exhausted": self.exhausted,
+            "startedOperationId": self.started_operation_id,
+            "history": [dict(h) for h in self.history],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RetryRecord | None:
+        try:
+            history = data.get("history") or []
+            return cls(
+                input_entry_id=str(data["inputEntryId"]),
+                failed_operation_id=str(data["failedOperationId"]),
+                retry=int(data["retry"]),
+                reason=str(data["reason"]),
+                delay=float(data["delaySeconds"]),
+                due_at_ms=int(data["dueAt"]),
+                exhausted=bool(data.get("exhausted", False)),
+                started_operation_id=(
+                    str(data["startedOperationId"]) if data.get("startedOperationId") else None
+                ),
+                history=tuple(h for h in history if isinstance(h, Mapping)),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def read_record(store: SessionStoreProtocol) -> RetryRecord | None:
+    data, _why = store.sidecar(SIDECAR).read()
+    if data is None:
+        return None
+    try:
+        value = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return RetryRecord.from_json(value) if isinstance(value, Mapping) else None
+
+
+def write_record(store: SessionStoreProtocol, record: RetryRecord) -> None:
+    store.sidecar(SIDECAR).write(json.dumps(record.to_json()).encode())
+
+
+def describe(entry: Mapping[str, Any]) -> str:
+    """``retried after rate limit (2 s)`` for one history item."""
+    reason = REASONS.get(str(entry.get("reason")), str(entry.get("reason")))
+    delay = entry.get("delaySeconds")
+    shown = f"{delay:g} s" if isinstance(delay, (int, float)) else "?"
+    return f"retried after {reason} ({shown})"

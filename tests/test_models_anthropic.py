@@ -1,0 +1,276 @@
+"""The native Anthropic Messages adapter against a real SSE server on loopback.
+
+The fake (tests/fakeprovider.py) speaks the Messages streaming protocol: ``message_start``,
+``content_block_*`` with text, thinking (with signatures), redacted thinking and tool-use
+input deltas, ``ping``, ``message_delta`` and ``message_stop``, with real pauses, hang-ups
+and error bodies. The official ``anthropic`` SDK is what talks to it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+if os.environ.get("CI") != "true":  # in CI the dev extra installs it: never skip there
+    pytest.importorskip("anthropic", reason="the anthropic extra is not installed")
+
+from fakeprovider import (
+    FakeProvider,
+    anthropic_error,
+    anthropic_stream,
+)
+from tether._models.anthropic_native import AnthropicModel
+from tether._models.base import ModelRequest, Reasoning, TokenUsage
+from tether._models.streaming import Delta
+from tether.core.state import StopReason
+from tether.errors import ConfigurationError, ModelError
+
+KEY = "sk-ant-test-SECRET-0123456789"
+READ = {
+    "name": "read",
+    "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+}
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    provider = FakeProvider()
+    try:
+        yield provider
+    finally:
+        provider.close()
+
+
+def adapter(fake: FakeProvider, **kw: Any) -> AnthropicModel:
+    kw.setdefault("timeout", 5.0)
+    return AnthropicModel("claude-fake", base_url=fake.root_url, api_key=KEY, **kw)
+
+
+def request(**changes: Any) -> ModelRequest:
+    base: dict[str, Any] = {
+        "system_prompt": "Be terse.",
+        "messages": [{"role": "user", "content": "What is in a and b?"}],
+        "tools": [READ],
+    }
+    base.update(changes)
+    return ModelRequest(**base)
+
+
+def fail(model: AnthropicModel, req: ModelRequest, **kw: Any) -> ModelError:
+    with pytest.raises(ModelError) as info:
+        model.complete(req, **kw)
+    assert "\n" not in info.value.message and KEY not in info.value.message
+    return info.value
+
+
+THINKING = {"type": "thinking", "thinking": "I should read both files.", "signature": "sig-abc=="}
+REDACTED = {"type": "redacted_thinking", "data": "EncryptedBlob=="}
+
+
+def test_text_answer_request_shape_and_cache_usage(fake: FakeProvider) -> None:
+    usage = {"input_tokens": 5, "cache_read_input_tokens": 900, "cache_creation_input_tokens": 40}
+    fake.enqueue(anthropic_stream({"type": "text", "text": "Hello there."}, usage=usage))
+    seen: list[Delta] = []
+    model = adapter(fake)
+    response = model.complete(request(output_options={"temperature": 0}), on_delta=seen.append)
+    assert response.content == "Hello there."
+    assert response.stop_reason is StopReason.STOP
+    assert response.usage == TokenUsage(input=5, output=7, cache_read=900, cache_write=40)
+    assert [d.text for d in seen] == ["Hello ", "there."]
+    [sent] = fake.requests
+    assert sent.path == "/v1/messages"
+    sent_key = sent.headers.get("x-api-key") or sent.headers.get("authorization", "")[7:]
+    assert sent_key == KEY  # the SDK's choice of header
+    assert "anthropic-version" in sent.headers
+    assert sent.headers.get("x-stainless-retry-count", "0") == "0"
+    body = sent.body
+    assert body["model"] == "claude-fake" and body["stream"] is True
+    assert body["max_tokens"] == 8192 and body["temperature"] == 0
+    assert body["system"] == [
+        {"type": "text", "text": "Be terse.", "cache_control": {"type": "ephemeral"}}
+    ]
+    assert body["tools"] == [
+        {
+            "name": "read",
+            "description": "Read a file",
+            "input_schema": READ["parameters"],
+            "cache_control": {"type": "ephemeral"},
+        }
+    ]
+    assert body["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "text",
+                    "text": "What is in a and b?",
+                    "cache_control": {"type": "ephemeral"},
+                }
+            ],
+        }
+    ]
+    assert model.adapter_identity == "anthropic:messages:v1"
+    assert model.routing_identity == f"127.0.0.1:{fake.port}/claude-fake"
+
+
+def test_thinking_with_parallel_tool_use_is_kept_and_sent_back(fake: FakeProvider) -> None:
+    fake.enqueue(
+        anthropic_stream(
+            THINKING,
+            REDACTED,
+            {"type": "text", "text": "Reading both."},
+            {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a"}},
+            {"type": "tool_use", "id": "toolu_2", "name": "read", "input": {"path": "b"}},
+            stop_reason="tool_use",
+        ),
+        anthropic_stream({"type": "text", "text": "a says A, b says B."}),
+    )
+    model = adapter(fake)
+    seen: list[Delta] = []
+    thinking_on = {"thinking": {"type": "enabled", "budget_tokens": 2048}, "max_tokens": 4096}
+    first = model.complete(request(output_options=thinking_on), on_delta=seen.append)
+    assert first.stop_reason is StopReason.TOOL_USE
+    assert [(c.id, c.name, c.arguments) for c in first.tool_calls] == [
+        ("toolu_1", "read", '{"path": "a"}'),
+        ("toolu_2", "read", '{"path": "b"}'),
+    ]
+    assert first.reasoning == Reasoning(
+        text="I should read both files.", details=(THINKING, REDACTED), format="anthropic"
+    )
+    assert [d.text for d in seen if d.channel == "reasoning"] == ["I should rea", "d both files."]
+
+    history = [
+        {"role": "user", "content": "What is in a and b?"},
+        first.to_message(),
+        {"role": "tool", "content": "A", "tool_call_id": "toolu_1"},
+        {"role": "tool", "content": "B", "tool_call_id": "toolu_2"},
+    ]
+    second = model.complete(
+        request(
+            messages=history,
+            reasoning=[None, first.reasoning, None, None],
+            output_options=thinking_on,
+        )
+    )
+    assert second.content == "a says A, b says B."
+    body = fake.requests[1].body
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert body["max_tokens"] == 4096
+    _user, assistant, results = body["messages"]
+    assert assistant["role"] == "assistant"
+    assert assistant["content"] == [
+        THINKING,
+        REDACTED,
+        {"type": "text", "text": "Reading both."},
+        {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a"}},
+        {"type": "tool_use", "id": "toolu_2", "name": "read", "input": {"path": "b"}},
+    ]
+    assert results["role"] == "user"  # both results in one turn, as parallel tool use needs
+    assert [b["type"] for b in results["content"]] == ["tool_result", "tool_result"]
+    assert results["content"][1]["cache_control"] == {"type": "ephemeral"}
+
+
+def test_missing_side_record_sends_no_thinking(fake: FakeProvider) -> None:
+    fake.enqueue(anthropic_stream({"type": "text", "text": "ok"}))
+    history = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "toolu_1",
+                    "type": "function",
+                    "function": {"name": "read", "arguments": "{not json"},
+                }
+            ],
+        },
+        {"role": "tool", "content": "A", "tool_call_id": "toolu_1"},
+    ]
+    adapter(fake).complete(request(messages=history))
+    assistant = fake.requests[0].body["messages"][1]
+    assert assistant["content"] == [
+        {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {}}
+    ]
+
+
+def test_max_tokens_is_length(fake: FakeProvider) -> None:
+    fake.enqueue(anthropic_stream({"type": "text", "text": "cut of"}, stop_reason="max_tokens"))
+    assert adapter(fake).complete(request()).stop_reason is StopReason.LENGTH
+
+
+def test_stream_cut_before_message_stop(fake: FakeProvider) -> None:
+    fake.enqueue(anthropic_stream({"type": "text", "text": "half"}, complete=False, hang_up=True))
+    err = fail(adapter(fake), request())
+    assert err.code == "connection"
+    assert len(fake.requests) == 1
+
+
+def test_idle_timeout_and_cancel_close_the_connection(fake: FakeProvider) -> None:
+    fake.enqueue(anthropic_stream({"type": "text", "text": "slow"}, pauses={3: 10.0}))
+    started = time.monotonic()
+    err = fail(adapter(fake, idle_timeout=0.4), request())
+    assert err.code == "timeout" and "idle timeout" in err.message
+    assert time.monotonic() - started < 3.0
+    assert fake.disconnected.wait(3.0)
+
+    fake.disconnected.clear()
+    fake.enqueue(anthropic_stream({"type": "text", "text": "slow"}, pauses={3: 10.0}))
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    err = fail(adapter(fake), request(), cancel=cancel)
+    assert err.code == "aborted"
+    assert fake.disconnected.wait(2.0)
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "code"),
+    [
+        (429, "rate_limit_error", "rate_limited"),
+        (529, "overloaded_error", "provider_error"),
+        (401, "authentication_error", "authentication"),
+        (400, "invalid_request_error", "provider_error"),
+    ],
+)
+def test_errors_are_not_retried(fake: FakeProvider, status: int, kind: str, code: str) -> None:
+    fake.enqueue(anthropic_error(status, kind, "said the server", {"retry-after": "2"}))
+    err = fail(adapter(fake), request())
+    assert err.code == code and err.status == status
+    assert "said the server" in err.message
+    if code == "rate_limited":
+        assert err.retry_after == 2.0
+    assert len(fake.requests) == 1
+
+
+def test_error_event_mid_stream(fake: FakeProvider) -> None:
+    from fakeprovider import Canned, anthropic_event
+
+    events = [
+        {"type": "message_start", "message": {"usage": {"input_tokens": 1}}},
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    ]
+    fake.enqueue(Canned(chunks=tuple((0.0, anthropic_event(e)) for e in events)))
+    err = fail(adapter(fake), request())
+    assert err.code == "provider_error" and "Overloaded" in err.message
+
+
+def test_configuration_errors() -> None:
+    with pytest.raises(ConfigurationError, match="no API key"):
+        AnthropicModel("claude-fake", base_url="https://api.anthropic.com")
+    with pytest.raises(ConfigurationError, match="ends in /v1/messages"):
+        AnthropicModel("m", base_url="https://api.anthropic.com/v1/messages", api_key=KEY)
+
+
+def test_load_model_dispatch(fake: FakeProvider) -> None:
+    from tether._models import load_model
+
+    env = {"ANTHROPIC_API_KEY": KEY}
+    model = load_model("anthropic:claude-fake", base_url=fake.root_url, environ=env)
+    assert isinstance(model, AnthropicModel) and model.model == "claude-fake"
+    assert model.provider == "anthropic"

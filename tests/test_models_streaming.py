@@ -1,0 +1,294 @@
+"""Streaming chat completions against a real SSE server on loopback (tests/fakeprovider.py).
+
+The fake sends chunked ``text/event-stream`` bodies with real pauses, can hang up mid-answer,
+and notices when the client closes its connection, so the tests below observe what a real
+provider would: one request per call, the deltas in order, the whole answer only when it is
+complete, timeouts between chunks, and a closed connection on cancel.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fakeprovider import FakeProvider, chunk, completion, error, ok, streamed
+from tether._models.base import ModelRequest, Reasoning, TokenUsage
+from tether._models.openai_compat import OpenAICompatibleModel
+from tether._models.streaming import Delta, SSEDecoder
+from tether.core.state import StopReason
+from tether.errors import ConfigurationError, ModelError
+
+KEY = "sk-test-SECRET-0123456789"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    provider = FakeProvider()
+    try:
+        yield provider
+    finally:
+        provider.close()
+
+
+def adapter(fake: FakeProvider, **kw: Any) -> OpenAICompatibleModel:
+    kw.setdefault("timeout", 5.0)
+    kw.setdefault("api_key", KEY)
+    return OpenAICompatibleModel("fake/model", base_url=fake.base_url, **kw)
+
+
+def request(**changes: Any) -> ModelRequest:
+    base: dict[str, Any] = {
+        "system_prompt": "Be terse.",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "read", "description": "read", "parameters": {"type": "object"}}],
+    }
+    base.update(changes)
+    return ModelRequest(**base)
+
+
+def fail(model: OpenAICompatibleModel, req: ModelRequest, **kw: Any) -> ModelError:
+    with pytest.raises(ModelError) as info:
+        model.complete(req, **kw)
+    assert "\n" not in info.value.message and KEY not in info.value.message
+    return info.value
+
+
+USAGE = {
+    "prompt_tokens": 40,
+    "completion_tokens": 20,
+    "prompt_tokens_details": {"cached_tokens": 30},
+    "completion_tokens_details": {"reasoning_tokens": 12},
+    "cost": 0.00042,
+}
+
+
+class TestSSEDecoder:
+    def test_events(self) -> None:
+        decoder = SSEDecoder()
+        lines = [": keep-alive", "event: ping", "data: a", "data: b", "", "", "data:c"]
+        out = [decoder.line(line) for line in lines]
+        assert out == [None, None, None, None, ("ping", "a\nb"), None, None]
+        assert decoder.end() == ("message", "c")
+
+
+class TestStreaming:
+    def test_text_streams_live_and_whole_answer_returned(self, fake: FakeProvider) -> None:
+        fake.enqueue(
+            streamed(
+                chunk(content="Hel"),
+                chunk(content="lo, "),
+                chunk(content="world."),
+                chunk(finish_reason="stop"),
+                chunk(no_choices=True, usage=USAGE),
+                pause=0.05,
+            )
+        )
+        seen: list[tuple[Delta, float]] = []
+        started = time.monotonic()
+        response = adapter(fake).complete(
+            request(), on_delta=lambda d: seen.append((d, time.monotonic() - started))
+        )
+        assert response.content == "Hello, world."
+        assert response.stop_reason is StopReason.STOP
+        assert response.usage == TokenUsage(input=10, output=20, cache_read=30)
+        assert response.reasoning_tokens == 12 and response.cost == pytest.approx(0.00042)
+        assert [d.text for d, _ in seen] == ["Hel", "lo, ", "world."]
+        # Live: the first delta arrived before the last piece was even sent.
+        assert seen[0][1] < seen[-1][1] - 0.05
+        [sent] = fake.requests
+        assert sent.body["stream"] is True
+        assert sent.body["stream_options"] == {"include_usage": True}
+
+    def test_parallel_tool_calls_in_fragments(self, fake: FakeProvider) -> None:
+        def call(index: int, **fields: Any) -> dict[str, Any]:
+            return {"index": index, **fields}
+
+        fake.enqueue(
+            streamed(
+                chunk(content="Reading both."),
+                chunk(
+                    tool_calls=[
+                        call(0, id="c1", type="function", function={"name": "read"}),
+                        call(1, id="c2", type="function", function={"name": "read"}),
+                    ]
+                ),
+                chunk(tool_calls=[call(0, function={"arguments": '{"path":'})]),
+                chunk(tool_calls=[call(1, function={"arguments": '{"path":"b"}'})]),
+                chunk(tool_calls=[call(0, function={"arguments": '"a"}'})]),
+                chunk(finish_reason="stop"),  # "stop" with calls: still toolUse
+            )
+        )
+        response = adapter(fake).complete(request())
+        assert response.stop_reason is StopReason.TOOL_USE
+        assert [(c.id, c.name, c.arguments) for c in response.tool_calls] == [
+            ("c1", "read", '{"path":"a"}'),
+            ("c2", "read", '{"path":"b"}'),
+        ]
+        assert response.content == "Reading both."
+
+    @pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
+    def test_reasoning_chunks(self, fake: FakeProvider, field: str) -> None:
+        detail = {"type": "reasoning.text", "index": 0, "format": "anthropic-claude-v1"}
+        fake.enqueue(
+            streamed(
+                chunk(
+                    reasoning="Think ",
+                    reasoning_field=field,
+                    reasoning_details=[{**detail, "text": "Think "}],
+                ),
+                chunk(
+                    reasoning="hard.",
+                    reasoning_field=field,
+                    reasoning_details=[{**detail, "text": "hard.", "signature": "sig"}],
+                ),
+                chunk(content="Done."),
+                chunk(finish_reason="stop", usage=USAGE),
+            )
+        )
+        seen: list[Delta] = []
+        response = adapter(fake).complete(request(), on_delta=seen.append)
+        assert [(d.channel, d.text) for d in seen] == [
+            ("reasoning", "Think "),
+            ("reasoning", "hard."),
+            ("text", "Done."),
+        ]
+        assert response.reasoning == Reasoning(
+            text="Think hard.",
+            details=({**detail, "text": "Think hard.", "signature": "sig"},),
+            format="openrouter",
+        )
+        assert response.content == "Done."
+
+    def test_stream_cut_mid_answer_is_an_error(self, fake: FakeProvider) -> None:
+        fake.enqueue(streamed(chunk(content="Half an ans"), done=False, hang_up=True))
+        err = fail(adapter(fake), request())
+        assert err.code == "connection"
+        assert "ended before it was complete" in err.message or "broke off" in err.message
+        assert len(fake.requests) == 1
+
+    def test_idle_stream_times_out_and_closes_connection(self, fake: FakeProvider) -> None:
+        fake.enqueue(streamed(chunk(content="a"), chunk(content="b"), pauses={1: 10.0}))
+        model = adapter(fake, timeout=5.0, idle_timeout=0.4)
+        started = time.monotonic()
+        err = fail(model, request())
+        assert err.code == "timeout" and "idle timeout" in err.message
+        assert "0.4 s" in err.message
+        assert time.monotonic() - started < 3.0
+        assert fake.disconnected.wait(3.0), "the server never saw the connection close"
+
+    def test_slow_steady_stream_outlives_the_idle_timeout(self, fake: FakeProvider) -> None:
+        pieces = [chunk(content=str(i)) for i in range(8)]
+        fake.enqueue(streamed(*pieces, chunk(finish_reason="stop"), pause=0.15))
+        model = adapter(fake, timeout=0.6, idle_timeout=0.6)
+        started = time.monotonic()
+        response = model.complete(request())
+        assert time.monotonic() - started > 0.9  # longer than either timeout as a whole
+        assert response.content == "01234567"
+
+    def test_first_byte_timeout(self, fake: FakeProvider) -> None:
+        fake.enqueue(ok(completion("late"), delay=10.0))
+        started = time.monotonic()
+        err = fail(adapter(fake, timeout=0.4), request())
+        assert err.code == "timeout" and "first-byte timeout" in err.message
+        assert time.monotonic() - started < 3.0
+        assert fake.disconnected.wait(3.0)
+
+    def test_cancel_mid_stream_closes_the_connection(self, fake: FakeProvider) -> None:
+        fake.enqueue(streamed(chunk(content="a"), chunk(content="b"), pauses={1: 10.0}))
+        cancel = threading.Event()
+        model = adapter(fake)
+
+        def on_delta(delta: Delta) -> None:
+            threading.Timer(0.1, cancel.set).start()
+
+        started = time.monotonic()
+        err = fail(model, request(), cancel=cancel, on_delta=on_delta)
+        assert err.code == "aborted" and err.message == "Operation aborted"
+        assert time.monotonic() - started < 2.0
+        assert fake.disconnected.wait(2.0), "the provider would keep generating"
+
+    def test_cancel_before_the_first_byte_closes_the_connection(self, fake: FakeProvider) -> None:
+        fake.enqueue(ok(completion("late"), delay=10.0))
+        cancel = threading.Event()
+        threading.Timer(0.3, cancel.set).start()
+        err = fail(adapter(fake), request(), cancel=cancel)
+        assert err.code == "aborted"
+        assert fake.disconnected.wait(2.0)
+
+    def test_rate_limit_before_the_stream(self, fake: FakeProvider) -> None:
+        fake.enqueue(error(429, "slow down", headers={"Retry-After": "3"}))
+        err = fail(adapter(fake), request())
+        assert err.code == "rate_limited" and err.retry_after == 3.0
+        assert len(fake.requests) == 1
+
+    def test_server_that_ignores_stream(self, fake: FakeProvider) -> None:
+        fake.enqueue(ok(completion("whole")))
+        seen: list[Delta] = []
+        assert adapter(fake).complete(request(), on_delta=seen.append).content == "whole"
+
+    def test_error_in_the_stream(self, fake: FakeProvider) -> None:
+        bad = {"error": {"message": "upstream overloaded", "code": 502}, "choices": []}
+        fake.enqueue(streamed(chunk(content="par"), bad))
+        err = fail(adapter(fake), request())
+        assert err.code == "provider_error" and "upstream overloaded" in err.message
+
+    def test_chunk_that_is_not_json(self, fake: FakeProvider) -> None:
+        fake.enqueue(streamed(b"data: {nope\n\n"))
+        err = fail(adapter(fake), request())
+        assert err.code == "bad_response" and "not JSON" in err.message
+
+
+class TestClearErrors:
+    def test_base_url_with_chat_completions(self) -> None:
+        with pytest.raises(ConfigurationError) as info:
+            OpenAICompatibleModel(
+                "m", base_url="https://api.example.com/v1/chat/completions", api_key=KEY
+            )
+        assert str(info.value) == (
+            "the model base URL ends in /chat/completions, which tether appends itself: "
+            "use https://api.example.com/v1"
+        )
+
+    def test_no_key_sent_says_so(self, fake: FakeProvider) -> None:
+        fake.enqueue(error(401, "Unauthorized: key required"))
+        model = OpenAICompatibleModel("fake/model", base_url=fake.base_url, timeout=5.0)
+        err = fail(model, request())
+        assert err.code == "authentication"
+        assert "no key was sent" in err.message and "TETHER_API_KEY" in err.message
+        assert "Unauthorized: key required" in err.message
+
+    def test_unknown_model_shows_the_server_message(self, fake: FakeProvider) -> None:
+        fake.enqueue(error(404, "The model `nope` does not exist"))
+        err = fail(adapter(fake), request())
+        assert err.code == "provider_error"
+        assert "'fake/model'" in err.message and "The model `nope` does not exist" in err.message
+
+
+def test_gzip_compressed_stream_is_decoded(fake: FakeProvider) -> None:
+    """Proxies (Cloudflare in front of a provider) may gzip an event stream."""
+    import zlib
+
+    from fakeprovider import Canned, sse_data
+
+    packer = zlib.compressobj(wbits=31)
+    pieces = []
+    for event in (chunk(content="Zip"), chunk(content="ped."), chunk(finish_reason="stop")):
+        pieces.append((0.05, packer.compress(sse_data(event)) + packer.flush(zlib.Z_SYNC_FLUSH)))
+    pieces.append((0.0, packer.compress(sse_data("[DONE]")) + packer.flush()))
+    fake.enqueue(Canned(chunks=tuple(pieces), headers={"Content-Encoding": "gzip"}))
+    seen: list[Delta] = []
+    response = adapter(fake).complete(request(), on_delta=seen.append)
+    assert response.content == "Zipped." and [d.text for d in seen] == ["Zip", "ped."]
+
+
+def test_cancel_without_streaming_closes_the_connection(fake: FakeProvider) -> None:
+    fake.enqueue(ok(completion("late"), delay=10.0))
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    err = fail(adapter(fake, stream=False), request(), cancel=cancel)
+    assert err.code == "aborted"
+    assert fake.disconnected.wait(2.0)

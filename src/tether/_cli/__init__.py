@@ -6,8 +6,8 @@ Error mapping, input reading and JSON output are shared in :mod:`tether._cli.com
 
 Exit status: 0 success, 1 corrupt session, 2 usage error (bad flags, unreadable or
 malformed input files), 70 internal error (a bug in tether). The agent commands (``run``,
-``resume``, ``repl``) add 1 run failed, 3-10 session store errors, 65 recovery blocked and
-130 aborted (see :mod:`tether._cli.run_cmd`).
+``resume``, ``repl``) add 1 run failed, 3-10 session store errors, 65 recovery blocked, 67 a call
+awaits approval and 130 aborted (see :mod:`tether._cli.run_cmd`).
 
 ``tether`` without a command starts the interactive REPL (:mod:`tether._cli.repl`).
 """
@@ -20,6 +20,7 @@ import typer
 
 from tether import __version__
 from tether._cli import (
+    approvals_cmd,
     authorizations_cmd,
     crashlab_cmd,
     inspect_cmd,
@@ -55,6 +56,7 @@ COMMAND_MODULES = (
     lab_cmd,
     verify_cmd,
     authorizations_cmd,
+    approvals_cmd,
 )
 for _module in COMMAND_MODULES:
     _module.register(app)

@@ -46,6 +46,7 @@ _SKIP_TEXT = {
     "aborted": "aborted, not run",
     "interrupted": "interrupted",
     "denied": "denied by the policy, not run",
+    "declined": "declined by a person, not run",
 }
 
 
@@ -105,7 +106,9 @@ def continue_lines(
     ``location`` the flags that find the session from the current directory.
     """
     lines = [f"resume with: {resume_command(session_id, location)}"]
-    if status != "blocked":
+    if status == "awaiting_approval":
+        lines[0] = f"after deciding, resume with: {resume_command(session_id, location)}"
+    if status not in ("blocked", "awaiting_approval"):
         lines.append(f'continue with: tether run --session {session_id}{location} "…"')
         if repl:
             lines.append(f"          or: tether repl --session {session_id}{location}")
@@ -284,6 +287,12 @@ class HumanProgress:
                 f"not verified yet: follow-up run {event.number} asks the model to verify",
                 style="yellow",
             )
+        elif isinstance(event, events.ApprovalParked):
+            self._stop()
+            label = self._call_label(event.name, event.call_id)
+            self._line(
+                Text(f"⏸ {label} (parked for approval as #{event.request_id})", style="yellow")
+            )
         elif isinstance(event, events.Blocked):
             self._stop()
         elif isinstance(event, events.OperationFinished):
@@ -337,15 +346,18 @@ class HumanProgress:
             self._line(
                 f"blocked: {printable(result.message or result.blocked_reason or '')}", style="red"
             )
+        elif status == "awaiting_approval":
+            self._line(printable(result.message or "awaiting approval"), style="yellow")
         elif result.message:
             self._line(printable(result.message), style="dim")
         else:
             self._line("nothing to do: the session has no unfinished operation", style="dim")
-        if status != "blocked" and (result.usage.input or result.usage.output):
+        quiet = ("blocked", "awaiting_approval")
+        if status not in quiet and (result.usage.input or result.usage.output):
             self._line(usage_text(result), style="dim")
         if closing:
             for line in continue_lines(result.session_id, status, location=self.location):
-                self._line(line, style="bold" if line.startswith("resume") else "")
+                self._line(line, style="bold" if "resume with" in line else "")
 
     def _verification(self, result: RunResult) -> None:
         check = result.verification

@@ -50,6 +50,9 @@ EXIT_BLOCKED = 65
 """
 EXIT_ABORTED = 130
 """The operation was aborted (Ctrl+C), like a shell reports a command ended by SIGINT."""
+EXIT_AWAITING_APPROVAL = 67
+"""A call is parked until a person decides with ``tether approve``/``deny`` (the policy
+said ask and nobody could be asked here); ``tether resume`` carries the decision out."""
 EXIT_UNVERIFIED = 66
 """Verification was required (``--require-verified``) and the completed run is still not
 backed by a passing check of the files as they are now."""
@@ -75,6 +78,8 @@ def exit_code_for(result: RunResult, *, abort_requested: bool = False) -> int:
         return EXIT_FAILED
     if status == "blocked":
         return EXIT_BLOCKED
+    if status == "awaiting_approval":
+        return EXIT_AWAITING_APPROVAL
     return 0 if abort_requested else EXIT_ABORTED
 
 
@@ -339,9 +344,10 @@ def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
         tool_timeout=settings.tool_timeout,
         project=project,
         budget=budget,
-        authorize=terminal_authorizer(progress) if settings.interactive else None,
+        authorize=terminal_authorizer(progress, workspace) if settings.interactive else None,
         assume_yes=settings.assume_yes,
         ask_by_default=settings.ask_by_default and settings.interactive,
+        park_approvals=not settings.interactive,
         require_verified=True if settings.require_verified else None,
     )
 
@@ -489,14 +495,18 @@ def run(
     and the session stays resumable with `tether resume ID`.
 
     Calls the policy of tether.toml says to ask about are asked on the
-    terminal; without one (a pipe, CI) they are denied unless --yes is given.
+    terminal (yes / no / always for this rule). Without one (a pipe, CI, a
+    worker) such a call is parked: the run stops with exit 67 naming the
+    call, `tether approve ID` or `tether deny ID --why TEXT` decides from any
+    terminal, and `tether resume SESSION` carries it out (--yes allows them).
     A completed run that changed files reports whether a passing check backs
     it (see `tether verify`).
 
     Exit status: 0 completed, 1 failed (also repeated_failure and
     budget_exhausted), 2 usage error (no model, no API key, bad tether.toml,
     …), 3 no such session, 4 session busy, 5 corrupt session log, 65 blocked,
-    66 still unverified with --require-verified, 130 aborted.
+    66 still unverified with --require-verified, 67 a call awaits approval,
+    130 aborted.
     """
     settings = AgentSettings(
         model=model,
@@ -547,6 +557,7 @@ def run_agent_command(
 __all__ = [
     "API_KEY_WARNING",
     "EXIT_ABORTED",
+    "EXIT_AWAITING_APPROVAL",
     "EXIT_BLOCKED",
     "EXIT_FAILED",
     "EXIT_UNVERIFIED",

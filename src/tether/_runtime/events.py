@@ -117,6 +117,17 @@ class Blocked(Event):
 
 
 @dataclass(frozen=True)
+class ApprovalParked(Event):
+    """A call was parked until a person decides; the run stops after this."""
+
+    name: str = ""
+    call_id: str = ""
+    request_id: int = 0
+    summary: str = ""
+    kind: str = "approval_parked"
+
+
+@dataclass(frozen=True)
 class ToolAuthorized(Event):
     """A side-effecting call was decided before it started (policy, a person or --yes)."""
 

@@ -34,7 +34,7 @@ from tether._effects.recovery import RecoveryAction, RecoveryDecision, reconcile
 from tether._models.base import ModelRequest, ModelResponse
 from tether._runtime import boundaries, events
 from tether._runtime.compose import Composition
-from tether._runtime.guards import follow_up_prompt, is_failure, run_range
+from tether._runtime.guards import ParkedCall, follow_up_prompt, is_failure, run_range
 from tether._runtime.masking import mask_commits
 from tether._runtime.results import RunResult, RunStatus, finished_details
 from tether._runtime.runners import RUNNERS, CallSite
@@ -251,7 +251,8 @@ class Executor:
         if isinstance(store.state.operation, IdleOperation):
             return None
         earlier = self._drive(store)
-        return earlier if earlier.status is RunStatus.BLOCKED else None
+        stopped = (RunStatus.BLOCKED, RunStatus.AWAITING_APPROVAL)
+        return earlier if earlier.status in stopped else None
 
     @contextmanager
     def _abortable(self) -> Iterator[None]:
@@ -815,7 +816,7 @@ class Executor:
 
     # ------------------------------------------------------------------ tools
 
-    def _start_tool(self, drive: _Drive, state: SessionState, plan: StartTool) -> None:
+    def _start_tool(self, drive: _Drive, state: SessionState, plan: StartTool) -> RunResult | None:
         """``startTool``: a call started now, or a replay (docs/runtime.md, "The loop")."""
         store = drive.store
         operation = state.operation
@@ -829,7 +830,7 @@ class Executor:
             self._emit(events.ToolStarted(name=plan.tool_name, call_id=call["id"], replay=True))
             started = operation.tool_call(plan.tool_started_id)
             self._execute(drive, tool, dict(plan.arguments), started, None)
-            return
+            return None
         # 1. validate the arguments (a violation becomes an invalidArguments result)
         earlier = self._evidence.earlier_decision(store, plan.assistant_entry_id)
         validated = self.registry.validate(plan.tool_name, call["function"]["arguments"])
@@ -847,9 +848,9 @@ class Executor:
                     )
                 ],
             )
-            return
+            return None
         # 2. authorize (boundary authorized when a decision is recorded)
-        authorization, denial = self._guards.authorize(
+        decided = self._guards.authorize(
             store.session_id,
             plan.assistant_entry_id,
             plan.tool_index,
@@ -857,6 +858,9 @@ class Executor:
             validated.arguments,
             earlier_decision=earlier,
         )
+        if isinstance(decided, ParkedCall):
+            return self._park(drive, decided, call["id"])
+        authorization, denial = decided
         if authorization is not None:
             self._emit(
                 events.ToolAuthorized(
@@ -898,9 +902,11 @@ class Executor:
                 )
             )
             store.commit(intent)
-            self._emit(events.ToolSkipped(name=plan.tool_name, call_id=call["id"], reason="denied"))
+            person = authorization is not None and authorization.who not in ("policy", "--yes")
+            reason = "declined" if person else "denied"
+            self._emit(events.ToolSkipped(name=plan.tool_name, call_id=call["id"], reason=reason))
             self._note_failure(drive, started_id, result_id, plan.tool_name, validated.arguments)
-            return
+            return None
         # 3. what the tool's recovery kind records before toolStarted (a journaled file
         # change: its planned change in the journal, boundary journal.intent_prepared)
         runner = RUNNERS[validated.tool.recovery]
@@ -914,6 +920,29 @@ class Executor:
         self._emit(events.ToolStarted(name=plan.tool_name, call_id=call["id"]))
         # 5. run it → after_effect  6. commit the result entry → after_result
         self._execute(drive, validated.tool, validated.arguments, started, prepared)
+        return None
+
+    def _park(self, drive: _Drive, parked: ParkedCall, call_id: str) -> RunResult:
+        """A call waits for a person: the run stops, its operation stays open (the next
+        resume carries the decision out); nothing is appended to the log."""
+        message = parked.message()
+        self._emit(
+            events.ApprovalParked(
+                name=parked.tool_name,
+                call_id=call_id,
+                request_id=parked.request_id,
+                summary=parked.summary,
+            )
+        )
+        self._emit(events.Blocked(reason="approval_required", detail=message))
+        return self._result(
+            drive.store,
+            RunStatus.AWAITING_APPROVAL,
+            usage_before=drive.usage_before,
+            blocked_reason="approval_required",
+            message=message,
+            parked_call=parked.request_id,
+        )
 
     def _execute(
         self,

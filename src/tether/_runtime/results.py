@@ -45,6 +45,8 @@ class RunStatus(StrEnum):
     FAILED = "failed"
     ABORTED = "aborted"
     BLOCKED = "blocked"
+    AWAITING_APPROVAL = "awaiting_approval"
+    """A call is parked until a person decides (``tether approve``/``deny``)."""
     IDLE = "idle"  # nothing was unfinished and nothing was asked
 
 
@@ -67,6 +69,8 @@ class RunResult:
     follow_ups: int = 0
     """Follow-up runs started to get the work verified (``require_verified``)."""
     require_verified: bool = False
+    parked_call: int | None = None
+    """The id of the call parked for approval (status ``awaiting_approval``)."""
 
     @property
     def resume_command(self) -> str:
@@ -99,6 +103,7 @@ class RunResult:
             ),
             "followUps": self.follow_ups,
             "unverified": self.unverified,
+            "parkedCall": self.parked_call,
         }
 
 

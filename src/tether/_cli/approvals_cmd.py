@@ -31,7 +31,9 @@ from tether._cli.common import (
     printable,
     workspace_root,
 )
+from tether._cli.session_pick import LastOption, session_id_for
 from tether._effects.approvals import ApprovalRequest, ApprovalStore, parse_request_id
+from tether._stores.file import sessions_dir_for
 from tether._wsdb.sqlite import EffectsDB, effects_db_path, format_ms
 from tether.errors import ApprovalDecided, ApprovalNotFound, ConfigurationError
 
@@ -91,9 +93,10 @@ def approvals(
     session: Annotated[
         str | None,
         typer.Option(
-            "--session", "-s", help="Only this session's calls (id or prefix).", metavar="ID"
+            "--session", "-s", help="Only this session's calls (id or unique prefix).", metavar="ID"
         ),
     ] = None,
+    last: LastOption = False,
     show_all: Annotated[
         bool, typer.Option("--all", help="Also the decided and void calls.")
     ] = False,
@@ -109,6 +112,7 @@ def approvals(
     """
     with handle_errors():
         root = workspace_root(workspace)
+        session = session_id_for(session, last, sessions_dir_for(root))
         db = _open(root)
         requests: list[ApprovalRequest] = []
         if db is not None:
@@ -117,7 +121,7 @@ def approvals(
             finally:
                 db.close()
         if session is not None:
-            requests = [r for r in requests if r.session_id.startswith(session.strip())]
+            requests = [r for r in requests if r.session_id == session]
         if json_output:
             emit_json([request.as_dict() for request in requests])
             return

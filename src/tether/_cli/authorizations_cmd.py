@@ -16,7 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from tether._cli.common import WORKSPACE_HELP, emit_json, handle_errors, one_line, workspace_root
+from tether._cli.session_pick import LastOption, session_id_for
 from tether._effects.authorization import AuthorizationStore
+from tether._stores.file import sessions_dir_for
 from tether._wsdb.sqlite import EffectsDB, effects_db_path, format_ms
 
 
@@ -32,14 +34,19 @@ def authorizations(
     session: Annotated[
         str | None,
         typer.Option(
-            "--session", "-s", help="Only this session's decisions (full id).", metavar="ID"
+            "--session",
+            "-s",
+            help="Only this session's decisions (id or unique prefix).",
+            metavar="ID",
         ),
     ] = None,
+    last: LastOption = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> None:
     """List the authorization decisions recorded in this workspace, oldest first."""
     with handle_errors():
         root = workspace_root(workspace)
+        session = session_id_for(session, last, sessions_dir_for(root))
         if not effects_db_path(root).exists():
             decisions = []
         else:

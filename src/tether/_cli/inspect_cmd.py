@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tether._cli.common import (
+    InputError,
     SessionsDirOption,
     emit_json,
     handle_errors,
@@ -20,6 +21,7 @@ from tether._cli.common import (
     read_input,
     resolve_sessions_dir,
 )
+from tether._cli.session_pick import LastOption, newest_session
 from tether._inputs import MAX_SESSION_FILE_BYTES
 from tether._stores.file import find_session
 from tether.core import SessionCorruption, SessionState, reduce_session
@@ -45,12 +47,14 @@ def register(app: typer.Typer) -> None:
 
 def inspect(
     file: Annotated[
-        Path,
+        Path | None,
         typer.Argument(
             help="Session log (.jsonl) to reduce, or a session id or unique id prefix.",
             metavar="SESSION",
+            show_default=False,
         ),
-    ],
+    ] = None,
+    last: LastOption = False,
     json_output: Annotated[
         bool,
         typer.Option(
@@ -69,8 +73,7 @@ def inspect(
     session, 7 ambiguous id prefix.
     """
     with handle_errors():
-        if not file.exists() and file.parent == Path("."):
-            file = find_session(resolve_sessions_dir(sessions_dir), str(file))
+        file = session_file(file, last, sessions_dir)
         data = read_input(file, "session file", limit=MAX_SESSION_FILE_BYTES)
         if not json_output:
             render_state(reduce_session(data), file_size=len(data), console=Console())
@@ -81,6 +84,21 @@ def inspect(
             emit_json({"ok": False, "error": exc.to_json()})
             raise typer.Exit(exc.exit_code) from None
         emit_json({"ok": True, "state": state.to_json()})
+
+
+def session_file(file: Path | None, last: bool, sessions_dir: Path | None) -> Path:
+    """The log a read-only command means: a file, an id or unique prefix, or ``--last``."""
+    if file is None and not last:
+        raise InputError("give a SESSION (a file, an id or a unique id prefix) or --last")
+    if last:
+        if file is not None:
+            raise InputError("give a SESSION or --last, not both")
+        folder = resolve_sessions_dir(sessions_dir)
+        return find_session(folder, newest_session(folder))
+    assert file is not None
+    if not file.exists() and file.parent == Path("."):
+        return find_session(resolve_sessions_dir(sessions_dir), str(file))
+    return file
 
 
 # --------------------------------------------------------------------------- rendering

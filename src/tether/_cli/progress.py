@@ -106,6 +106,8 @@ def continue_lines(
     ``location`` the flags that find the session from the current directory.
     """
     lines = [f"resume with: {resume_command(session_id, location)}"]
+    if status == "idle":
+        lines = []  # nothing is unfinished: there is nothing to resume
     if status == "awaiting_approval":
         lines[0] = f"after deciding, resume with: {resume_command(session_id, location)}"
     if status not in ("blocked", "awaiting_approval"):

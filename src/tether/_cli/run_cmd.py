@@ -29,6 +29,12 @@ import typer
 
 from tether._cli.common import WORKSPACE_HELP, handle_errors, one_line, workspace_root
 from tether._cli.progress import CallArguments, Progress, make_progress, resume_command
+from tether._cli.session_pick import (
+    agent_sessions_dir,
+    pick_session,
+    recording_sink,
+    with_recorded,
+)
 from tether._credentials import (
     Masker,
     hide_from_process_listing,
@@ -36,7 +42,7 @@ from tether._credentials import (
     registered_secrets,
 )
 from tether._stores.file import Durability
-from tether.errors import SessionCorruption, TetherError
+from tether.errors import ConfigurationError, SessionCorruption, TetherError
 
 if TYPE_CHECKING:  # the runtime and the adapters pull in the model SDKs: import them lazily
     from tether._models import ModelAdapter, ModelRequest, ModelResponse
@@ -340,7 +346,7 @@ def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
         system_prompt=settings.system_prompt,
         durability=Durability(settings.durability.value),
         sessions_dir=settings.sessions_dir,
-        on_event=progress.on_event,
+        on_event=recording_sink(settings, progress.on_event),
         tool_timeout=settings.tool_timeout,
         project=project,
         budget=budget,
@@ -412,8 +418,8 @@ def call_agent(agent: Agent, progress: Progress, call: Callable[[], RunResult]) 
             return masked_result(call(), agent.masker)
     except TetherError as exc:
         progress.close()
-        if progress.opened is None:
-            raise
+        if progress.opened is None or isinstance(exc, ConfigurationError):
+            raise  # nothing to resume: one error line
         message = f"session is corrupt: {exc}" if isinstance(exc, SessionCorruption) else str(exc)
         typer.echo(f"error: {one_line(agent.masker.text(message))}", err=True)
         progress.notice(f"resume with: {resume_command(progress.opened, progress.location)}")
@@ -463,11 +469,16 @@ def run(
             "--session",
             "-s",
             help="Continue this session (id, unique id prefix or path) instead of starting "
-            "a new one. Unfinished work in it is finished first.",
+            "a new one. Unfinished work in it is finished first. Without --model etc. it "
+            "uses the model, endpoint and options the session was run with.",
             metavar="ID",
             show_default=False,
         ),
     ] = None,
+    last: Annotated[
+        bool,
+        typer.Option("--last", "-l", help="Continue the session with the latest activity."),
+    ] = False,
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
@@ -526,7 +537,21 @@ def run(
         max_seconds=max_seconds,
         interactive=terminal_attached(),
     )
-    run_agent_command(settings, lambda agent: agent.run(prompt, session=session))
+    run_agent_command(
+        settings,
+        lambda agent, chosen: agent.run(prompt, session=chosen),
+        session=session,
+        last=last,
+    )
+
+
+def choose_session(settings: AgentSettings, session: str | None, last: bool) -> str | None:
+    """The session an agent command means: ``session`` as given, or the newest for ``last``."""
+    if not last:
+        return session
+    return pick_session(
+        session, last, agent_sessions_dir(settings.sessions_dir, settings.workspace)
+    )
 
 
 def terminal_attached() -> bool:
@@ -539,16 +564,29 @@ def terminal_attached() -> bool:
 
 def run_agent_command(
     settings: AgentSettings,
-    call: Callable[[Agent], RunResult],
+    call: Callable[[Agent, str | None], RunResult],
     *,
+    session: str | None = None,
+    last: bool = False,
+    require_session: bool = False,
     abort_requested: bool = False,
 ) -> NoReturn:
-    """Build the agent, run ``call`` with progress and Ctrl+C handling, exit with its code."""
+    """Build the agent, run ``call`` with progress and Ctrl+C handling, exit with its code.
+
+    ``call`` gets the session meant (``session``, or the newest one for ``last``); for an
+    existing session the settings it was run with fill in the flags not given."""
     code = 0
     with agent_errors():
+        chosen = choose_session(settings, session, last)
+        if require_session and chosen is None:
+            raise ConfigurationError(
+                "give a SESSION (an id, a unique id prefix or a path) or --last"
+            )
+        if chosen is not None:
+            settings = with_recorded(settings, chosen)
         progress = make_progress(settings.json_output)
         agent = build_agent(settings, progress)
-        result = call_agent(agent, progress, lambda: call(agent))
+        result = call_agent(agent, progress, lambda: call(agent, chosen))
         progress.result(result)
         code = exit_code_for(result, abort_requested=abort_requested)
     raise typer.Exit(code)

@@ -149,6 +149,37 @@ class Executor:
         result = self._run_once(prompt, session)
         return self._follow_up(result)
 
+    def retry(self, session: str) -> RunResult:
+        """Start a new run on the input entry of the session's failed (or aborted) last run:
+        the prompt is not appended again (spec 8.1 allows any earlier user entry)."""
+        with self._open(session) as store, self._abortable():
+            state = store.state
+            finished = state.last_finished
+            if not isinstance(state.operation, IdleOperation):
+                raise ConfigurationError(
+                    f"session {store.session_id} has unfinished work: finish it with "
+                    f"`tether resume {store.session_id}` (or abort it with --abort) first"
+                )
+            if finished is None or finished.kind != "run" or finished.outcome == "completed":
+                what = "no run" if finished is None else f"a {finished.outcome} {finished.kind}"
+                raise ConfigurationError(
+                    f"nothing to retry: the last operation of session {store.session_id} is "
+                    f"{what}; retry takes a session whose last run failed or was aborted"
+                )
+            users = [
+                entry_id
+                for entry_id, message in zip(state.transcript_ids, state.transcript, strict=True)
+                if message.get("role") == "user"
+            ]
+            if not users:
+                raise ConfigurationError(f"session {store.session_id} has no prompt to retry")
+            self._evidence.rebind_if_lost(store)
+            before = state.usage
+            store.commit([facts.run_started(operation_id=self._ids(), input_entry_id=users[-1])])
+            faults.hit(boundaries.RUN_ACCEPTED)
+            result = self._drive(store, usage_before=before)
+        return self._follow_up(result)
+
     def resume(self, session: str, *, abort: bool = False) -> RunResult:
         """Continue the session's unfinished operation exactly as the planner says.
 

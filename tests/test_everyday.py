@@ -1,0 +1,147 @@
+"""Everyday use through the real CLI: continuing a session without retyping its model,
+``--last`` and id prefixes, ``tether retry``, ``tether plan SESSION``."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from test_cli_run import cli_env, run_cli, script
+
+FAIL: dict[str, Any] = {"error": {"code": "rate_limited", "message": "slow down"}}
+
+
+def bash_call(command: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "bash", "arguments": {"command": command}}]}
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def only_session(workspace: Path) -> str:
+    [path] = sorted((workspace / ".tether" / "sessions").glob("*.jsonl"))
+    return path.stem.split("_", 1)[1]
+
+
+def user_entries(workspace: Path, session_id: str) -> list[str]:
+    shown = run_cli("inspect", "--json", session_id, cwd=workspace)
+    assert shown.returncode == 0, shown.stderr
+    transcript = json.loads(shown.stdout)["state"]["transcript"]
+    return [m["content"] for m in transcript if m["role"] == "user"]
+
+
+def one_error(stderr: str, contains: str) -> None:
+    assert stderr.count("\n") == 1 and stderr.startswith("error: "), stderr
+    assert contains in stderr, stderr
+
+
+def test_resume_and_run_session_use_the_recorded_model(ws: Path) -> None:
+    (ws / "sub").mkdir()
+    model = script(ws, [bash_call("echo 1 >> counter.txt"), {"content": "one"}, {"content": "two"}])
+    crashed = run_cli(
+        "run", "count", "--model", model, cwd=ws, env=cli_env(TETHER_CRASH_AT="after_result")
+    )
+    assert crashed.returncode == -signal.SIGKILL
+    session_id = only_session(ws)
+    # No --model: the session's own (the script path was recorded absolute).
+    resumed = run_cli("resume", session_id[:30], cwd=ws)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "one" in resumed.stdout
+    assert (ws / "counter.txt").read_text() == "1\n"
+    again = run_cli("run", "--last", "again", cwd=ws)
+    assert again.returncode == 0, again.stderr
+    assert "two" in again.stdout
+    assert user_entries(ws, session_id) == ["count", "again"]
+
+
+def test_an_explicit_model_flag_wins_and_still_meets_the_gate(ws: Path) -> None:
+    model = script(ws, [{"content": "first"}])
+    other = script(ws, [{"content": "x"}], name="other.json")
+    crashed = run_cli(
+        "run", "go", "--model", model, cwd=ws, env=cli_env(TETHER_CRASH_AT="attempt_recorded")
+    )
+    assert crashed.returncode == -signal.SIGKILL
+    blocked = run_cli("resume", "--last", "--model", other, cwd=ws)
+    assert blocked.returncode == 65, blocked.stderr
+    assert "configuration" in blocked.stderr
+    assert run_cli("resume", "--last", cwd=ws).returncode == 0
+
+
+def test_nothing_to_do_does_not_offer_a_resume(ws: Path) -> None:
+    model = script(ws, [{"content": "hi"}])
+    assert run_cli("run", "hello", "--model", model, cwd=ws).returncode == 0
+    idle = run_cli("resume", "--last", cwd=ws)
+    assert idle.returncode == 0
+    assert "nothing to do" in idle.stderr
+    assert "resume with" not in idle.stderr
+    assert "continue with: tether run --session" in idle.stderr
+
+
+def test_last_and_a_session_together_or_neither_is_one_usage_line(ws: Path) -> None:
+    model = script(ws, [{"content": "hi"}])
+    assert run_cli("run", "hello", "--model", model, cwd=ws).returncode == 0
+    session_id = only_session(ws)
+    both = run_cli("resume", session_id, "--last", cwd=ws)
+    assert both.returncode == 2
+    one_error(both.stderr, "not both")
+    neither = run_cli("resume", cwd=ws)
+    assert neither.returncode == 2
+    one_error(neither.stderr, "or --last")
+    inspect = run_cli("inspect", cwd=ws)
+    assert inspect.returncode == 2
+    one_error(inspect.stderr, "or --last")
+    assert session_id in run_cli("inspect", "--last", cwd=ws).stdout
+    decisions = run_cli("authorizations", "--last", "--json", cwd=ws)
+    assert decisions.returncode == 0 and json.loads(decisions.stdout) == []
+
+
+def test_last_picks_the_latest_activity(ws: Path) -> None:
+    model = script(ws, [{"content": "a"}, {"content": "b"}])
+    assert run_cli("run", "first", "--model", model, cwd=ws).returncode == 0
+    assert run_cli("run", "second", "--model", model, cwd=ws).returncode == 0
+    logs = sorted((ws / ".tether" / "sessions").glob("*.jsonl"))
+    first_id = logs[0].stem.split("_", 1)[1]
+    assert run_cli("run", "--session", first_id, "more", cwd=ws).returncode == 0
+    shown = json.loads(run_cli("inspect", "--last", "--json", cwd=ws).stdout)
+    assert shown["state"]["header"]["id"] == first_id
+
+
+def test_retry_runs_the_failed_prompt_again_without_repeating_it(ws: Path) -> None:
+    failing = script(ws, [FAIL])
+    failed = run_cli("run", "say hi", "--model", failing, cwd=ws)
+    assert failed.returncode == 1
+    session_id = only_session(ws)
+    # The failed step took position 0: the retry's step asks position 1.
+    fixed = script(ws, [FAIL, {"content": "hello back"}], name="fixed.json")
+    retried = run_cli("retry", "--last", "--model", fixed, cwd=ws)
+    assert retried.returncode == 0, retried.stderr
+    assert "hello back" in retried.stdout
+    assert user_entries(ws, session_id) == ["say hi"]
+    nothing = run_cli("retry", session_id, cwd=ws)
+    assert nothing.returncode == 2
+    assert "error: nothing to retry: the last operation" in nothing.stderr
+    assert "resume with" not in nothing.stderr
+
+
+def test_plan_session_computes_the_current_configuration(ws: Path) -> None:
+    model = script(ws, [{"content": "first"}])
+    crashed = run_cli(
+        "run", "go", "--model", model, cwd=ws, env=cli_env(TETHER_CRASH_AT="attempt_recorded")
+    )
+    assert crashed.returncode == -signal.SIGKILL
+    session_id = only_session(ws)
+    planned = run_cli("plan", session_id[:13], "--json", cwd=ws)
+    assert planned.returncode == 0, planned.stderr
+    plan = json.loads(planned.stdout)
+    assert (plan["type"], plan["attempt"]) == ("startStep", 2)
+    other = script(ws, [{"content": "x"}], name="other.json")
+    changed = json.loads(run_cli("plan", "--last", "--model", other, "--json", cwd=ws).stdout)
+    assert (changed["type"], changed["reason"]) == ("blocked", "configuration_changed")
+    text = run_cli("plan", "--last", cwd=ws)
+    assert text.stdout.startswith("retry the model call")

@@ -145,3 +145,23 @@ def test_plan_session_computes_the_current_configuration(ws: Path) -> None:
     assert (changed["type"], changed["reason"]) == ("blocked", "configuration_changed")
     text = run_cli("plan", "--last", cwd=ws)
     assert text.stdout.startswith("retry the model call")
+
+
+def test_a_failed_run_is_visible_in_sessions_and_inspect(ws: Path) -> None:
+    failing = script(ws, [FAIL])
+    assert (
+        run_cli("run", "say hi to everyone in the room", "--model", failing, cwd=ws).returncode == 1
+    )
+    session_id = only_session(ws)
+    [listed] = json.loads(run_cli("sessions", "--json", cwd=ws).stdout)
+    assert listed["lastOutcome"] == "failed"
+    assert listed["lastOperation"] == "run"
+    assert listed["lastError"]["code"] == "rate_limited"
+    assert listed["firstPrompt"] == "say hi to everyone in the room"
+    assert listed["lastActivity"] >= listed["created"]
+    table = run_cli("sessions", cwd=ws).stdout
+    assert "last run failed: rate_limited: slow down" in table
+    assert "say hi to everyone in the room" in table
+    assert session_id in table  # never folded in a pipe
+    shown = run_cli("inspect", session_id, cwd=ws).stdout
+    assert "last run failed: rate_limited: slow down" in shown

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -180,6 +181,14 @@ def _tool_line(tool: ToolCallState) -> str:
     )
 
 
+def last_outcome_text(kind: str, outcome: str, error: Mapping[str, str] | None) -> str:
+    """``last run failed: rate_limited: slow down`` / ``last run completed``."""
+    text = f"last {kind} {outcome}"
+    if error is not None:
+        text += f": {error.get('code', '?')}: {error.get('message', '')}"
+    return one_line(text)
+
+
 def render_state(state: SessionState, *, file_size: int, console: Console) -> None:
     """Print the human view of a reduced session."""
     report = _Report()
@@ -215,6 +224,9 @@ def render_state(state: SessionState, *, file_size: int, console: Console) -> No
         report.row("abort", "requested" if operation.abort_requested else "not requested")
     else:
         report.section("Operation", "idle (nothing in progress)")
+    finished = state.last_finished
+    if finished is not None:
+        report.row("last", last_outcome_text(finished.kind, finished.outcome, finished.error))
 
     total = len(state.transcript)
     roles = Counter(str(message.get("role")) for message in state.transcript)

@@ -179,7 +179,7 @@ def test_run_json_names_the_parked_call(ws: Path) -> None:
     assert result.returncode == 67
     lines = json_lines(result.stdout)
     [event] = [e for e in lines if e["event"] == "approval_parked"]
-    assert event["request_id"] == 1 or event.get("requestId") == 1
+    assert event["requestId"] == 1 and event["callId"]
     assert lines[-1]["status"] == "awaiting_approval"
     assert lines[-1]["parkedCall"] == 1
 

@@ -165,3 +165,35 @@ def test_a_failed_run_is_visible_in_sessions_and_inspect(ws: Path) -> None:
     assert session_id in table  # never folded in a pipe
     shown = run_cli("inspect", session_id, cwd=ws).stdout
     assert "last run failed: rate_limited: slow down" in shown
+
+
+def test_json_output_is_camel_case_and_to_json_is_text(ws: Path) -> None:
+    from tether._runtime import events
+
+    model = script(ws, [bash_call("true"), {"content": "hi"}])
+    result = run_cli("run", "go", "--model", model, "--json", "--yes", cwd=ws)
+    assert result.returncode == 0, result.stderr
+
+    def keys(value: Any) -> list[str]:
+        if isinstance(value, dict):
+            return [k for k, v in value.items() for k in (k, *keys(v))]
+        if isinstance(value, list):
+            return [k for v in value for k in keys(v)]
+        return []
+
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert {line["event"] for line in lines} >= {"session", "tool_started", "result"}
+    for line in lines:
+        assert all("_" not in key for key in keys(line)), line
+    event = events.ToolStarted(name="bash", call_id="c1")
+    assert isinstance(event.to_json(), str)
+    assert (
+        json.loads(event.to_json())
+        == event.to_dict()
+        == {
+            "event": "tool_started",
+            "name": "bash",
+            "callId": "c1",
+            "replay": False,
+        }
+    )

@@ -5,7 +5,7 @@ Two renderers consume the agent's progress events (:mod:`tether._runtime.events`
 * :class:`HumanProgress` — rich output on **stderr**: a spinner while the model works
   (only on a terminal), one line per tool call (``✓ read README.md → 1.2 KB``), skipped
   calls, usage at the end; the final answer goes to **stdout**.
-* :class:`JsonProgress` — one JSON object per line on **stdout** (``event.to_json()``),
+* :class:`JsonProgress` — one JSON object per line on **stdout** (``event.to_dict()``),
   closed by a ``{"event": "result", …}`` line. Nothing else is written to stdout.
 
 Both also print the interrupt notices of the SIGINT handler and the closing
@@ -421,7 +421,7 @@ class JsonProgress:
         if event.kind == "session":
             self.opened = getattr(event, "session_id", None)
             self.calls.session(getattr(event, "path", ""))
-        self._emit(event.to_json())
+        self._emit(event.to_dict())
 
     def aborting(self) -> None:
         _stderr_raw(ABORTING_NOTICE + "\n")
@@ -439,7 +439,7 @@ class JsonProgress:
         pass
 
     def result(self, result: RunResult, *, closing: bool = True) -> None:
-        self._emit({"event": "result", **result.to_json()})
+        self._emit({"event": "result", **result.to_dict()})
 
     def close(self) -> None:
         pass

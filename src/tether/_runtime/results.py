@@ -23,6 +23,7 @@ credentials masked).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -86,7 +87,12 @@ class RunResult:
             and not self.verification.verified
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> str:
+        """The result as JSON text (:meth:`to_dict` serialized)."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, default=str)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as a JSON-ready dict with camelCase members."""
         return {
             "status": self.status.value,
             "sessionId": self.session_id,

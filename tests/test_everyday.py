@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -197,3 +198,69 @@ def test_json_output_is_camel_case_and_to_json_is_text(ws: Path) -> None:
             "replay": False,
         }
     )
+
+
+COMMANDS = (
+    "run",
+    "resume",
+    "retry",
+    "repl",
+    "inspect",
+    "plan",
+    "sessions",
+    "review",
+    "crashlab",
+    "lab",
+    "verify",
+    "authorizations",
+    "approvals",
+    "approve",
+    "deny",
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("run",), "Missing argument 'PROMPT'"),
+        (("run", "x", "--bogus"), "No such option: --bogus"),
+        (("nosuch",), "No such command 'nosuch'"),
+        (("run", "x", "--max-steps", "many"), "Invalid value for '--max-steps'"),
+        (("deny", "1"), "Missing option '--why'"),
+    ],
+)
+def test_usage_errors_are_one_error_line(ws: Path, args: tuple[str, ...], needle: str) -> None:
+    result = run_cli(*args, cwd=ws)
+    assert result.returncode == 2
+    one_error(result.stderr, needle)
+    assert "--help" in result.stderr and "╭" not in result.stderr
+
+
+def test_help_has_no_type_placeholders_and_examples_where_it_matters(ws: Path) -> None:
+    for command in COMMANDS:
+        shown = run_cli(command, "--help", cwd=ws)
+        assert shown.returncode == 0, command
+        for placeholder in ("<bool>", "<str>", "<int>", "<float>", "<path>", "\\["):
+            assert placeholder not in shown.stdout, (command, placeholder)
+        assert re.search(r"\{[A-Z]", shown.stdout) is None, command  # usage: {PROMPT}
+        assert "[default: 0]" not in shown.stdout, command
+    for command in ("run", "resume", "retry", "inspect", "plan", "sessions", "approve"):
+        assert "Examples:" in run_cli(command, "--help", cwd=ws).stdout, command
+
+
+def test_shell_completion_is_offered(ws: Path) -> None:
+    script_text = run_cli("--show-completion", "bash", cwd=ws)
+    assert script_text.returncode == 0 and "_tether_completion" in script_text.stdout
+    env = cli_env(_TETHER_COMPLETE="complete_bash", COMP_WORDS="tether ap", COMP_CWORD="1")
+    completed = run_cli(cwd=ws, env=env)
+    assert completed.stdout.split() == ["approvals", "approve"]
+
+
+def test_a_prompt_from_stdin(ws: Path) -> None:
+    model = script(ws, [{"content": "got it"}])
+    result = run_cli("run", "-", "--model", model, cwd=ws, stdin="line one\nline two\n")
+    assert result.returncode == 0, result.stderr
+    assert user_entries(ws, only_session(ws)) == ["line one\nline two"]
+    empty = run_cli("run", "-", "--model", model, cwd=ws, stdin="")
+    assert empty.returncode == 2
+    one_error(empty.stderr, "the prompt on stdin is empty")

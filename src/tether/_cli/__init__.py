@@ -33,15 +33,20 @@ from tether._cli import (
     sessions_cmd,
     verify_cmd,
 )
+from tether._cli.common import EXIT_USAGE
+from tether._cli.help_format import plain_argument_help
 from tether._credentials import hide_from_process_listing, register_secret
+
+plain_argument_help()
 
 app = typer.Typer(
     name="tether",
     help="Durable agent sessions: run agents, resume them after a crash, inspect, list and "
     "plan recovery of session logs. Without a command: the interactive REPL.",
     invoke_without_command=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 COMMAND_MODULES = (
@@ -92,7 +97,19 @@ def main() -> None:
     # The commands tether starts can read their parent's /proc/PID/environ: blank the
     # credential variables there first (os.environ keeps them; children never get them).
     hide_from_process_listing(())
-    app(prog_name="tether")
+    try:
+        code = app(prog_name="tether", standalone_mode=False)
+    except typer.TyperException as exc:
+        # A usage error (unknown flag, missing argument, bad value): one line, exit 2,
+        # instead of typer's boxed panel.
+        ctx = getattr(exc, "ctx", None)
+        path = getattr(ctx, "command_path", None) or "tether"
+        message = " ".join(exc.format_message().split())
+        typer.echo(f"error: {message} (see '{path} --help')", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+    except typer.Abort:
+        raise SystemExit(130) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 __all__ = ["app", "main"]

@@ -43,7 +43,14 @@ def authorizations(
     last: LastOption = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> None:
-    """List the authorization decisions recorded in this workspace, oldest first."""
+    """List the authorization decisions recorded in this workspace, oldest first.
+
+    Examples:
+
+        tether authorizations --last
+
+        tether authorizations --json
+    """
     with handle_errors():
         root = workspace_root(workspace)
         session = session_id_for(session, last, sessions_dir_for(root))

@@ -88,13 +88,21 @@ def crashlab(
     ] = "{}",
     jobs: Annotated[
         int,
-        typer.Option("--jobs", "-j", help="Parallel runs (default: the number of CPUs).", min=0),
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="Parallel runs (default: the number of CPUs).",
+            min=0,
+            metavar="N",
+            show_default=False,
+        ),
     ] = 0,
     durability: Annotated[
         str,
         typer.Option(
             "--durability",
             help="Session store mode of the runs: durable (fdatasync every commit) or process.",
+            metavar="MODE",
         ),
     ] = "durable",
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,

@@ -70,6 +70,12 @@ def inspect(
     SESSION is a file, or the id (or a unique prefix) of a session in the sessions
     folder. Nothing is written: a torn tail is reported, not repaired.
 
+    Examples:
+
+        tether inspect --last
+
+        tether inspect 01a2f3 --json
+
     Exit status: 0 the log reduces, 1 the log is corrupt, 2 usage error, 3 no such
     session, 7 ambiguous id prefix.
     """

@@ -84,6 +84,12 @@ def resume(
     what changed, and the two ways out: restore the configuration, or
     `tether resume SESSION --abort`.
 
+    Examples:
+
+        tether resume --last
+
+        tether resume 01a2f3 --abort
+
     Exit status: 0 completed, nothing to do, or aborted with --abort; 1 failed;
     2 usage error; 3 no such session; 4 session busy; 5 corrupt log;
     65 blocked; 130 aborted by Ctrl+C.

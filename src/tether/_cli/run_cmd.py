@@ -191,8 +191,8 @@ RequireVerifiedOption = Annotated[
     typer.Option(
         "--require-verified",
         help="A run that changed files must end with a passing check of the files as they "
-        "are now (\\[verify] command of tether.toml): up to two follow-up runs ask the model "
-        "to verify; exit 66 if it is still unverified. Default: \\[verify] required.",
+        "are now ([verify] command of tether.toml): up to two follow-up runs ask the model "
+        "to verify; exit 66 if it is still unverified. Default: [verify] required.",
     ),
 ]
 YesOption = Annotated[
@@ -208,7 +208,7 @@ MaxStepsOption = Annotated[
     int | None,
     typer.Option(
         "--max-steps",
-        help="Model steps a run may take (default: \\[budget] max_steps, unlimited).",
+        help="Model steps a run may take (default: [budget] max_steps, unlimited).",
         metavar="N",
         min=1,
         show_default=False,
@@ -218,7 +218,7 @@ MaxTokensOption = Annotated[
     int | None,
     typer.Option(
         "--max-tokens",
-        help="Input + output tokens a run may use (default: \\[budget] max_tokens, unlimited).",
+        help="Input + output tokens a run may use (default: [budget] max_tokens, unlimited).",
         metavar="N",
         min=1,
         show_default=False,
@@ -228,7 +228,7 @@ MaxSecondsOption = Annotated[
     float | None,
     typer.Option(
         "--max-seconds",
-        help="Wall time of a run in seconds (default: \\[budget] max_seconds, unlimited).",
+        help="Wall time of a run in seconds (default: [budget] max_seconds, unlimited).",
         metavar="SECONDS",
         min=0.001,
         show_default=False,
@@ -461,7 +461,12 @@ def register(app: typer.Typer) -> None:
 
 def run(
     prompt: Annotated[
-        str, typer.Argument(help="What the agent should do.", metavar="PROMPT", show_default=False)
+        str,
+        typer.Argument(
+            help="What the agent should do; - reads it from stdin.",
+            metavar="PROMPT",
+            show_default=False,
+        ),
     ],
     session: Annotated[
         str | None,
@@ -513,12 +518,24 @@ def run(
     A completed run that changed files reports whether a passing check backs
     it (see `tether verify`).
 
+    Examples:
+
+        tether run --model openai/gpt-4o-mini "add a test for parse()"
+
+        tether run --last "now update the changelog"
+
+        git diff | tether run - --model scripted:demo.json
+
     Exit status: 0 completed, 1 failed (also repeated_failure and
     budget_exhausted), 2 usage error (no model, no API key, bad tether.toml,
     …), 3 no such session, 4 session busy, 5 corrupt session log, 65 blocked,
     66 still unverified with --require-verified, 67 a call awaits approval,
     130 aborted.
     """
+    from_stdin = prompt == "-"
+    if from_stdin:
+        with agent_errors():
+            prompt = read_prompt_from_stdin()
     settings = AgentSettings(
         model=model,
         base_url=base_url,
@@ -535,7 +552,7 @@ def run(
         max_steps=max_steps,
         max_tokens=max_tokens,
         max_seconds=max_seconds,
-        interactive=terminal_attached(),
+        interactive=not from_stdin and terminal_attached(),
     )
     run_agent_command(
         settings,
@@ -543,6 +560,22 @@ def run(
         session=session,
         last=last,
     )
+
+
+MAX_STDIN_PROMPT = 1 << 20
+"""Characters a prompt read from stdin (``tether run -``) may have."""
+
+
+def read_prompt_from_stdin() -> str:
+    """The prompt of ``tether run -``: all of stdin (exit 2 if empty or too long)."""
+    text = sys.stdin.read(MAX_STDIN_PROMPT + 1)
+    if len(text) > MAX_STDIN_PROMPT:
+        raise ConfigurationError(
+            f"the prompt on stdin is longer than {MAX_STDIN_PROMPT} characters"
+        )
+    if not text.strip():
+        raise ConfigurationError("the prompt on stdin is empty")
+    return text.strip("\n")
 
 
 def choose_session(settings: AgentSettings, session: str | None, last: bool) -> str | None:

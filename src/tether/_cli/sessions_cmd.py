@@ -37,6 +37,12 @@ def sessions(
     """List sessions: id, last activity, model, status (an unfinished operation, or how
     the last run ended, with its error), the first prompt and size; --json has it all.
 
+    Examples:
+
+        tether sessions
+
+        tether sessions --json
+
     Exit status: 0 listed (also when there are none), 2 --sessions-dir does not exist.
     """
     with handle_errors():

@@ -264,3 +264,27 @@ def test_a_prompt_from_stdin(ws: Path) -> None:
     empty = run_cli("run", "-", "--model", model, cwd=ws, stdin="")
     assert empty.returncode == 2
     one_error(empty.stderr, "the prompt on stdin is empty")
+
+
+def test_invalid_arguments_print_a_line_and_emit_tool_skipped(ws: Path) -> None:
+    bad = {"tool_calls": [{"name": "read", "arguments": {"nopath": 1}}]}
+    model = script(ws, [bad, {"content": "ok"}])
+    shown = run_cli("run", "go", "--model", model, cwd=ws)
+    assert shown.returncode == 0, shown.stderr
+    assert "↷ read (invalid arguments)" in shown.stderr
+    model = script(ws, [bad, {"content": "ok"}], name="again.json")
+    as_json = run_cli("run", "go", "--model", model, "--json", cwd=ws)
+    skipped = [json.loads(x) for x in as_json.stdout.splitlines() if "tool_skipped" in x]
+    assert [(e["name"], e["reason"]) for e in skipped] == [("read", "invalidArguments")]
+
+
+def test_piped_authorizations_table_keeps_ids_and_times_on_one_line(ws: Path) -> None:
+    (ws / "tether.toml").write_text('[policy.tools]\nbash = "deny"\n')
+    long_command = "echo " + "x" * 150
+    model = script(ws, [bash_call(long_command), {"content": "ok"}])
+    assert run_cli("run", "go", "--model", model, cwd=ws).returncode == 0
+    session_id = only_session(ws)
+    table = run_cli("authorizations", cwd=ws).stdout
+    [row] = [line for line in table.splitlines() if session_id[:13] in line]
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", row)
+    assert f"{session_id[:13]}…" in row and "deny" in row

@@ -66,21 +66,26 @@ def authorizations(
             emit_json([decision.to_json() for decision in decisions])
             return
         console = Console(highlight=False)
+        if not console.is_terminal:
+            console = Console(highlight=False, width=200)  # a pipe: never fold ids or times
         if not decisions:
             console.print("no authorization decisions recorded")
             return
         table = Table(box=None, pad_edge=False)
-        for column in ("when", "session", "tool", "call", "decision", "who", "why"):
+        # Ids and timestamps never fold; the session is shortened (its full id: --json).
+        for column in ("when (UTC)", "session", "tool", "decision", "who"):
+            table.add_column(column, no_wrap=True)
+        for column in ("call", "why"):
             table.add_column(column, overflow="fold")
         for decision in decisions:
             why = decision.rule + (f": {decision.reason}" if decision.reason else "")
             cells = (
-                format_ms(decision.decided_at_ms) or "",
-                decision.session_id[:13],
+                (format_ms(decision.decided_at_ms) or "")[:19].replace("T", " "),
+                decision.session_id[:13] + "…",
                 one_line(decision.tool_name),
-                one_line(decision.summary),
                 decision.decision,
-                decision.who,
+                one_line(decision.who),
+                one_line(decision.summary),
                 one_line(why),
             )
             table.add_row(*(Text(cell) for cell in cells))  # never markup: untrusted text

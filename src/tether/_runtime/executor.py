@@ -879,6 +879,11 @@ class Executor:
                     )
                 ],
             )
+            self._emit(
+                events.ToolSkipped(
+                    name=plan.tool_name, call_id=call["id"], reason=validated.reason
+                )
+            )
             return None
         # 2. authorize (boundary authorized when a decision is recorded)
         decided = self._guards.authorize(

@@ -880,9 +880,7 @@ class Executor:
                 ],
             )
             self._emit(
-                events.ToolSkipped(
-                    name=plan.tool_name, call_id=call["id"], reason=validated.reason
-                )
+                events.ToolSkipped(name=plan.tool_name, call_id=call["id"], reason=validated.reason)
             )
             return None
         # 2. authorize (boundary authorized when a decision is recorded)

@@ -524,7 +524,7 @@ def run(
 
         tether run --last "now update the changelog"
 
-        git diff | tether run - --model scripted:demo.json
+        cat task.md | tether run - --model scripted:demo.json
 
     Exit status: 0 completed, 1 failed (also repeated_failure and
     budget_exhausted), 2 usage error (no model, no API key, bad tether.toml,

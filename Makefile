@@ -12,7 +12,7 @@ LINT_PATHS := $(wildcard src tests bench)
 .PHONY: help .venv test lint demo bench clean distclean
 
 help:
-	@echo "make demo       the crash lab: crash real agent runs at every boundary, count effects"
+	@echo "make demo       one agent crashed and recovered, then the crash lab at every boundary"
 	@echo "make test       ruff, mypy (strict) and the pytest suite"
 	@echo "make lint       ruff check + ruff format --check"
 	@echo "make bench      run bench/bench_*.py"
@@ -46,11 +46,13 @@ lint: .venv
 	$(BIN)/ruff format --check $(LINT_PATHS)
 
 # --------------------------------------------------------------------------- demo
-# The crash lab: kill scripted agent runs at every durable boundary, recover, count effects
-# (see docs/crashlab.md). The last line is PASS duplicate_effects=0 scenarios=S … runs=R.
+# The story, then the proof (src/tether/testing/demo.py): one agent killed at after_effect
+# and recovered from the ledger (timeline, one ledger row); then the crash lab kills scripted
+# agent runs at every durable boundary, recovers, counts effects (docs/crashlab.md), with
+# its columns explained. The last line is PASS duplicate_effects=0 scenarios=S … runs=R.
 
 demo: .venv
-	$(BIN)/tether crashlab
+	$(BIN)/python -m tether.testing.demo
 
 # --------------------------------------------------------------------------- bench
 

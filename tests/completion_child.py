@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
             result = agent.resume(rest[0])
     finally:
         agent.close()
-    sys.stdout.write(json.dumps(result.to_json()) + "\n")
+    sys.stdout.write(json.dumps(result.to_dict()) + "\n")
     return 0
 
 

@@ -48,13 +48,13 @@ def main(argv: list[str]) -> int:
         workspace=workspace,
         authorize=authorize if answer is not None else None,
         ask_by_default="--repl" in rest,
-        on_event=lambda event: seen.append(event.to_json()),
+        on_event=lambda event: seen.append(event.to_dict()),
     )
     try:
         result = agent.run("go") if command == "run" else agent.resume(rest[0])
     finally:
         agent.close()
-    out = result.to_json()
+    out = result.to_dict()
     out["events"] = [e for e in seen if e["event"] in ("tool_reconciled", "blocked")]
     sys.stdout.write(json.dumps(out) + "\n")
     return 0

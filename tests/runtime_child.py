@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
             result = agent.compact(rest[0])
         else:
             result = agent.resume(rest[0], abort="--abort" in rest[1:])
-    sys.stdout.write(json.dumps(result.to_json()) + "\n")
+    sys.stdout.write(json.dumps(result.to_dict()) + "\n")
     sys.stdout.flush()
     return 0
 

@@ -157,7 +157,7 @@ def test_an_edit_after_a_passing_verify_makes_completion_stale_and_names_the_fil
     assert check.changed_files == ("status.txt",)
     assert "status.txt" in check.message
     assert not check.verified
-    assert result.to_json()["verification"]["changedFiles"] == ["status.txt"]
+    assert result.to_dict()["verification"]["changedFiles"] == ["status.txt"]
 
 
 def test_a_failing_verify_is_never_reported_as_verified(tmp_path: Path) -> None:
@@ -247,7 +247,7 @@ def test_require_verified_gives_up_after_two_follow_ups(tmp_path: Path) -> None:
     assert result.follow_ups == 2
     assert result.unverified
     assert result.verification is not None and result.verification.status.value == "failed"
-    assert result.to_json()["unverified"] is True
+    assert result.to_dict()["unverified"] is True
 
 
 def test_require_verified_without_a_check_command_is_a_configuration_error(

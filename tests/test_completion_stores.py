@@ -91,11 +91,13 @@ def outcome(
 # ============================================================================ migration
 
 
-def test_schema_version_is_3_and_tables_exist(db: EffectsDB) -> None:
-    # Version 3 (the database's identity, tether._effects.binding) came after these tables.
-    assert EFFECTS_SCHEMA_VERSION == len(EFFECTS_MIGRATIONS) == 3
-    assert db.user_version == 3
+def test_schema_version_is_4_and_tables_exist(db: EffectsDB) -> None:
+    # Version 3 (the database's identity, tether._effects.binding) came after these tables,
+    # version 4 (parked approvals, tether._effects.approvals) after that.
+    assert EFFECTS_SCHEMA_VERSION == len(EFFECTS_MIGRATIONS) == 4
+    assert db.user_version == 4
     assert V2_TABLES <= tables(db)
+    assert {"approval_requests", "approval_grants"} <= tables(db)
     indexes = {str(r[0]) for r in db.query("SELECT name FROM sqlite_master WHERE type='index'")}
     assert "verifications_status" in indexes
 
@@ -107,7 +109,7 @@ def test_v1_database_upgrades_in_place(ws: Path) -> None:
         assert not (V2_TABLES & tables(old))
         ActionJournal(old).record_intent("s", "op-1", "a.txt", None, "sha256:aa", "d")
     with EffectsDB.open(path) as db:
-        assert db.user_version == EFFECTS_SCHEMA_VERSION == 3
+        assert db.user_version == EFFECTS_SCHEMA_VERSION == 4
         assert V2_TABLES <= tables(db)
         row = ActionJournal(db).get("op-1")
         assert row is not None and row.path == "a.txt" and row.after_hash == "sha256:aa"
@@ -118,7 +120,7 @@ def test_v1_database_upgrades_in_place(ws: Path) -> None:
     con.commit()
     con.close()
     with EffectsDB.open(path) as db:
-        assert db.user_version == 3
+        assert db.user_version == 4
         assert len(VerificationStore(db).list()) == 1
 
 

@@ -67,6 +67,7 @@ from tether._tools.builtin import BashTool, content_hash
 from tether._wsdb.sqlite import (
     CORRUPT_ADVICE,
     EFFECTS_MIGRATIONS,
+    EFFECTS_SCHEMA_VERSION,
     EffectsDB,
     effects_db_path,
 )
@@ -112,7 +113,7 @@ def test_a_version_2_database_gets_an_identity_and_keeps_its_rows(ws: Path) -> N
         assert old.user_version == 2 and old.identity is None
         ActionJournal(old).record_intent("s", "op-1", "a.txt", None, H_A, "d")
     with EffectsDB.open(path) as db:
-        assert db.user_version == 3 and db.identity is not None
+        assert db.user_version == EFFECTS_SCHEMA_VERSION and db.identity is not None
         assert not db.fresh and db.existed
         assert ActionJournal(db).get("op-1") is not None
         identity = db.identity

@@ -112,7 +112,7 @@ def test_publish_committed_before_the_crash_is_recovered_from_the_ledger(
     result, log, session = crash_then_resume(workspace, boundary)
     assert result["status"] == "completed"
     (event,) = result["events"]
-    assert event["verdict"] == "committed" and event["recovered_from_ledger"] is True
+    assert event["verdict"] == "committed" and event["recoveredFromLedger"] is True
     ledger = ReportLedger.for_workspace(workspace)
     assert ledger.count_all() == 1 and ledger.duplicate_effects() == 0
     (tool,) = tool_results(log)

@@ -53,7 +53,7 @@ def test_log_events_and_tool_arguments_are_masked(workspace: Path) -> None:
     assert state.transcript[0]["content"] == f"remember {MASK}"
     assert result.text == f"Wrote {MASK}."
     assert (workspace / "k.txt").read_text() == MASK  # the call ran with what was recorded
-    texts = json.dumps([event.to_json() for event in seen])
+    texts = json.dumps([event.to_dict() for event in seen])
     assert SECRET not in texts and f"I know {MASK}." in texts
     assert any(isinstance(e, ev.ToolSkipped) and e.call_id == f"c-{MASK}" for e in seen)
 

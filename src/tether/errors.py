@@ -440,6 +440,19 @@ class ReviewRequired(TetherError):
         )
 
 
+class ApprovalNotFound(TetherError, LookupError):
+    """No parked call has the given id (``tether approve``/``deny``)."""
+
+    exit_code = 25
+
+
+class ApprovalDecided(TetherError):
+    """The parked call was decided already, or is void (it changed since it was proposed);
+    a decision is recorded only once."""
+
+    exit_code = 26
+
+
 # --------------------------------------------------------------------------- completion
 
 

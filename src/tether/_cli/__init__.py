@@ -6,8 +6,8 @@ Error mapping, input reading and JSON output are shared in :mod:`tether._cli.com
 
 Exit status: 0 success, 1 corrupt session, 2 usage error (bad flags, unreadable or
 malformed input files), 70 internal error (a bug in tether). The agent commands (``run``,
-``resume``, ``repl``) add 1 run failed, 3-10 session store errors, 65 recovery blocked and
-130 aborted (see :mod:`tether._cli.run_cmd`).
+``resume``, ``repl``) add 1 run failed, 3-10 session store errors, 65 recovery blocked, 67 a call
+awaits approval and 130 aborted (see :mod:`tether._cli.run_cmd`).
 
 ``tether`` without a command starts the interactive REPL (:mod:`tether._cli.repl`).
 """
@@ -20,6 +20,7 @@ import typer
 
 from tether import __version__
 from tether._cli import (
+    approvals_cmd,
     authorizations_cmd,
     crashlab_cmd,
     inspect_cmd,
@@ -35,15 +36,20 @@ from tether._cli import (
     store_cmd,
     verify_cmd,
 )
+from tether._cli.common import EXIT_USAGE
+from tether._cli.help_format import plain_argument_help
 from tether._credentials import hide_from_process_listing, register_secret
+
+plain_argument_help()
 
 app = typer.Typer(
     name="tether",
     help="Durable agent sessions: run agents, resume them after a crash, inspect, list and "
     "plan recovery of session logs. Without a command: the interactive REPL.",
     invoke_without_command=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 COMMAND_MODULES = (
@@ -61,6 +67,7 @@ COMMAND_MODULES = (
     authorizations_cmd,
     mcp_cmd,
     store_cmd,
+    approvals_cmd,
 )
 for _module in COMMAND_MODULES:
     _module.register(app)
@@ -96,7 +103,19 @@ def main() -> None:
     # The commands tether starts can read their parent's /proc/PID/environ: blank the
     # credential variables there first (os.environ keeps them; children never get them).
     hide_from_process_listing(())
-    app(prog_name="tether")
+    try:
+        code = app(prog_name="tether", standalone_mode=False)
+    except typer.TyperException as exc:
+        # A usage error (unknown flag, missing argument, bad value): one line, exit 2,
+        # instead of typer's boxed panel.
+        ctx = getattr(exc, "ctx", None)
+        path = getattr(ctx, "command_path", None) or "tether"
+        message = " ".join(exc.format_message().split())
+        typer.echo(f"error: {message} (see '{path} --help')", err=True)
+        raise SystemExit(EXIT_USAGE) from None
+    except typer.Abort:
+        raise SystemExit(130) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 __all__ = ["app", "main"]

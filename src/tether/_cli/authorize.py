@@ -1,10 +1,21 @@
-"""Asking a person at the terminal whether a tool call may run (policy ``ask``)."""
+"""Asking a person at the terminal whether a tool call may run (policy ``ask``).
+
+The question shows the call in full first (the command of ``bash``, the diff a ``write`` or
+``edit`` would make) and takes yes, no or always (this call and every later call of the
+tool under the same rule in the session). Ctrl+C at the question decides nothing: tether
+exits at once (130) and ``tether resume`` asks again.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
+from tether._cli.approval_view import call_details
 from tether._cli.common import one_line
 
 if TYPE_CHECKING:
@@ -12,27 +23,64 @@ if TYPE_CHECKING:
     from tether._runtime.guards import AuthorizationRequest, Authorizer
 
 YES = frozenset({"y", "yes"})
+ALWAYS_ANSWERS = frozenset({"a", "always"})
+EXIT_ABORTED = 130
 
 
 def question(request: AuthorizationRequest) -> str:
-    """``allow bash: rm -rf build? [y/N] `` (control characters escaped)."""
+    """``allow bash: rm -rf build? [y]es/[n]o/[a]lways `` (control characters escaped)."""
     why = f" ({one_line(request.reason)})" if request.reason else ""
-    return f"allow {request.tool_name}: {one_line(request.summary)}{why}? [y/N] "
+    return (
+        f"allow {request.tool_name}: {one_line(request.summary)}{why}? "
+        "[y]es / [n]o / [a]lways for this rule: "
+    )
 
 
-def terminal_authorizer(progress: Progress) -> Authorizer:
-    """An :data:`~tether._runtime.guards.Authorizer` that asks on stderr and reads one
-    line from stdin; anything but ``y``/``yes`` (end of input included) is a no. The
-    answer is recorded by the runtime before the call runs."""
+class _Interrupted(Exception):
+    pass
 
-    def ask(request: AuthorizationRequest) -> bool:
+
+def _raise(signum: int, frame: FrameType | None) -> None:
+    raise _Interrupted
+
+
+def terminal_authorizer(progress: Progress, workspace: Path | None = None) -> Authorizer:
+    """An :data:`~tether._runtime.guards.Authorizer` that shows the call on stderr and reads
+    one line from stdin: ``y``/``yes`` allows, ``a``/``always`` allows for the rule,
+    anything else (end of input included) declines. The answer is recorded by the runtime
+    before the call runs."""
+    from tether._runtime.guards import ALWAYS
+
+    root = workspace if workspace is not None else Path.cwd()
+
+    def ask(request: AuthorizationRequest) -> bool | str:
         progress.pause()
+        lines = call_details(request.tool_name, request.arguments, root)
+        sys.stderr.write("".join(f"  {line}\n" for line in lines))
         sys.stderr.write(question(request))
         sys.stderr.flush()
+        in_main = signal.getsignal(signal.SIGINT) is not None
+        previous = None
         try:
+            if in_main:
+                try:
+                    previous = signal.signal(signal.SIGINT, _raise)
+                except ValueError:  # not the main thread
+                    in_main = False
             answer = sys.stdin.readline()
+        except _Interrupted:
+            # Nothing was decided: exit like a second Ctrl+C, the session stays resumable.
+            sys.stderr.write("\n")
+            progress.exit_now(progress.opened)
+            os._exit(EXIT_ABORTED)
         except (EOFError, KeyboardInterrupt, OSError):
             answer = ""
-        return answer.strip().lower() in YES
+        finally:
+            if in_main and previous is not None:
+                signal.signal(signal.SIGINT, previous)
+        choice = answer.strip().lower()
+        if choice in ALWAYS_ANSWERS:
+            return ALWAYS
+        return choice in YES
 
     return ask

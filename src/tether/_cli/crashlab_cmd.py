@@ -88,13 +88,21 @@ def crashlab(
     ] = "{}",
     jobs: Annotated[
         int,
-        typer.Option("--jobs", "-j", help="Parallel runs (default: the number of CPUs).", min=0),
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="Parallel runs (default: the number of CPUs).",
+            min=0,
+            metavar="N",
+            show_default=False,
+        ),
     ] = 0,
     durability: Annotated[
         str,
         typer.Option(
             "--durability",
             help="Session store mode of the runs: durable (fdatasync every commit) or process.",
+            metavar="MODE",
         ),
     ] = "durable",
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
@@ -323,18 +331,30 @@ def _run(options: LabOptions, json_output: bool, fork: bool) -> LabResult:
     ) as progress:
         task = progress.add_task("discovering boundaries", total=None, status="")
         failed = 0
+        done = 0
+        total = 0
+        # Not on a terminal (CI, make demo | tee): plain lines every tenth of the runs.
+        plain = not json_output and not err.is_terminal
+        if plain:
+            err.print("discovering boundaries…")
 
         def hook(event: str, payload: Any) -> None:
-            nonlocal failed
+            nonlocal failed, done, total
             if event == "discovered":
                 discoveries: list[Discovery] = payload
                 total = sum(len(d.cases) for d in discoveries)
                 progress.update(task, description="crash runs", total=total, completed=0)
+                if plain:
+                    err.print(f"crash runs: 0/{total}")
             elif event == "case":
                 case: CaseResult = payload
                 failed += case.verdict == "fail"
+                done += 1
                 status = f"[red]{failed} failed[/]" if failed else ""
                 progress.update(task, advance=1, status=status)
+                if plain and (done == total or done % max(1, total // 10) == 0):
+                    extra = f", {failed} failed" if failed else ""
+                    err.print(f"crash runs: {done}/{total}{extra}", markup=False)
 
         result = run_lab(options, hook)
     if not json_output:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from tether._cli.common import (
+    InputError,
     SessionsDirOption,
     emit_json,
     handle_errors,
@@ -20,6 +22,7 @@ from tether._cli.common import (
     read_input,
     resolve_sessions_dir,
 )
+from tether._cli.session_pick import LastOption, newest_session
 from tether._inputs import MAX_SESSION_FILE_BYTES
 from tether._loading import reduce_session
 from tether._stores.file import find_session
@@ -46,12 +49,14 @@ def register(app: typer.Typer) -> None:
 
 def inspect(
     file: Annotated[
-        Path,
+        Path | None,
         typer.Argument(
             help="Session log (.jsonl) to reduce, or a session id or unique id prefix.",
             metavar="SESSION",
+            show_default=False,
         ),
-    ],
+    ] = None,
+    last: LastOption = False,
     json_output: Annotated[
         bool,
         typer.Option(
@@ -75,6 +80,12 @@ def inspect(
     SESSION is a file, or the id (or a unique prefix) of a session in the sessions
     folder. Nothing is written: a torn tail is reported, not repaired.
 
+    Examples:
+
+        tether inspect --last
+
+        tether inspect 01a2f3 --json
+
     Exit status: 0 the log reduces, 1 the log is corrupt, 2 usage error, 3 no such
     session, 7 ambiguous id prefix.
     """
@@ -84,8 +95,7 @@ def inspect(
 
             data = read_store_log(store, str(file))
         else:
-            if not file.exists() and file.parent == Path("."):
-                file = find_session(resolve_sessions_dir(sessions_dir), str(file))
+            file = session_file(file, last, sessions_dir)
             data = read_input(file, "session file", limit=MAX_SESSION_FILE_BYTES)
         if not json_output:
             render_state(
@@ -98,6 +108,21 @@ def inspect(
             emit_json({"ok": False, "error": exc.to_json()})
             raise typer.Exit(exc.exit_code) from None
         emit_json({"ok": True, "state": state.to_json()})
+
+
+def session_file(file: Path | None, last: bool, sessions_dir: Path | None) -> Path:
+    """The log a read-only command means: a file, an id or unique prefix, or ``--last``."""
+    if file is None and not last:
+        raise InputError("give a SESSION (a file, an id or a unique id prefix) or --last")
+    if last:
+        if file is not None:
+            raise InputError("give a SESSION or --last, not both")
+        folder = resolve_sessions_dir(sessions_dir)
+        return find_session(folder, newest_session(folder))
+    assert file is not None
+    if not file.exists() and file.parent == Path("."):
+        return find_session(resolve_sessions_dir(sessions_dir), str(file))
+    return file
 
 
 # --------------------------------------------------------------------------- rendering
@@ -179,56 +204,12 @@ def _tool_line(tool: ToolCallState) -> str:
     )
 
 
-def _side_records(state: SessionState, log_dir: Path | None) -> dict[str, Any]:
-    """The reasoning side records next to the log (docs/models.md), by entry id."""
-    if log_dir is None:
-        return {}
-    from tether._stores.reasoning import parse_side_record, side_record_name
-    from tether._stores.sidecar import FileSidecar, sidecar_path
-
-    out: dict[str, Any] = {}
-    for entry_id, message in zip(state.transcript_ids, state.transcript, strict=False):
-        if message.get("role") != "assistant":
-            continue
-        name = side_record_name(entry_id)
-        data, _ = FileSidecar(sidecar_path(log_dir, state.header.id, name)).read()
-        record = parse_side_record(data, entry_id) if data is not None else None
-        if record is not None:
-            out[entry_id] = record
-    return out
-
-
-def _retry_lines(state: SessionState, log_dir: Path | None) -> list[str]:
-    """``retried after rate limit (2 s)`` for each automatic retry (docs/models.md)."""
-    if log_dir is None:
-        return []
-    import json
-
-    from tether._runtime.retry import REASONS, describe
-    from tether._stores.sidecar import FileSidecar, sidecar_path
-
-    data, _ = FileSidecar(sidecar_path(log_dir, state.header.id, "retry")).read()
-    try:
-        record = json.loads(data) if data is not None else None
-    except ValueError:
-        return []
-    if not isinstance(record, dict):
-        return []
-    lines = [
-        describe({**h, "reason": h.get("reason")})
-        for h in record.get("history", [])
-        if isinstance(h, dict)
-    ]
-    if record.get("exhausted"):
-        reason = REASONS.get(str(record.get("reason")), str(record.get("reason")))
-        lines.append(f"gave up after {reason}: retries used up")
-    elif (
-        not record.get("startedOperationId")
-        and state.last_finished is not None
-        and state.last_finished.operation_id == record.get("failedOperationId")
-    ):
-        lines.append(f"retry {record.get('retry')} pending (resume continues the schedule)")
-    return lines
+def last_outcome_text(kind: str, outcome: str, error: Mapping[str, str] | None) -> str:
+    """``last run failed: rate_limited: slow down`` / ``last run completed``."""
+    text = f"last {kind} {outcome}"
+    if error is not None:
+        text += f": {error.get('code', '?')}: {error.get('message', '')}"
+    return one_line(text)
 
 
 def render_state(
@@ -268,6 +249,9 @@ def render_state(
         report.row("abort", "requested" if operation.abort_requested else "not requested")
     else:
         report.section("Operation", "idle (nothing in progress)")
+    finished = state.last_finished
+    if finished is not None:
+        report.row("last", last_outcome_text(finished.kind, finished.outcome, finished.error))
 
     total = len(state.transcript)
     roles = Counter(str(message.get("role")) for message in state.transcript)

@@ -1,4 +1,9 @@
-"""``tether plan FILE --current CURRENT.json``: the next recovery action of a session."""
+"""``tether plan SESSION [--current CURRENT.json]``: the next recovery action of a session.
+
+Without ``--current`` the current configuration is computed as ``tether resume`` would
+build it: the model, endpoint and options the session was run with (or the flags given),
+the tools and ``tether.toml`` of the workspace, the environment identity.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,16 @@ from tether._cli.common import (
     one_line,
     read_input,
 )
+from tether._cli.inspect_cmd import session_file
+from tether._cli.run_cmd import (
+    AgentSessionsDirOption,
+    AgentSettings,
+    BaseUrlOption,
+    ModelOption,
+    SystemPromptOption,
+    WorkspaceOption,
+)
+from tether._cli.session_pick import LastOption, agent_sessions_dir, with_recorded
 from tether._inputs import MAX_CURRENT_BYTES, MAX_SESSION_FILE_BYTES
 from tether._loading import reduce_session
 from tether.core import CurrentConfiguration, SessionState, plan_recovery
@@ -35,36 +50,84 @@ def register(app: typer.Typer) -> None:
 
 
 def plan(
-    file: Annotated[Path, typer.Argument(help="Session log (.jsonl) to reduce.", metavar="FILE")],
+    file: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Session log (.jsonl), or a session id or unique id prefix.",
+            metavar="SESSION",
+            show_default=False,
+        ),
+    ] = None,
+    last: LastOption = False,
     current: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--current",
             "-c",
             help="JSON file with the runtime's current configuration "
-            "({configurationDigest, environmentIdentity, tools}).",
+            "({configurationDigest, environmentIdentity, tools}) instead of computing it.",
             metavar="CURRENT.json",
+            show_default=False,
         ),
-    ],
+    ] = None,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    workspace: WorkspaceOption = None,
+    sessions_dir: AgentSessionsDirOption = None,
+    system_prompt: SystemPromptOption = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the plan as JSON (spec 14.2).")
     ] = False,
 ) -> None:
     """Show the single next recovery action for a session (pure: nothing is written).
 
+    The current configuration is the one `tether resume SESSION` would use
+    (the session's recorded model and options unless flags are given);
+    --current FILE overrides it.
+
+    Examples:
+
+        tether plan --last
+
+        tether plan 01a2f3 --json
+
     Exit status: 0 a plan was computed, 1 the log is corrupt, 2 usage error
     (including a FILE or CURRENT.json that is unreadable, not a regular file, too large,
-    nested too deeply or malformed).
+    nested too deeply or malformed, or no model known for the session).
     """
     with handle_errors():
-        data = read_input(file, "session file", limit=MAX_SESSION_FILE_BYTES)
-        configuration = load_current(current)
+        folder = agent_sessions_dir(sessions_dir, workspace)
+        path = session_file(file, last, folder)
+        data = read_input(path, "session file", limit=MAX_SESSION_FILE_BYTES)
         state = reduce_session(data)
+        if current is not None:
+            configuration = load_current(current)
+        else:
+            settings = AgentSettings(
+                model=model,
+                base_url=base_url,
+                workspace=workspace,
+                sessions_dir=sessions_dir,
+                system_prompt=system_prompt,
+            )
+            configuration = current_configuration(with_recorded(settings, str(path)))
         result = plan_recovery(state, configuration).to_json()
         if json_output:
             emit_json(result)
         else:
             typer.echo(one_line(describe_plan(result, state)))
+
+
+def current_configuration(settings: AgentSettings) -> CurrentConfiguration:
+    """The configuration an agent built from ``settings`` would resume with."""
+    from tether._cli.progress import make_progress
+    from tether._cli.run_cmd import build_agent
+
+    agent = build_agent(settings, make_progress(json_output=True))
+    try:
+        return agent.configuration.current
+    finally:
+        agent.close()
 
 
 def load_current(path: Path) -> CurrentConfiguration:

@@ -5,7 +5,7 @@ Two renderers consume the agent's progress events (:mod:`tether._runtime.events`
 * :class:`HumanProgress` — rich output on **stderr**: a spinner while the model works
   (only on a terminal), one line per tool call (``✓ read README.md → 1.2 KB``), skipped
   calls, usage at the end; the final answer goes to **stdout**.
-* :class:`JsonProgress` — one JSON object per line on **stdout** (``event.to_json()``),
+* :class:`JsonProgress` — one JSON object per line on **stdout** (``event.to_dict()``),
   closed by a ``{"event": "result", …}`` line. Nothing else is written to stdout.
 
 Both also print the interrupt notices of the SIGINT handler and the closing
@@ -46,6 +46,7 @@ _SKIP_TEXT = {
     "aborted": "aborted, not run",
     "interrupted": "interrupted",
     "denied": "denied by the policy, not run",
+    "declined": "declined by a person, not run",
 }
 
 
@@ -105,7 +106,11 @@ def continue_lines(
     ``location`` the flags that find the session from the current directory.
     """
     lines = [f"resume with: {resume_command(session_id, location)}"]
-    if status != "blocked":
+    if status == "idle":
+        lines = []  # nothing is unfinished: there is nothing to resume
+    if status == "awaiting_approval":
+        lines[0] = f"after deciding, resume with: {resume_command(session_id, location)}"
+    if status not in ("blocked", "awaiting_approval"):
         lines.append(f'continue with: tether run --session {session_id}{location} "…"')
         if repl:
             lines.append(f"          or: tether repl --session {session_id}{location}")
@@ -297,6 +302,12 @@ class HumanProgress:
                 f"not verified yet: follow-up run {event.number} asks the model to verify",
                 style="yellow",
             )
+        elif isinstance(event, events.ApprovalParked):
+            self._stop()
+            label = self._call_label(event.name, event.call_id)
+            self._line(
+                Text(f"⏸ {label} (parked for approval as #{event.request_id})", style="yellow")
+            )
         elif isinstance(event, events.Blocked):
             self._stop()
         elif isinstance(event, events.OperationFinished):
@@ -372,15 +383,18 @@ class HumanProgress:
             self._line(
                 f"blocked: {printable(result.message or result.blocked_reason or '')}", style="red"
             )
+        elif status == "awaiting_approval":
+            self._line(printable(result.message or "awaiting approval"), style="yellow")
         elif result.message:
             self._line(printable(result.message), style="dim")
         else:
             self._line("nothing to do: the session has no unfinished operation", style="dim")
-        if status != "blocked" and (result.usage.input or result.usage.output):
+        quiet = ("blocked", "awaiting_approval")
+        if status not in quiet and (result.usage.input or result.usage.output):
             self._line(usage_text(result), style="dim")
         if closing:
             for line in continue_lines(result.session_id, status, location=self.location):
-                self._line(line, style="bold" if line.startswith("resume") else "")
+                self._line(line, style="bold" if "resume with" in line else "")
 
     def _verification(self, result: RunResult) -> None:
         check = result.verification
@@ -442,7 +456,7 @@ class JsonProgress:
         if event.kind == "session":
             self.opened = getattr(event, "session_id", None)
             self.calls.session(getattr(event, "path", ""))
-        self._emit(event.to_json())
+        self._emit(event.to_dict())
 
     def aborting(self) -> None:
         _stderr_raw(ABORTING_NOTICE + "\n")
@@ -460,7 +474,7 @@ class JsonProgress:
         pass
 
     def result(self, result: RunResult, *, closing: bool = True) -> None:
-        self._emit({"event": "result", **result.to_json()})
+        self._emit({"event": "result", **result.to_dict()})
 
     def close(self) -> None:
         pass

@@ -41,7 +41,9 @@ from tether._cli.run_cmd import (
     agent_errors,
     build_agent,
     call_agent,
+    choose_session,
 )
+from tether._cli.session_pick import LastOption, with_recorded
 
 if TYPE_CHECKING:
     from tether._runtime import Agent, RunResult
@@ -70,11 +72,13 @@ def repl(
         typer.Option(
             "--session",
             "-s",
-            help="Continue this session (id, unique id prefix or path).",
+            help="Continue this session (id, unique id prefix or path), with the model, "
+            "endpoint and options it was run with unless given.",
             metavar="ID",
             show_default=False,
         ),
     ] = None,
+    last: LastOption = False,
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
@@ -117,15 +121,18 @@ def repl(
         max_tokens=max_tokens,
         max_seconds=max_seconds,
     )
-    start_repl(settings, session=session)
+    start_repl(settings, session=session, last=last)
 
 
-def start_repl(settings: AgentSettings, *, session: str | None = None) -> None:
+def start_repl(settings: AgentSettings, *, session: str | None = None, last: bool = False) -> None:
     """Build the agent (errors exit as usual) and run the read-eval loop."""
     # With a terminal a person answers the policy's questions (ask is the REPL's default
     # for bash, write, edit and effect tools); piped input is a script, never asked.
     settings = replace(settings, interactive=sys.stdin.isatty(), ask_by_default=True)
     with agent_errors():
+        session = choose_session(settings, session, last)
+        if session is not None:
+            settings = with_recorded(settings, session)
         progress = make_progress(settings.json_output)
         agent = build_agent(settings, progress)
     Repl(agent, progress, session=session).loop()

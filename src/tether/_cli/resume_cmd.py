@@ -29,21 +29,25 @@ from tether._cli.run_cmd import (
     run_agent_command,
     terminal_attached,
 )
+from tether._cli.session_pick import LastOption
+from tether.errors import ConfigurationError
 
 
 def register(app: typer.Typer) -> None:
     app.command("resume")(resume)
+    app.command("retry")(retry)
 
 
 def resume(
     session: Annotated[
-        str,
+        str | None,
         typer.Argument(
-            help="Session id, unique id prefix or path of the log.",
+            help="Session id, unique id prefix or path of the log (or --last).",
             metavar="SESSION",
             show_default=False,
         ),
-    ],
+    ] = None,
+    last: LastOption = False,
     abort: Annotated[
         bool,
         typer.Option(
@@ -76,11 +80,19 @@ def resume(
     An interrupted model call is retried once with the same configuration; a
     tool that is safe to replay is replayed, any other started tool gets an
     `interrupted` result. A session with nothing unfinished is left alone.
+    Without --model etc. the model, endpoint and options the session was run
+    with are used again.
 
     If recovery is blocked (the configuration, environment or a tool's replay
     declaration changed, or the retry was used up) the message names the gate,
     what changed, and the two ways out: restore the configuration, or
     `tether resume SESSION --abort`.
+
+    Examples:
+
+        tether resume --last
+
+        tether resume 01a2f3 --abort
 
     Exit status: 0 completed, nothing to do, or aborted with --abort; 1 failed;
     2 usage error; 3 no such session; 4 session busy; 5 corrupt log;
@@ -107,5 +119,85 @@ def resume(
         store=store,
     )
     run_agent_command(
-        settings, lambda agent: agent.resume(session, abort=abort), abort_requested=abort
+        settings,
+        lambda agent, chosen: agent.resume(need_session(chosen), abort=abort),
+        session=session,
+        last=last,
+        require_session=True,
+        abort_requested=abort,
+    )
+
+
+def need_session(chosen: str | None) -> str:
+    """The session of a command that needs one (exit 2 without)."""
+    if chosen is None:
+        raise ConfigurationError("give a SESSION (an id, a unique id prefix or a path) or --last")
+    return chosen
+
+
+def retry(
+    session: Annotated[
+        str | None,
+        typer.Argument(
+            help="Session id, unique id prefix or path of the log (or --last).",
+            metavar="SESSION",
+            show_default=False,
+        ),
+    ] = None,
+    last: LastOption = False,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
+    timeout: TimeoutOption = None,
+    workspace: WorkspaceOption = None,
+    sessions_dir: AgentSessionsDirOption = None,
+    durability: DurabilityOption = DurabilityChoice.durable,
+    system_prompt: SystemPromptOption = None,
+    tool_timeout: ToolTimeoutOption = None,
+    require_verified: RequireVerifiedOption = False,
+    assume_yes: YesOption = False,
+    max_steps: MaxStepsOption = None,
+    max_tokens: MaxTokensOption = None,
+    max_seconds: MaxSecondsOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Run a failed (or aborted) last run again on its own prompt.
+
+    The new run starts on the same user entry: the prompt is not appended a
+    second time. Without --model etc. the settings the session was run with
+    are used again.
+
+    Examples:
+
+        tether retry --last
+
+        tether retry 01a2f3 --model openai/gpt-4o-mini
+
+    Exit status: as `tether run`; 2 also when the last run did not fail or
+    the session has unfinished work (`tether resume` it first).
+    """
+    settings = AgentSettings(
+        model=model,
+        base_url=base_url,
+        api_key=api_key,
+        timeout=timeout,
+        workspace=workspace,
+        sessions_dir=sessions_dir,
+        durability=durability,
+        system_prompt=system_prompt,
+        tool_timeout=tool_timeout,
+        json_output=json_output,
+        require_verified=require_verified,
+        assume_yes=assume_yes,
+        max_steps=max_steps,
+        max_tokens=max_tokens,
+        max_seconds=max_seconds,
+        interactive=terminal_attached(),
+    )
+    run_agent_command(
+        settings,
+        lambda agent, chosen: agent.retry(need_session(chosen)),
+        session=session,
+        last=last,
+        require_session=True,
     )

@@ -29,6 +29,12 @@ import typer
 
 from tether._cli.common import WORKSPACE_HELP, handle_errors, one_line, workspace_root
 from tether._cli.progress import CallArguments, Progress, make_progress, resume_command
+from tether._cli.session_pick import (
+    agent_sessions_dir,
+    pick_session,
+    recording_sink,
+    with_recorded,
+)
 from tether._credentials import (
     Masker,
     hide_from_process_listing,
@@ -50,6 +56,9 @@ EXIT_BLOCKED = 65
 """
 EXIT_ABORTED = 130
 """The operation was aborted (Ctrl+C), like a shell reports a command ended by SIGINT."""
+EXIT_AWAITING_APPROVAL = 67
+"""A call is parked until a person decides with ``tether approve``/``deny`` (the policy
+said ask and nobody could be asked here); ``tether resume`` carries the decision out."""
 EXIT_UNVERIFIED = 66
 """Verification was required (``--require-verified``) and the completed run is still not
 backed by a passing check of the files as they are now."""
@@ -75,6 +84,8 @@ def exit_code_for(result: RunResult, *, abort_requested: bool = False) -> int:
         return EXIT_FAILED
     if status == "blocked":
         return EXIT_BLOCKED
+    if status == "awaiting_approval":
+        return EXIT_AWAITING_APPROVAL
     return 0 if abort_requested else EXIT_ABORTED
 
 
@@ -203,8 +214,8 @@ RequireVerifiedOption = Annotated[
     typer.Option(
         "--require-verified",
         help="A run that changed files must end with a passing check of the files as they "
-        "are now (\\[verify] command of tether.toml): up to two follow-up runs ask the model "
-        "to verify; exit 66 if it is still unverified. Default: \\[verify] required.",
+        "are now ([verify] command of tether.toml): up to two follow-up runs ask the model "
+        "to verify; exit 66 if it is still unverified. Default: [verify] required.",
     ),
 ]
 YesOption = Annotated[
@@ -220,7 +231,7 @@ MaxStepsOption = Annotated[
     int | None,
     typer.Option(
         "--max-steps",
-        help="Model steps a run may take (default: \\[budget] max_steps, unlimited).",
+        help="Model steps a run may take (default: [budget] max_steps, unlimited).",
         metavar="N",
         min=1,
         show_default=False,
@@ -230,7 +241,7 @@ MaxTokensOption = Annotated[
     int | None,
     typer.Option(
         "--max-tokens",
-        help="Input + output tokens a run may use (default: \\[budget] max_tokens, unlimited).",
+        help="Input + output tokens a run may use (default: [budget] max_tokens, unlimited).",
         metavar="N",
         min=1,
         show_default=False,
@@ -240,7 +251,7 @@ MaxSecondsOption = Annotated[
     float | None,
     typer.Option(
         "--max-seconds",
-        help="Wall time of a run in seconds (default: \\[budget] max_seconds, unlimited).",
+        help="Wall time of a run in seconds (default: [budget] max_seconds, unlimited).",
         metavar="SECONDS",
         min=0.001,
         show_default=False,
@@ -400,13 +411,14 @@ def build_agent(settings: AgentSettings, progress: Progress) -> Agent:
         system_prompt=settings.system_prompt,
         durability=Durability(settings.durability.value),
         sessions_dir=settings.sessions_dir,
-        on_event=progress.on_event,
+        on_event=recording_sink(settings, progress.on_event),
         tool_timeout=settings.tool_timeout,
         project=project,
         budget=budget,
-        authorize=terminal_authorizer(progress) if settings.interactive else None,
+        authorize=terminal_authorizer(progress, workspace) if settings.interactive else None,
         assume_yes=settings.assume_yes,
         ask_by_default=settings.ask_by_default and settings.interactive,
+        park_approvals=not settings.interactive,
         require_verified=True if settings.require_verified else None,
         store_url=settings.store,
         output_options=output_options or None,
@@ -478,8 +490,8 @@ def call_agent(agent: Agent, progress: Progress, call: Callable[[], RunResult]) 
             return masked_result(call(), agent.masker)
     except TetherError as exc:
         progress.close()
-        if progress.opened is None:
-            raise
+        if progress.opened is None or isinstance(exc, ConfigurationError):
+            raise  # nothing to resume: one error line
         message = f"session is corrupt: {exc}" if isinstance(exc, SessionCorruption) else str(exc)
         typer.echo(f"error: {one_line(agent.masker.text(message))}", err=True)
         progress.notice(f"resume with: {resume_command(progress.opened, progress.location)}")
@@ -521,7 +533,12 @@ def register(app: typer.Typer) -> None:
 
 def run(
     prompt: Annotated[
-        str, typer.Argument(help="What the agent should do.", metavar="PROMPT", show_default=False)
+        str,
+        typer.Argument(
+            help="What the agent should do; - reads it from stdin.",
+            metavar="PROMPT",
+            show_default=False,
+        ),
     ],
     session: Annotated[
         str | None,
@@ -529,11 +546,16 @@ def run(
             "--session",
             "-s",
             help="Continue this session (id, unique id prefix or path) instead of starting "
-            "a new one. Unfinished work in it is finished first.",
+            "a new one. Unfinished work in it is finished first. Without --model etc. it "
+            "uses the model, endpoint and options the session was run with.",
             metavar="ID",
             show_default=False,
         ),
     ] = None,
+    last: Annotated[
+        bool,
+        typer.Option("--last", "-l", help="Continue the session with the latest activity."),
+    ] = False,
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     api_key: ApiKeyOption = None,
@@ -563,15 +585,31 @@ def run(
     and the session stays resumable with `tether resume ID`.
 
     Calls the policy of tether.toml says to ask about are asked on the
-    terminal; without one (a pipe, CI) they are denied unless --yes is given.
+    terminal (yes / no / always for this rule). Without one (a pipe, CI, a
+    worker) such a call is parked: the run stops with exit 67 naming the
+    call, `tether approve ID` or `tether deny ID --why TEXT` decides from any
+    terminal, and `tether resume SESSION` carries it out (--yes allows them).
     A completed run that changed files reports whether a passing check backs
     it (see `tether verify`).
+
+    Examples:
+
+        tether run --model openai/gpt-4o-mini "add a test for parse()"
+
+        tether run --last "now update the changelog"
+
+        cat task.md | tether run - --model scripted:demo.json
 
     Exit status: 0 completed, 1 failed (also repeated_failure and
     budget_exhausted), 2 usage error (no model, no API key, bad tether.toml,
     …), 3 no such session, 4 session busy, 5 corrupt session log, 65 blocked,
-    66 still unverified with --require-verified, 130 aborted.
+    66 still unverified with --require-verified, 67 a call awaits approval,
+    130 aborted.
     """
+    from_stdin = prompt == "-"
+    if from_stdin:
+        with agent_errors():
+            prompt = read_prompt_from_stdin()
     settings = AgentSettings(
         model=model,
         base_url=base_url,
@@ -589,10 +627,40 @@ def run(
         max_steps=max_steps,
         max_tokens=max_tokens,
         max_seconds=max_seconds,
-        interactive=terminal_attached(),
+        interactive=not from_stdin and terminal_attached(),
         store=store,
     )
-    run_agent_command(settings, lambda agent: agent.run(prompt, session=session))
+    run_agent_command(
+        settings,
+        lambda agent, chosen: agent.run(prompt, session=chosen),
+        session=session,
+        last=last,
+    )
+
+
+MAX_STDIN_PROMPT = 1 << 20
+"""Characters a prompt read from stdin (``tether run -``) may have."""
+
+
+def read_prompt_from_stdin() -> str:
+    """The prompt of ``tether run -``: all of stdin (exit 2 if empty or too long)."""
+    text = sys.stdin.read(MAX_STDIN_PROMPT + 1)
+    if len(text) > MAX_STDIN_PROMPT:
+        raise ConfigurationError(
+            f"the prompt on stdin is longer than {MAX_STDIN_PROMPT} characters"
+        )
+    if not text.strip():
+        raise ConfigurationError("the prompt on stdin is empty")
+    return text.strip("\n")
+
+
+def choose_session(settings: AgentSettings, session: str | None, last: bool) -> str | None:
+    """The session an agent command means: ``session`` as given, or the newest for ``last``."""
+    if not last:
+        return session
+    return pick_session(
+        session, last, agent_sessions_dir(settings.sessions_dir, settings.workspace)
+    )
 
 
 def terminal_attached() -> bool:
@@ -605,16 +673,29 @@ def terminal_attached() -> bool:
 
 def run_agent_command(
     settings: AgentSettings,
-    call: Callable[[Agent], RunResult],
+    call: Callable[[Agent, str | None], RunResult],
     *,
+    session: str | None = None,
+    last: bool = False,
+    require_session: bool = False,
     abort_requested: bool = False,
 ) -> NoReturn:
-    """Build the agent, run ``call`` with progress and Ctrl+C handling, exit with its code."""
+    """Build the agent, run ``call`` with progress and Ctrl+C handling, exit with its code.
+
+    ``call`` gets the session meant (``session``, or the newest one for ``last``); for an
+    existing session the settings it was run with fill in the flags not given."""
     code = 0
     with agent_errors():
+        chosen = choose_session(settings, session, last)
+        if require_session and chosen is None:
+            raise ConfigurationError(
+                "give a SESSION (an id, a unique id prefix or a path) or --last"
+            )
+        if chosen is not None:
+            settings = with_recorded(settings, chosen)
         progress = make_progress(settings.json_output)
         agent = build_agent(settings, progress)
-        result = call_agent(agent, progress, lambda: call(agent))
+        result = call_agent(agent, progress, lambda: call(agent, chosen))
         progress.result(result)
         code = exit_code_for(result, abort_requested=abort_requested)
     raise typer.Exit(code)
@@ -623,6 +704,7 @@ def run_agent_command(
 __all__ = [
     "API_KEY_WARNING",
     "EXIT_ABORTED",
+    "EXIT_AWAITING_APPROVAL",
     "EXIT_BLOCKED",
     "EXIT_FAILED",
     "EXIT_UNVERIFIED",

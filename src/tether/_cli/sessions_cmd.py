@@ -11,16 +11,18 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tether._cli.common import (
     InputError,
     SessionsDirOption,
     emit_json,
     handle_errors,
+    one_line,
     printable,
     resolve_sessions_dir,
 )
-from tether._cli.inspect_cmd import format_timestamp
+from tether._cli.inspect_cmd import format_timestamp, last_outcome_text
 from tether._stores.file import SessionSummary, list_sessions
 
 
@@ -42,7 +44,14 @@ def sessions(
         ),
     ] = None,
 ) -> None:
-    """List sessions: id, created, model, current operation, last activity and size.
+    """List sessions: id, last activity, model, status (an unfinished operation, or how
+    the last run ended, with its error), the first prompt and size; --json has it all.
+
+    Examples:
+
+        tether sessions
+
+        tether sessions --json
 
     Exit status: 0 listed (also when there are none), 2 --sessions-dir does not exist.
     """
@@ -71,13 +80,28 @@ def short_time(ms: int) -> str:
     return text[:19].replace("T", " ") if text[:4].isdigit() else text
 
 
+PROMPT_WIDTH = 40
+"""Characters of the first prompt in the table (the full text is in ``--json``)."""
+
+
 def _operation_text(summary: SessionSummary) -> str:
     if summary.error is not None:
         return f"unreadable: {summary.error.code}"
     operation = summary.operation or "?"
+    if operation != "idle":
+        operation += " unfinished (tether resume)"
+    elif summary.last_outcome is not None and summary.last_kind is not None:
+        operation = last_outcome_text(summary.last_kind, summary.last_outcome, summary.last_error)
     if summary.torn_tail:
         operation += f" (torn tail: {summary.torn_tail} bytes)"
     return operation
+
+
+def _prompt_text(summary: SessionSummary) -> str:
+    if summary.first_prompt is None:
+        return "-"
+    text = one_line(summary.first_prompt)
+    return text if len(text) <= PROMPT_WIDTH else text[: PROMPT_WIDTH - 1] + "…"
 
 
 def render_sessions(summaries: list[SessionSummary], console: Console) -> None:
@@ -86,18 +110,18 @@ def render_sessions(summaries: list[SessionSummary], console: Console) -> None:
         return
     table = Table(box=None, pad_edge=False)
     table.add_column("id", no_wrap=True, min_width=36)
-    table.add_column("created (UTC)", no_wrap=True)
+    table.add_column("last activity (UTC)", no_wrap=True)
     table.add_column("model", overflow="fold")
-    table.add_column("operation", overflow="fold")
-    table.add_column("last activity", no_wrap=True)
+    table.add_column("status", overflow="fold")
+    table.add_column("first prompt", no_wrap=True)
     table.add_column("size", justify="right", no_wrap=True)
     for summary in summaries:
         table.add_row(
-            printable(summary.id or summary.path.name),
-            short_time(summary.created) if summary.created is not None else "-",
-            printable(summary.model or "-"),
-            _operation_text(summary),
+            Text(printable(summary.id or summary.path.name)),
             short_time(summary.last_activity),
+            Text(printable(summary.model or "-")),
+            Text(_operation_text(summary)),
+            Text(_prompt_text(summary)),
             f"{summary.size:,}",
         )
     console.print(table)

@@ -59,7 +59,7 @@ def verify(
         float | None,
         typer.Option(
             "--timeout",
-            help="Seconds the check may run (default: \\[verify] timeout, else 600).",
+            help="Seconds the check may run (default: [verify] timeout, else 600).",
             metavar="SECONDS",
             min=0.001,
             show_default=False,

@@ -37,7 +37,10 @@ class Agent(Executor):
     them). ``authorize`` asks a person about calls the policy marks ``ask`` (without it
     nobody can be asked: such calls are denied); ``assume_yes`` answers every ``ask`` with
     yes. ``ask_by_default`` (default: whether ``authorize`` is given) makes ``ask`` the
-    default for side-effecting tools no rule names, as in the REPL. ``require_verified``
+    default for side-effecting tools no rule names, as in the REPL. ``park_approvals``
+    parks an ``ask`` call nobody can be asked about instead of denying it: the run ends
+    ``awaiting_approval`` until ``tether approve``/``deny`` decides (see
+    :mod:`tether._effects.approvals`). ``require_verified``
     (default: ``[verify] required``) starts up to
     :data:`~tether._runtime.executor.MAX_FOLLOW_UPS` follow-up runs asking the model to
     verify when a run that changed files completes unverified.
@@ -75,6 +78,7 @@ class Agent(Executor):
         authorize: Authorizer | None = None,
         assume_yes: bool = False,
         ask_by_default: bool | None = None,
+        park_approvals: bool = False,
         require_verified: bool | None = None,
         budget: BudgetConfig | None = None,
         secrets: Iterable[str] = (),
@@ -103,6 +107,7 @@ class Agent(Executor):
                 authorize=authorize,
                 assume_yes=assume_yes,
                 ask_by_default=ask_by_default,
+                park_approvals=park_approvals,
                 require_verified=require_verified,
                 budget=budget,
                 secrets=secrets,

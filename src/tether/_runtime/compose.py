@@ -147,6 +147,7 @@ def compose(
     authorize: Authorizer | None = None,
     assume_yes: bool = False,
     ask_by_default: bool | None = None,
+    park_approvals: bool = False,
     require_verified: bool | None = None,
     budget: BudgetConfig | None = None,
     secrets: Iterable[str] = (),
@@ -187,6 +188,7 @@ def compose(
         authorize=authorize,
         assume_yes=assume_yes,
         ask_by_default=ask_by_default,
+        park=park_approvals,
     )
     # 4. The tools.
     chosen = list(tools) if tools is not None else builtin_tools(pass_env=config.tools.pass_env)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, TypeVar
 
 _E = TypeVar("_E", bound="Event")
+
+
+def _camel(name: str) -> str:
+    """``session_id`` → ``sessionId``."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 @dataclass(frozen=True)
@@ -15,9 +22,16 @@ class Event:
 
     kind: str = "event"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
+        """The event as a JSON-ready dict: ``{"event": kind, …}`` with camelCase members
+        (like the session log), e.g. ``{"event": "tool_started", "callId": …}``."""
         data = asdict(self)
-        return {"event": data.pop("kind"), **data}
+        kind = data.pop("kind")
+        return {"event": kind, **{_camel(name): value for name, value in data.items()}}
+
+    def to_json(self) -> str:
+        """The event as one line of JSON text (:meth:`to_dict` serialized)."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -138,6 +152,17 @@ class Blocked(Event):
     reason: str = ""
     detail: str = ""
     kind: str = "blocked"
+
+
+@dataclass(frozen=True)
+class ApprovalParked(Event):
+    """A call was parked until a person decides; the run stops after this."""
+
+    name: str = ""
+    call_id: str = ""
+    request_id: int = 0
+    summary: str = ""
+    kind: str = "approval_parked"
 
 
 @dataclass(frozen=True)

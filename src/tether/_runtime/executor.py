@@ -34,7 +34,7 @@ from tether._effects.recovery import RecoveryAction, reconcile_pending
 from tether._models.base import ModelRequest, ModelResponse, call_model
 from tether._runtime import boundaries, events
 from tether._runtime.compose import Composition
-from tether._runtime.guards import follow_up_prompt, is_failure, run_range
+from tether._runtime.guards import ParkedCall, follow_up_prompt, is_failure, run_range
 from tether._runtime.masking import mask_commits
 from tether._runtime.results import RunResult, RunStatus, finished_details
 from tether._runtime.retry import (
@@ -163,6 +163,37 @@ class Executor:
         if not prompt or not prompt.strip():
             raise ConfigurationError("the prompt is empty")
         result = self._run_once(prompt, session)
+        return self._follow_up(result)
+
+    def retry(self, session: str) -> RunResult:
+        """Start a new run on the input entry of the session's failed (or aborted) last run:
+        the prompt is not appended again (spec 8.1 allows any earlier user entry)."""
+        with self._open(session) as store, self._abortable():
+            state = store.state
+            finished = state.last_finished
+            if not isinstance(state.operation, IdleOperation):
+                raise ConfigurationError(
+                    f"session {store.session_id} has unfinished work: finish it with "
+                    f"`tether resume {store.session_id}` (or abort it with --abort) first"
+                )
+            if finished is None or finished.kind != "run" or finished.outcome == "completed":
+                what = "no run" if finished is None else f"a {finished.outcome} {finished.kind}"
+                raise ConfigurationError(
+                    f"nothing to retry: the last operation of session {store.session_id} is "
+                    f"{what}; retry takes a session whose last run failed or was aborted"
+                )
+            users = [
+                entry_id
+                for entry_id, message in zip(state.transcript_ids, state.transcript, strict=True)
+                if message.get("role") == "user"
+            ]
+            if not users:
+                raise ConfigurationError(f"session {store.session_id} has no prompt to retry")
+            self._evidence.rebind_if_lost(store)
+            before = state.usage
+            store.commit([facts.run_started(operation_id=self._ids(), input_entry_id=users[-1])])
+            faults.hit(boundaries.RUN_ACCEPTED)
+            result = self._drive(store, usage_before=before)
         return self._follow_up(result)
 
     def resume(self, session: str, *, abort: bool = False) -> RunResult:
@@ -363,7 +394,8 @@ class Executor:
         if isinstance(store.state.operation, IdleOperation):
             return None
         earlier = self._drive(store)
-        return earlier if earlier.status is RunStatus.BLOCKED else None
+        stopped = (RunStatus.BLOCKED, RunStatus.AWAITING_APPROVAL)
+        return earlier if earlier.status in stopped else None
 
     @contextmanager
     def _abortable(self) -> Iterator[None]:
@@ -960,7 +992,7 @@ class Executor:
 
     # ------------------------------------------------------------------ tools
 
-    def _start_tool(self, drive: _Drive, state: SessionState, plan: StartTool) -> None:
+    def _start_tool(self, drive: _Drive, state: SessionState, plan: StartTool) -> RunResult | None:
         """``startTool``: a call started now, or a replay (docs/runtime.md, "The loop")."""
         store = drive.store
         operation = state.operation
@@ -974,7 +1006,7 @@ class Executor:
             self._emit(events.ToolStarted(name=plan.tool_name, call_id=call["id"], replay=True))
             started = operation.tool_call(plan.tool_started_id)
             self._execute(drive, tool, dict(plan.arguments), started, None)
-            return
+            return None
         # 1. validate the arguments (a violation becomes an invalidArguments result)
         earlier = self._evidence.earlier_decision(store, plan.assistant_entry_id)
         validated = self.registry.validate(plan.tool_name, call["function"]["arguments"])
@@ -992,9 +1024,12 @@ class Executor:
                     )
                 ],
             )
-            return
+            self._emit(
+                events.ToolSkipped(name=plan.tool_name, call_id=call["id"], reason=validated.reason)
+            )
+            return None
         # 2. authorize (boundary authorized when a decision is recorded)
-        authorization, denial = self._guards.authorize(
+        decided = self._guards.authorize(
             store.session_id,
             plan.assistant_entry_id,
             plan.tool_index,
@@ -1002,6 +1037,9 @@ class Executor:
             validated.arguments,
             earlier_decision=earlier,
         )
+        if isinstance(decided, ParkedCall):
+            return self._park(drive, decided, call["id"])
+        authorization, denial = decided
         if authorization is not None:
             self._emit(
                 events.ToolAuthorized(
@@ -1043,9 +1081,11 @@ class Executor:
                 )
             )
             store.commit(intent)
-            self._emit(events.ToolSkipped(name=plan.tool_name, call_id=call["id"], reason="denied"))
+            person = authorization is not None and authorization.who not in ("policy", "--yes")
+            reason = "declined" if person else "denied"
+            self._emit(events.ToolSkipped(name=plan.tool_name, call_id=call["id"], reason=reason))
             self._note_failure(drive, started_id, result_id, plan.tool_name, validated.arguments)
-            return
+            return None
         # 3. what the tool's recovery kind records before toolStarted (a journaled file
         # change: its planned change in the journal, boundary journal.intent_prepared)
         runner = RUNNERS[validated.tool.recovery]
@@ -1059,6 +1099,29 @@ class Executor:
         self._emit(events.ToolStarted(name=plan.tool_name, call_id=call["id"]))
         # 5. run it → after_effect  6. commit the result entry → after_result
         self._execute(drive, validated.tool, validated.arguments, started, prepared)
+        return None
+
+    def _park(self, drive: _Drive, parked: ParkedCall, call_id: str) -> RunResult:
+        """A call waits for a person: the run stops, its operation stays open (the next
+        resume carries the decision out); nothing is appended to the log."""
+        message = parked.message()
+        self._emit(
+            events.ApprovalParked(
+                name=parked.tool_name,
+                call_id=call_id,
+                request_id=parked.request_id,
+                summary=parked.summary,
+            )
+        )
+        self._emit(events.Blocked(reason="approval_required", detail=message))
+        return self._result(
+            drive.store,
+            RunStatus.AWAITING_APPROVAL,
+            usage_before=drive.usage_before,
+            blocked_reason="approval_required",
+            message=message,
+            parked_call=parked.request_id,
+        )
 
     def _execute(
         self,

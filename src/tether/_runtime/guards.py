@@ -21,9 +21,11 @@ from tether import _faults as faults
 from tether._completion.artifact import ArtifactScanner
 from tether._completion.failures import ToolFailure
 from tether._completion.verify import Verifier, workspace_scanner
+from tether._effects.approvals import ApprovalRequest, ApprovalStore
 from tether._effects.authorization import Authorization, call_key
 from tether._project import ProjectConfig
 from tether._tools.base import Tool, ToolResult
+from tether._tools.builtin import FileChangeTool, current_hash
 from tether._wsdb.protocol import WorkspaceDB
 from tether.core.canonical import arguments_digest
 from tether.core.gate import (
@@ -42,23 +44,31 @@ from tether.core.policy import (
 )
 from tether.core.state import Replay, SessionState
 from tether.core.stops import FailedCall, StopError, describe_call, repeated_failure
-from tether.errors import ArtifactError
+from tether.errors import ArtifactError, CanonicalizationError, TetherError
 
 __all__ = [
+    "ALWAYS",
     "AUTHORIZED",
     "LOST_RECORD_RULE",
+    "PARKED",
     "AuthorizationRequest",
     "Authorizer",
     "EarlierDecision",
     "Guards",
+    "ParkedCall",
     "arguments_digest",
     "follow_up_prompt",
     "is_failure",
     "run_range",
+    "stale_reason",
+    "touched_snapshot",
 ]
 
 AUTHORIZED = faults.register(
     "authorized", "an authorization decision is durable; the call has not started"
+)
+PARKED = faults.register(
+    "approval.parked", "a call is parked for approval (durable); the run has not stopped yet"
 )
 MAX_SUMMARY: Final = 500
 LOST_RECORD_RULE: Final = (
@@ -90,8 +100,77 @@ class AuthorizationRequest:
     reason: str | None
 
 
-Authorizer = Callable[[AuthorizationRequest], bool]
-"""Asks a person; ``True`` allows the call. Called only for ``ask`` decisions."""
+ALWAYS: Final = "always"
+"""The answer that allows the call and every later call of the tool under the same rule
+in the session."""
+
+Authorizer = Callable[[AuthorizationRequest], bool | str]
+"""Asks a person; ``True`` allows the call, :data:`ALWAYS` allows it and later calls of the
+tool under the same rule in the session, ``False`` declines. Called only for ``ask``."""
+
+
+@dataclass(frozen=True)
+class ParkedCall:
+    """A call parked for approval: the run stops until a person decides."""
+
+    request_id: int
+    session_id: str
+    tool_name: str
+    summary: str
+    note: str | None = None
+    """Why it was parked again (an earlier decision became void), if it was."""
+
+    def message(self, location: str = "") -> str:
+        again = f"{self.note}; " if self.note else ""
+        return (
+            f"awaiting approval: call #{self.request_id} ({self.tool_name}: {self.summary}) "
+            f"is parked; {again}decide with `tether approve {self.request_id}` or "
+            f"`tether deny {self.request_id} --why TEXT` (see `tether approvals`), then run "
+            f"`tether resume {self.session_id}{location}`"
+        )
+
+
+def touched_files(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
+    """The workspace files a call changes, where the tool says (``write``, ``edit``)."""
+    path = arguments.get("path")
+    if isinstance(tool, FileChangeTool) and isinstance(path, str):
+        return [path]
+    return []
+
+
+def touched_snapshot(workspace: Path, paths: list[str]) -> dict[str, str | None]:
+    """The content hash of each path now (``None``: missing; ``"unreadable"``)."""
+    snapshot: dict[str, str | None] = {}
+    for path in paths:
+        try:
+            snapshot[path] = current_hash(workspace, path)
+        except (OSError, TetherError):
+            snapshot[path] = "unreadable"
+    return snapshot
+
+
+def stale_reason(
+    request: ApprovalRequest,
+    workspace: Path,
+    version: Callable[[], str | None],
+    *,
+    digest: str | None = None,
+) -> str | None:
+    """Why a parked call's decision no longer applies (``None``: it still does): its
+    arguments (``digest``, when known) or the files it touches changed since it was
+    proposed; a call whose files are unknown (``bash``) compares the artifact version."""
+    if digest is not None and digest != request.arguments_digest:
+        return "the call's arguments changed since it was proposed"
+    if request.touched:
+        now = touched_snapshot(workspace, list(request.touched))
+        changed = sorted(path for path, hashed in request.touched.items() if now[path] != hashed)
+        if changed:
+            return f"{name_files(changed)} changed since the call was proposed"
+        return None
+    current = version()
+    if request.artifact_version is not None and current != request.artifact_version:
+        return "the workspace files changed since the call was proposed"
+    return None
 
 
 def is_failure(result: ToolResult) -> bool:
@@ -163,8 +242,11 @@ class Guards:
         authorize: Authorizer | None = None,
         assume_yes: bool = False,
         ask_by_default: bool | None = None,
+        park: bool = False,
     ) -> None:
         self.workspace = workspace
+        self.park = park
+        """Park ``ask`` calls nobody can be asked about (instead of denying them)."""
         self.project = project
         self._effects = effects
         self._authorize = authorize
@@ -204,7 +286,7 @@ class Guards:
         arguments: Mapping[str, Any],
         *,
         earlier_decision: EarlierDecision = EarlierDecision.NONE,
-    ) -> tuple[Authorization | None, str | None]:
+    ) -> tuple[Authorization | None, str | None] | ParkedCall:
         """Decide whether a validated call may start: the recorded decision (``None`` when
         none was needed) and the denial text when the call may not start.
 
@@ -219,6 +301,12 @@ class Guards:
         deny in the REPL stands on a resume in a pipe), and when that record may have been
         lost (``UNKNOWN``) a missing one never counts as "allowed by default": the call is
         asked about like in the REPL (no terminal → denied, ``--yes`` → allowed).
+
+        With ``park``, a call the policy says to ask about while nobody can be asked is
+        parked instead of denied (:class:`ParkedCall`): the run stops until a person
+        decides with ``tether approve``/``deny``; the next call carries the decision out
+        (recorded here like any other) unless it became void. An "always" grant of the
+        session for the tool and rule allows such a call without asking.
         """
         kind = ToolKind.READ_ONLY if tool.replay is Replay.SAFE else ToolKind.SIDE_EFFECT
         interactive = self._authorize is not None
@@ -271,13 +359,32 @@ class Guards:
         # --yes only decides where the policy said ask (its verdict's rule says so).
         who = "--yes" if verdict.rule.startswith("--yes") else "policy"
         reason = verdict.reason
-        if decision is Decision.ASK:
+        nobody = decision is Decision.DENY and verdict.reason == NO_TERMINAL_REASON
+        approvals = self._approvals()
+        granted = (
+            approvals.granted(session_id, tool.name, verdict.rule)
+            if approvals is not None and (decision is Decision.ASK or nobody)
+            else None
+        )
+        if granted is not None:
+            decision, who, reason = Decision.ALLOW, granted, "always allowed for this rule"
+        elif nobody and self.park and approvals is not None:
+            outcome = self._parked(approvals, session_id, key, tool, arguments, summary, verdict)
+            if isinstance(outcome, ParkedCall):
+                return outcome
+            decision, who, reason = outcome
+        elif decision is Decision.ASK:
             assert self._authorize is not None
             request = AuthorizationRequest(tool.name, arguments, summary, verdict.rule, reason)
-            allowed = self._authorize(request)
+            answer = self._authorize(request)
+            allowed = answer is True or answer == ALWAYS
             decision = Decision.ALLOW if allowed else Decision.DENY
             who = "user"
             reason = "approved at the terminal" if allowed else "declined at the terminal"
+            if answer == ALWAYS:
+                reason = "always allowed for this rule (answered at the terminal)"
+                if approvals is not None:
+                    approvals.grant(session_id, tool.name, verdict.rule, "user")
         recorded = store.record(
             session_id=session_id,
             call_key=key,
@@ -295,6 +402,53 @@ class Guards:
         if recorded.decision == Decision.DENY.value:
             return recorded, denial_text(recorded.who, recorded.rule, recorded.reason)
         return recorded, None
+
+    def _approvals(self) -> ApprovalStore | None:
+        """The parked approvals, where the workspace database keeps them (SQLite)."""
+        found = getattr(self._effects(), "approvals", None)
+        return found if isinstance(found, ApprovalStore) else None
+
+    def _parked(
+        self,
+        approvals: ApprovalStore,
+        session_id: str,
+        key: str,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        summary: str,
+        verdict: PolicyVerdict,
+    ) -> ParkedCall | tuple[Decision, str, str | None]:
+        """Park the call, or the decision a person made on it (void → parked again)."""
+        digest = arguments_digest(arguments)
+        request = approvals.active(session_id, key)
+        note: str | None = None
+        if request is not None and request.status != "proposed":
+            why = stale_reason(request, self.workspace, self._version, digest=digest)
+            if why is not None:
+                approvals.void(request.id, why)
+                note = f"the decision on call #{request.id} is void: {why}"
+                request = None
+        if request is None:
+            paths = touched_files(tool, arguments)
+            request = approvals.propose(
+                session_id=session_id,
+                call_key=key,
+                tool_name=tool.name,
+                arguments=dict(arguments),
+                arguments_digest=digest,
+                artifact_version=None if paths else self._version(),
+                touched=touched_snapshot(self.workspace, paths),
+                summary=summary,
+                rule=verdict.rule,
+            )
+            faults.hit(PARKED)
+        if request.status == "proposed":
+            return ParkedCall(request.id, session_id, tool.name, summary, note)
+        who = request.decided_by or "unknown"
+        if request.status == "approved":
+            return Decision.ALLOW, who, f"approved with tether approve (call #{request.id})"
+        why = request.reason or "no reason given"
+        return Decision.DENY, who, f"denied with tether deny (call #{request.id}): {why}"
 
     # ------------------------------------------------------------------ stop conditions
 

@@ -23,6 +23,7 @@ credentials masked).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -45,6 +46,8 @@ class RunStatus(StrEnum):
     FAILED = "failed"
     ABORTED = "aborted"
     BLOCKED = "blocked"
+    AWAITING_APPROVAL = "awaiting_approval"
+    """A call is parked until a person decides (``tether approve``/``deny``)."""
     IDLE = "idle"  # nothing was unfinished and nothing was asked
 
 
@@ -67,6 +70,8 @@ class RunResult:
     follow_ups: int = 0
     """Follow-up runs started to get the work verified (``require_verified``)."""
     require_verified: bool = False
+    parked_call: int | None = None
+    """The id of the call parked for approval (status ``awaiting_approval``)."""
 
     @property
     def resume_command(self) -> str:
@@ -82,7 +87,12 @@ class RunResult:
             and not self.verification.verified
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> str:
+        """The result as JSON text (:meth:`to_dict` serialized)."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, default=str)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as a JSON-ready dict with camelCase members."""
         return {
             "status": self.status.value,
             "sessionId": self.session_id,
@@ -99,6 +109,7 @@ class RunResult:
             ),
             "followUps": self.follow_ups,
             "unverified": self.unverified,
+            "parkedCall": self.parked_call,
         }
 
 

@@ -323,6 +323,14 @@ class SessionSummary:
     """Bytes after the last LF (an unfinished append a writer would repair)."""
     error: SessionCorruption | None = None
     """Why the log cannot be read (corrupt, foreign version, unsafe); ``None`` when valid."""
+    first_prompt: str | None = None
+    """The content of the first user message (``None``: there is none)."""
+    last_outcome: str | None = None
+    """How the last finished operation ended (``completed``, ``failed``, ``aborted``)."""
+    last_kind: str | None = None
+    """``run`` or ``compaction``: what finished last."""
+    last_error: Mapping[str, str] | None = None
+    """The recorded ``{"code", "message"}`` of a failed last operation."""
 
     @property
     def corrupt(self) -> bool:
@@ -341,6 +349,10 @@ class SessionSummary:
             "size": self.size,
             "tornTail": self.torn_tail,
             "error": self.error.to_json() if self.error is not None else None,
+            "firstPrompt": self.first_prompt,
+            "lastOutcome": self.last_outcome,
+            "lastOperation": self.last_kind,
+            "lastError": dict(self.last_error) if self.last_error is not None else None,
         }
         return out
 
@@ -427,6 +439,15 @@ def _summarize(sdir: Path, dir_fd: int, name: str) -> SessionSummary | None:
         )
     header = state.header
     operation = state.operation
+    finished = state.last_finished
+    first_prompt = next(
+        (
+            m["content"]
+            for m in state.transcript
+            if m.get("role") == "user" and isinstance(m.get("content"), str)
+        ),
+        None,
+    )
     return SessionSummary(
         id=header.id,
         path=path,
@@ -438,6 +459,10 @@ def _summarize(sdir: Path, dir_fd: int, name: str) -> SessionSummary | None:
         operation=operation.kind,
         operation_id=getattr(operation, "operation_id", None),
         torn_tail=len(data) - len(committed),
+        first_prompt=first_prompt,
+        last_outcome=finished.outcome if finished is not None else None,
+        last_kind=finished.kind if finished is not None else None,
+        last_error=finished.error if finished is not None else None,
     )
 
 

@@ -49,6 +49,7 @@ from tether.errors import EffectsDatabaseError
 if TYPE_CHECKING:
     from tether._completion.evidence import VerificationStore
     from tether._completion.failures import FailureStore
+    from tether._effects.approvals import ApprovalStore
     from tether._effects.authorization import AuthorizationStore
     from tether._effects.journal import ActionJournal
     from tether._effects.review import ReviewStore
@@ -228,6 +229,38 @@ EFFECTS_MIGRATIONS: Final[tuple[Migration, ...]] = (
             session_id  TEXT PRIMARY KEY,
             bound_at_ms INTEGER NOT NULL,
             previous_db TEXT
+        )""",
+    ),
+    # ---- version 4: calls parked until a person decides (tether._effects.approvals)
+    (
+        """CREATE TABLE IF NOT EXISTS approval_requests (
+            id               INTEGER PRIMARY KEY AUTOINCREMENT,
+            session_id       TEXT NOT NULL,
+            call_key         TEXT NOT NULL,
+            tool_name        TEXT NOT NULL,
+            arguments        TEXT NOT NULL,
+            arguments_digest TEXT NOT NULL,
+            artifact_version TEXT,
+            touched          TEXT NOT NULL,
+            summary          TEXT NOT NULL,
+            rule             TEXT NOT NULL,
+            status           TEXT NOT NULL
+                CHECK (status IN ('proposed','approved','denied','void')),
+            always           INTEGER NOT NULL DEFAULT 0,
+            decided_by       TEXT,
+            reason           TEXT,
+            proposed_at_ms   INTEGER NOT NULL,
+            decided_at_ms    INTEGER
+        )""",
+        """CREATE INDEX IF NOT EXISTS approval_requests_call
+            ON approval_requests (session_id, call_key)""",
+        """CREATE TABLE IF NOT EXISTS approval_grants (
+            session_id    TEXT NOT NULL,
+            tool_name     TEXT NOT NULL,
+            rule          TEXT NOT NULL,
+            granted_by    TEXT NOT NULL,
+            granted_at_ms INTEGER NOT NULL,
+            PRIMARY KEY (session_id, tool_name, rule)
         )""",
     ),
 )
@@ -523,6 +556,13 @@ class EffectsDB:
         from tether._effects.authorization import AuthorizationStore
 
         table: AuthorizationStore = self._table("authorizations", AuthorizationStore)
+        return table
+
+    @property
+    def approvals(self) -> ApprovalStore:
+        from tether._effects.approvals import ApprovalStore
+
+        table: ApprovalStore = self._table("approvals", ApprovalStore)
         return table
 
     @property

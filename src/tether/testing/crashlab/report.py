@@ -14,6 +14,7 @@ from tether import _faults as faults
 from tether.testing.crashlab.matrix import CaseResult, LabResult, summarize_boundaries
 
 __all__ = [
+    "OUTSIDE_THE_LAB",
     "all_boundaries",
     "first_failure",
     "render",
@@ -22,6 +23,13 @@ __all__ = [
 ]
 
 _SKIP_MODULES = ("tether.__main__", "tether._cli", "tether.testing.crashlab")
+
+OUTSIDE_THE_LAB: dict[str, str] = {
+    "approval.parked": "tests/test_approvals.py (a parked run needs a person to go on)",
+    "approval.deciding": "tests/test_approvals.py (tether approve/deny, not an agent run)",
+    "approval.decided": "tests/test_approvals.py (tether approve/deny, not an agent run)",
+}
+"""Boundaries no lab scenario can reach, and the test that kills a process at each."""
 
 
 def all_boundaries() -> dict[str, str]:

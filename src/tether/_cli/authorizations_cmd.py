@@ -17,8 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from tether._cli.common import WORKSPACE_HELP, emit_json, handle_errors, one_line, workspace_root
-from tether._cli.store_cmd import STORE_URL_ENV, StoreUrlOption
 from tether._cli.session_pick import LastOption, session_id_for
+from tether._cli.store_cmd import STORE_URL_ENV, StoreUrlOption
 from tether._effects.authorization import AuthorizationStore
 from tether._stores.file import sessions_dir_for
 from tether._wsdb.sqlite import EffectsDB, effects_db_path, format_ms

@@ -35,6 +35,7 @@ from tether.core.state import (
     ToolCallState,
     ToolStatus,
 )
+from tether.errors import ConfigurationError
 
 RECENT_MESSAGES = 5
 """How many of the last transcript messages the human view shows."""
@@ -90,16 +91,20 @@ def inspect(
     session, 7 ambiguous id prefix.
     """
     with handle_errors():
+        log_dir: Path | None = None
         if store is not None:
             from tether._cli.store_cmd import read_store_log
 
+            if file is None:
+                raise ConfigurationError("with --store, name the session to inspect by its id")
             data = read_store_log(store, str(file))
         else:
-            file = session_file(file, last, sessions_dir)
-            data = read_input(file, "session file", limit=MAX_SESSION_FILE_BYTES)
+            path = session_file(file, last, sessions_dir)
+            data = read_input(path, "session file", limit=MAX_SESSION_FILE_BYTES)
+            log_dir = path.parent
         if not json_output:
             render_state(
-                reduce_session(data), file_size=len(data), console=Console(), log_dir=file.parent
+                reduce_session(data), file_size=len(data), console=Console(), log_dir=log_dir
             )
             return
         try:
@@ -202,6 +207,58 @@ def _tool_line(tool: ToolCallState) -> str:
         f"#{tool.tool_index} {tool.tool_name} [{tool.tool_call_id}] {tool.status.value}, "
         f"replay {tool.replay.value}, toolStarted {tool.tool_started_id}"
     )
+
+
+def _side_records(state: SessionState, log_dir: Path | None) -> dict[str, Any]:
+    """The reasoning side records next to the log (docs/models.md), by entry id."""
+    if log_dir is None:
+        return {}
+    from tether._stores.reasoning import parse_side_record, side_record_name
+    from tether._stores.sidecar import FileSidecar, sidecar_path
+
+    out: dict[str, Any] = {}
+    for entry_id, message in zip(state.transcript_ids, state.transcript, strict=False):
+        if message.get("role") != "assistant":
+            continue
+        name = side_record_name(entry_id)
+        data, _ = FileSidecar(sidecar_path(log_dir, state.header.id, name)).read()
+        record = parse_side_record(data, entry_id) if data is not None else None
+        if record is not None:
+            out[entry_id] = record
+    return out
+
+
+def _retry_lines(state: SessionState, log_dir: Path | None) -> list[str]:
+    """``retried after rate limit (2 s)`` for each automatic retry (docs/models.md)."""
+    if log_dir is None:
+        return []
+    import json
+
+    from tether._runtime.retry import REASONS, describe
+    from tether._stores.sidecar import FileSidecar, sidecar_path
+
+    data, _ = FileSidecar(sidecar_path(log_dir, state.header.id, "retry")).read()
+    try:
+        record = json.loads(data) if data is not None else None
+    except ValueError:
+        return []
+    if not isinstance(record, dict):
+        return []
+    lines = [
+        describe({**h, "reason": h.get("reason")})
+        for h in record.get("history", [])
+        if isinstance(h, dict)
+    ]
+    if record.get("exhausted"):
+        reason = REASONS.get(str(record.get("reason")), str(record.get("reason")))
+        lines.append(f"gave up after {reason}: retries used up")
+    elif (
+        not record.get("startedOperationId")
+        and state.last_finished is not None
+        and state.last_finished.operation_id == record.get("failedOperationId")
+    ):
+        lines.append(f"retry {record.get('retry')} pending (resume continues the schedule)")
+    return lines
 
 
 def last_outcome_text(kind: str, outcome: str, error: Mapping[str, str] | None) -> str:

@@ -44,7 +44,7 @@ from tether.core.policy import (
 )
 from tether.core.state import Replay, SessionState
 from tether.core.stops import FailedCall, StopError, describe_call, repeated_failure
-from tether.errors import ArtifactError, CanonicalizationError, TetherError
+from tether.errors import ArtifactError, TetherError
 
 __all__ = [
     "ALWAYS",

@@ -22,12 +22,14 @@ the matrix, which arm the hit *after* the last one and must run to completion)::
     commit 10  operationFinished completed       operation_finished@1
 
 Every crash leaves a *durable prefix* of ``d`` commits (``store.before_write@k`` and
-``store.torn_write@k`` leave ``k-1``, ``store.after_write@k`` and ``store.after_sync@k``
-leave ``k``; the page cache survives ``SIGKILL``). What recovery must do follows from
-``d`` alone (spec 14.5), except for the one case the log cannot tell apart: with ``d=6``
-the bash command either never ran (``before_effect@2``, ``store.*@6``) or ran
-(``after_effect@2``, ``store.before_write@7``/``store.torn_write@7``); both become
-``interrupted`` and are never re-run, so the counter file holds 0 or 1 line.
+``store.torn_write@k`` leave ``k-1``, ``store.after_write@k`` leaves ``k``; the page cache
+survives ``SIGKILL``). ``store.after_sync`` is hit at the durable points only (docs/runtime.md,
+"Durable points"): after commits 2, 4, 6 and 8 (the attempts and the tool intents) and after
+the final flush, so ``store.after_sync@j`` leaves the commit of the ``j``-th durable point.
+What recovery must do follows from ``d`` alone (spec 14.5), except for the one case the
+log cannot tell apart: with ``d=6`` the bash command either never ran (``before_effect@2``,
+``store.*@6``) or ran (``after_effect@2``, ``store.before_write@7``/``store.torn_write@7``);
+both become ``interrupted`` and are never re-run, so the counter file holds 0 or 1 line.
 
 Every runtime boundary is crashed at every hit; the store boundaries at the commits
 listed in :func:`_cases`. Further tests: two crashes at ``attempt_recorded`` (blocked
@@ -104,8 +106,11 @@ STORE_HITS = {
     "store.before_write": COMMITS,
     "store.torn_write": COMMITS,
     "store.after_write": COMMITS,
-    "store.after_sync": COMMITS,
+    "store.after_sync": 5,
 }
+# The commit each durable point (an fdatasync, store.after_sync@j) makes durable: the two
+# attempts, the two tool intents, and the final flush after operationFinished.
+SYNCED_COMMITS = (2, 4, 6, 8, COMMITS)
 # Boundaries of creating the session (one create, so one hit each); the store's own crash
 # tests (tests/test_store_crash.py) and the crash lab kill there.
 CREATE_HITS = {
@@ -308,10 +313,14 @@ class Case:
             return RUNTIME_PREFIX[(self.boundary, self.hit)]
         if self.boundary in ("store.before_write", "store.torn_write"):
             return self.hit - 1
+        if self.boundary == "store.after_sync":
+            return SYNCED_COMMITS[self.hit - 1]
         return self.hit
 
     @property
     def bash_ran_before_crash(self) -> bool:
+        if self.boundary == "store.after_sync":
+            return self.durable_prefix >= 7
         if self.boundary in STORE_HITS:
             return self.hit >= 7  # commit 7 (the bash result) was being written
         return self.durable_prefix >= 7 or (self.boundary, self.hit) == ("after_effect", 2)
@@ -327,7 +336,7 @@ def _cases() -> list[Case]:
     # tail) or torn_write@k+1; a few commits each, around the bash call.
     cases += [Case("store.before_write", k) for k in (1, 7)]
     cases += [Case("store.after_write", k) for k in (6, 7)]
-    cases += [Case("store.after_sync", k) for k in (2, 10)]
+    cases += [Case("store.after_sync", k) for k in (1, 3, 5)]
     return cases
 
 
@@ -553,6 +562,7 @@ def test_attempt_crash_twice_blocks_then_abort_closes(tmp_path: Path) -> None:
     assert refused.blocked_reason == "attempts_exhausted"
     assert agent.compact(sid).status is RunStatus.BLOCKED
     assert path.read_bytes() == before
+    agent.close()  # it holds the session (blocked or not): the child is the next writer
 
     # resume --abort closes it durably: abortRequested, stepFailed(aborted), finished aborted.
     aborted = spawn(["resume", str(workspace), str(script), sid, "--abort"])
@@ -621,6 +631,7 @@ def test_environment_change_blocks_replay(tmp_path: Path) -> None:
     default = Agent(model, workspace=workspace)  # identity = the workspace's real path
     assert default.environment == os.path.realpath(workspace)
     assert default.resume(sid).blocked_reason == "environment_changed"
+    default.close()  # it holds the session; an agent in use is never robbed of it
 
     same = Agent(model, workspace=workspace, environment="machine-a").resume(sid)
     assert same.status is RunStatus.COMPLETED
@@ -706,7 +717,8 @@ COMPACTION_CASES = [
     ("operation_finished@1", 4),
     ("store.torn_write@1", 0),
     ("store.torn_write@3", 2),
-    ("store.after_sync@3", 3),
+    ("store.after_sync@1", 2),  # the durable points: the attempt, then the final flush
+    ("store.after_sync@2", 4),
 ]
 
 
@@ -715,6 +727,7 @@ def _compaction_case(root: Path, spec: str, durable: int) -> None:
     agent = Agent(load_model(f"scripted:{script}"), workspace=workspace)
     sid = agent.run("one").session_id
     assert agent.run("two", session=sid).text == "Second."
+    agent.close()  # release the session it holds: the child is its next writer
     path = session_file(workspace)
     before = path.read_bytes()
     base = len(transactions(before))
@@ -888,7 +901,8 @@ def test_sigkill_while_a_command_runs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("spec", "abort_durable"),
-    [("store.torn_write@1", False), ("store.after_sync@1", True)],
+    # abortRequested is not a durable point (docs/runtime.md): written, it survives SIGKILL.
+    [("store.torn_write@1", False), ("store.after_write@1", True)],
 )
 def test_crash_while_aborting(tmp_path: Path, spec: str, abort_durable: bool) -> None:
     """``resume --abort`` killed mid-way: once ``abortRequested`` is durable, a plain

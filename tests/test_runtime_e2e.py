@@ -614,7 +614,8 @@ class TestScriptedRuns:
         assert records(data, "stepFailed")[0]["error"] == ABORTED_ERROR
         assert records(data, "operationFinished")[0]["outcome"] == "aborted"
         assert [m["role"] for m in state.transcript] == ["user"]
-        # A later run in the same session works.
+        # A later run in the same session works (once the first agent lets go of it).
+        agent.close()
         again = Agent(scripted({"content": "Fresh."}), workspace=workspace)
         assert again.resume(result.session_id).status is RunStatus.IDLE
 

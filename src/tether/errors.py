@@ -86,6 +86,7 @@ class SessionBusy(TetherError):
     def __init__(self, path: str, pid: int | None, *, this_process: bool = False) -> None:
         self.path = path
         self.pid = pid
+        self.this_process = this_process
         if pid is None:
             # Not provably the current holder: naming a pid someone might kill would be a
             # guess (see tether._stores.locking).

@@ -39,7 +39,7 @@ from tether.testing.crashlab.scenarios import (
 EXIT_PASS = 0
 EXIT_FAIL = 1
 _DURABILITY = {
-    "durable": "every commit fdatasync-ed",
+    "durable": "fdatasync at every durable point",
     "process": "no fsync: a killed process loses nothing, store.after_sync is never reached",
 }
 

@@ -22,11 +22,13 @@ The result of a call is derived from the final state (:mod:`tether._runtime.resu
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from types import TracebackType
+from typing import Any, Final, Self
 
 from tether import _faults as faults
 from tether._effects.journal import PreparedChange
@@ -48,7 +50,7 @@ from tether._runtime.retry import (
     write_record,
 )
 from tether._runtime.runners import RUNNERS, CallSite
-from tether._stores.protocol import SessionStoreProtocol
+from tether._stores.protocol import SessionOpener, SessionStoreProtocol
 from tether._stores.reasoning import (
     align_context_ids,
     read_side_record,
@@ -90,7 +92,7 @@ from tether.core.state import (
     Usage,
 )
 from tether.core.stops import StopError, budget_exhausted
-from tether.errors import ConfigurationError, ModelError
+from tether.errors import ConfigurationError, ModelError, SessionBusy
 
 __all__ = ["HANDLERS", "MAX_FOLLOW_UPS", "Executor", "RunResult", "RunStatus"]
 
@@ -149,6 +151,9 @@ class Executor:
         self._side_cache: dict[tuple[str, str], Any] = {}
         self.retry_policy = RetryPolicy()
         """Automatic retries of transient provider failures (:mod:`tether._runtime.retry`)."""
+        # The session held open across calls (its lock held, its state kept by the store
+        # incrementally), so a call on it costs no open, read or reduce (see _open).
+        self._held: SessionStoreProtocol | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -238,7 +243,8 @@ class Executor:
                         retained_entry_ids=retained,
                         source_digest=source_digest(zip(ids, state.transcript, strict=True)),
                     )
-                ]
+                ],
+                sync=False,
             )
             faults.hit(boundaries.RUN_ACCEPTED)
             return self._drive(store, usage_before=state.usage)
@@ -253,12 +259,27 @@ class Executor:
         return self._last_session
 
     def close(self) -> None:
-        """Close the workspace database if it was opened, and a shared store's connections
-        (idempotent)."""
-        self._evidence.close()
-        owned = self.parts.owned_sessions
-        if owned is not None:
-            owned.close()
+        """Release the session this agent holds, close the workspace database and a shared
+        store's connections (idempotent; the agent can be used again, it then opens what it
+        needs anew)."""
+        try:
+            self._release()
+        finally:
+            self._evidence.close()
+            owned = self.parts.owned_sessions
+            if owned is not None:
+                owned.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ calls
 
@@ -276,7 +297,8 @@ class Executor:
                 [
                     facts.user_entry(entry_id=entry_id, content=prompt),
                     facts.run_started(operation_id=self._ids(), input_entry_id=entry_id),
-                ]
+                ],
+                sync=False,
             )
             faults.hit(boundaries.RUN_ACCEPTED)
             result = self._drive(store, usage_before=before, always_gate=always_gate)
@@ -405,27 +427,73 @@ class Executor:
         finally:
             self._cancel.clear()
 
-    def _open(self, session: str | None) -> SessionStoreProtocol:
-        sessions = self.parts.sessions
-        if session is None:
-            store = sessions.create(
-                provider=self.model.provider,
-                model=self.model.model,
-                environment_identity=self.environment,
-            )
+    @contextmanager
+    def _open(self, session: str | None) -> Iterator[SessionStoreProtocol]:
+        """The session this call works on, held open for the calls after it.
+
+        1. reuse the session this agent holds when ``session`` names it (no read, no
+           reduce: its state is kept incrementally), else release the held one and open
+           (or, ``session=None``, create) the session, and hold it;
+        2. the call runs;
+        3. the caller is about to be told the outcome: everything committed is made
+           durable (``flush``, the last durable point of the call, ``docs/runtime.md``);
+        4. on an exception the session is released, so the next call reads back what is
+           on disk instead of trusting memory.
+        """
+        store = self._hold(session)
+        try:
+            yield store
+            store.flush()
+        except BaseException:
+            self._release()
+            raise
+
+    def _hold(self, session: str | None) -> SessionStoreProtocol:
+        held = self._held
+        reused = (
+            held is not None
+            and not held.closed
+            and session is not None
+            and session in (held.session_id, str(held.path))
+        )
+        if reused:
+            assert held is not None
+            store = held
         else:
-            store = sessions.open(session)
-        store = mask_commits(store, self.masker)
+            self._release()
+            sessions = self.parts.sessions
+            if session is None:
+                store = sessions.create(
+                    provider=self.model.provider,
+                    model=self.model.model,
+                    environment_identity=self.environment,
+                )
+            else:
+                store = _open_existing(sessions, session)
+            store = mask_commits(store, self.masker)
+            self._held = store
         self._last_session = store.session_id
         self._emit(
             events.SessionOpened(
                 session_id=store.session_id,
                 path=str(store.path),
                 created=session is None,
-                repaired=store.repaired,
+                repaired=0 if reused else store.repaired,
             )
         )
         return store
+
+    def _release(self) -> None:
+        """Close the held session (its unsynced commits made durable first), if any."""
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
+
+    @property
+    def held_session(self) -> str | None:
+        """The id of the session this agent holds open (its writer lock held), if any."""
+        held = self._held
+        return held.session_id if held is not None and not held.closed else None
 
     def _emit(self, event: events.Event) -> None:
         if self._on_event is not None:
@@ -563,7 +631,8 @@ class Executor:
                     final_entry_id=plan.final_entry_id,
                     error=plan.error.to_json() if plan.error is not None else None,
                 )
-            ]
+            ],
+            sync=False,
         )
         faults.hit(boundaries.OPERATION_FINISHED)
         self._emit(events.OperationFinished(operation=operation.kind, outcome=plan.outcome.value))
@@ -649,7 +718,7 @@ class Executor:
                 error=stop.to_json(),
             )
         )
-        drive.store.commit(answers)
+        drive.store.commit(answers, sync=False)
         faults.hit(boundaries.OPERATION_FINISHED)
         self._emit(events.OperationFinished(operation=operation.kind, outcome="failed"))
 
@@ -677,7 +746,8 @@ class Executor:
                     operation_kind=operation.kind,
                     tool_call_id=pending.tool_call_id if pending is not None else None,
                 )
-            ]
+            ],
+            sync=False,
         )
 
     # ------------------------------------------------------------------ reconciliation
@@ -753,7 +823,7 @@ class Executor:
 
     def _commit_result(self, store: SessionStoreProtocol, **entry: Any) -> None:
         """Append a started call's result entry (spec 7.3) and report it."""
-        store.commit([facts.started_result_entry(**entry)])
+        store.commit([facts.started_result_entry(**entry)], sync=False)
         faults.hit(boundaries.AFTER_RESULT)
         self._emit(
             events.ToolFinished(
@@ -794,9 +864,11 @@ class Executor:
         # 3. the request: the active context (plus the instruction of a compaction)
         state = store.state
         compaction = plan.step_kind is StepKind.COMPACTION
-        messages: list[Mapping[str, Any]] = list(state.active_context)
+        # The context is passed as the state's read-only view, not copied: a copy per step
+        # would cost the whole history each step.
+        messages: Sequence[Mapping[str, Any]] = state.active_context
         if compaction:
-            messages.append({"role": "user", "content": COMPACTION_INSTRUCTION})
+            messages = [*messages, {"role": "user", "content": COMPACTION_INSTRUCTION}]
         request = ModelRequest(
             system_prompt=COMPACTION_SYSTEM_PROMPT if compaction else self.system_prompt,
             messages=messages,
@@ -880,7 +952,8 @@ class Executor:
                     outcome="failed",
                     error=error,
                 ),
-            ]
+            ],
+            sync=False,
         )
         faults.hit(boundaries.OPERATION_FINISHED)
         self._emit(events.OperationFinished(operation=operation.kind, outcome="failed"))
@@ -929,7 +1002,9 @@ class Executor:
                 response=response,
                 mask=self.masker.text,
             )
-        store.commit([entry, self._usage_fact(operation.operation_id, response, attempt_id)])
+        store.commit(
+            [entry, self._usage_fact(operation.operation_id, response, attempt_id)], sync=False
+        )
         self._emit(
             events.ModelFinished(
                 stop_reason=response.stop_reason.value,
@@ -968,7 +1043,8 @@ class Executor:
                     retained_tail=tail,
                 ),
                 self._usage_fact(operation.operation_id, response, attempt_id),
-            ]
+            ],
+            sync=False,
         )
         self._emit(events.ModelFinished(stop_reason=response.stop_reason.value, text=None))
         self._emit_usage(response)
@@ -987,7 +1063,8 @@ class Executor:
                     attempt_id=step.attempt_id,
                     error=ABORTED_ERROR.to_json(),
                 )
-            ]
+            ],
+            sync=False,
         )
 
     # ------------------------------------------------------------------ tools
@@ -1023,6 +1100,7 @@ class Executor:
                         content=SyntheticReason(validated.reason).content,
                     )
                 ],
+                sync=False,
             )
             self._emit(
                 events.ToolSkipped(name=plan.tool_name, call_id=call["id"], reason=validated.reason)
@@ -1080,7 +1158,7 @@ class Executor:
                     is_error=True,
                 )
             )
-            store.commit(intent)
+            store.commit(intent, sync=False)
             person = authorization is not None and authorization.who not in ("policy", "--yes")
             reason = "declined" if person else "denied"
             self._emit(events.ToolSkipped(name=plan.tool_name, call_id=call["id"], reason=reason))
@@ -1196,7 +1274,7 @@ class Executor:
 
     def _append_synthetic(self, drive: _Drive, state: SessionState, plan: AppendSynthetic) -> None:
         """``appendSynthetic``: one transaction with every synthetic result of the plan."""
-        drive.store.commit(self._synthetic_facts(state, plan.results))
+        drive.store.commit(self._synthetic_facts(state, plan.results), sync=False)
 
     def _synthetic_facts(
         self, state: SessionState, results: Sequence[SyntheticResult]
@@ -1264,6 +1342,20 @@ class _Aborted:
 
 
 _ABORT = _Aborted()
+
+
+def _open_existing(sessions: SessionOpener, session: str) -> SessionStoreProtocol:
+    """``sessions.open(session)``; where this process holds the session, an agent that is
+    no longer referenced may be what holds it (``Agent(...).run(...)`` without keeping the
+    agent): collecting garbage closes its session, and the open is tried once more. An
+    agent still in use keeps its session, and this open gets the busy error."""
+    try:
+        return sessions.open(session)
+    except SessionBusy as busy:
+        if not busy.this_process:
+            raise
+    gc.collect()
+    return sessions.open(session)
 
 
 def _stoppable(state: SessionState) -> bool:

@@ -223,11 +223,12 @@ def _policy_is_empty(policy: Policy) -> bool:
 def run_range(state: SessionState, input_entry_id: str) -> range:
     """Transcript positions of the run whose user entry is ``input_entry_id`` (after it)."""
     ids = state.transcript_ids
-    try:
-        start = ids.index(input_entry_id)
-    except ValueError:
-        return range(0)
-    return range(start + 1, len(ids))
+    # From the end: the run is the latest part of the transcript, so this costs the run's
+    # length, not the session's (a forward index() would grow with every earlier turn).
+    for start in range(len(ids) - 1, -1, -1):
+        if ids[start] == input_entry_id:
+            return range(start + 1, len(ids))
+    return range(0)
 
 
 class Guards:

@@ -37,8 +37,10 @@ def mask_commits(store: _Store, masker: Masker) -> _Store:
         return store
     commit = store.commit
 
-    def masked_commit(facts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        return commit([masker.value(fact) for fact in facts])
+    def masked_commit(
+        facts: Sequence[Mapping[str, Any]], *, sync: bool = True
+    ) -> list[dict[str, Any]]:
+        return commit([masker.value(fact) for fact in facts], sync=sync)
 
     store.commit = masked_commit  # type: ignore[method-assign]
     return store

@@ -537,6 +537,9 @@ class SessionStore:
         self._dir_fd = dir_fd
         self._lock = lock
         self._length = length
+        self._synced = length
+        """The length known durable: commits with ``sync=False`` leave ``_length`` ahead of it
+        until the next synced commit or :meth:`flush`."""
         self._clock = clock
         self._ids = ids
         self._mutex = threading.Lock()
@@ -826,7 +829,9 @@ class SessionStore:
     def closed(self) -> bool:
         return self._closed
 
-    def commit(self, facts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def commit(
+        self, facts: Sequence[Mapping[str, Any]], *, sync: bool = True
+    ) -> list[dict[str, Any]]:
         """Commit one transaction (one or more facts, accepted or rejected together).
 
         The store assigns ``seq`` (consecutive) and ``timestamp`` (one per transaction, from
@@ -841,6 +846,13 @@ class SessionStore:
         usable. A failed sync does the same but also marks the store failed
         (``failed=True``): after a failed ``fdatasync`` the kernel may have dropped dirty
         pages, so the only trustworthy state is what a fresh :meth:`open` reads back.
+
+        ``sync=False`` (a commit that is not a durable point, ``docs/runtime.md``): in
+        durable mode the line is written but its ``fdatasync`` is left to the next commit
+        with ``sync=True`` or to :meth:`flush`, which covers every earlier write of the
+        file. A process crash keeps it (it is in the kernel's cache); a power loss may take
+        it, together with everything after the last sync. A failed sync then marks the
+        store failed as above, and the unsynced transactions share the unknown fate.
 
         Returns the facts as committed (new dicts; nested values are shared with the
         input). The steps T1–T8 are those of ``docs/store.md`` ("Commit").
@@ -876,8 +888,9 @@ class SessionStore:
                 raise
             if faults.ARMED:
                 faults.hit(AFTER_WRITE)
-            # T7: fdatasync(log) in durable mode.
-            if self._durable:
+            # T7: fdatasync(log) in durable mode, at a durable point (sync=True); one sync
+            # also makes every earlier unsynced line of the file durable.
+            if self._durable and sync:
                 try:
                     self._sync(fd)
                 except OSError as exc:
@@ -890,7 +903,35 @@ class SessionStore:
             # T8: adopted; returning acknowledges the transaction.
             pending.commit()
             self._length += size
+            if sync or not self._durable:
+                self._synced = self._length
             return committed
+
+    def flush(self) -> None:
+        """Make every commit made with ``sync=False`` durable (one ``fdatasync``; nothing
+        when there is none, or in ``process`` mode).
+
+        A failed sync marks the store failed and raises
+        :class:`~tether.errors.SessionWriteError` (``failed=True``), as in :meth:`commit`.
+        """
+        with self._mutex:
+            if self._synced == self._length or self._closed:
+                return
+            if self._unusable is not None:
+                raise StoreUnavailable(str(self.path), self._unusable)
+            try:
+                self._sync(self._fd)
+            except OSError as exc:
+                why = os.strerror(exc.errno) if exc.errno else str(exc)
+                self._unusable = (
+                    f"an earlier fdatasync failed ({why}); close and reopen the session"
+                )
+                raise SessionWriteError(
+                    str(self.path), "fdatasync", exc.errno, True, strerror=_strerror(exc.errno)
+                ) from exc
+            if faults.ARMED:
+                faults.hit(AFTER_SYNC)
+            self._synced = self._length
 
     def _undo(
         self, pending: PendingTransaction, exc: OSError, op: str, *, sync_failed: bool
@@ -932,7 +973,13 @@ class SessionStore:
         return FileSidecar(sidecar_path(self.path.parent, self.session_id, name))
 
     def close(self) -> None:
-        """Release the writer lock and the file. Idempotent."""
+        """Make unsynced commits durable (best effort: nobody was told they were), then
+        release the writer lock and the file. Idempotent."""
+        if self._synced != self._length and self._unusable is None and not self._inherited:
+            try:
+                self.flush()
+            except (OSError, StoreUnavailable):
+                pass  # marked failed; what a fresh open reads is the truth
         with self._mutex:
             if self._closed:
                 return

@@ -187,8 +187,11 @@ class MemorySessionStore:
     def closed(self) -> bool:
         return self._closed
 
-    def commit(self, facts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Commit one transaction: encoded (T1–T4), validated (T5), appended, adopted."""
+    def commit(
+        self, facts: Sequence[Mapping[str, Any]], *, sync: bool = True
+    ) -> list[dict[str, Any]]:
+        """Commit one transaction: encoded (T1–T4), validated (T5), appended, adopted.
+        ``sync`` changes nothing: memory has no durable point to defer."""
         with self._mutex:
             if self._closed:
                 raise StoreUnavailable(str(self.path), "the store is closed")
@@ -207,6 +210,9 @@ class MemorySessionStore:
                 raise
             pending.commit()
             return committed
+
+    def flush(self) -> None:
+        """Nothing to make durable: every commit is already as durable as memory gets."""
 
     def sidecar(self, name: str) -> MemorySidecar:
         return MemorySidecar(self._disk, self.session_id, name)

@@ -797,8 +797,13 @@ class PostgresSessionStore:
     def closed(self) -> bool:
         return self._closed
 
-    def commit(self, facts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Encode, validate, then store one transaction in one fenced statement."""
+    def commit(
+        self, facts: Sequence[Mapping[str, Any]], *, sync: bool = True
+    ) -> list[dict[str, Any]]:
+        """Encode, validate, then store one transaction in one fenced statement.
+
+        ``sync`` changes nothing: every commit is a synchronous database commit (the server
+        groups concurrent ones into one WAL flush itself, docs/runtime.md "Durable points")."""
         with self._mutex:
             if self._closed:
                 raise StoreUnavailable(str(self.path), "the store is closed")
@@ -918,6 +923,9 @@ class PostgresSessionStore:
                     self.fencing_token,
                     "expired or was taken over before the effect; the effect was not started",
                 )
+
+    def flush(self) -> None:
+        """Nothing is left unsynced: every commit was durable when it returned."""
 
     def sidecar(self, name: str) -> PostgresSidecar:
         return PostgresSidecar(self._sessions, self.session_id, name)

@@ -91,8 +91,18 @@ class SessionStoreProtocol(Protocol):
     @property
     def state(self) -> SessionState: ...
 
-    def commit(self, facts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """Validate, persist and adopt one transaction; return the facts as committed."""
+    def commit(
+        self, facts: Sequence[Mapping[str, Any]], *, sync: bool = True
+    ) -> list[dict[str, Any]]:
+        """Validate, persist and adopt one transaction; return the facts as committed.
+
+        ``sync=False``: the transaction is not a durable point (``docs/runtime.md``); the
+        store may defer making it durable until the next commit with ``sync=True`` or
+        :meth:`flush`, but must keep the order (nothing later durable before it)."""
+        ...
+
+    def flush(self) -> None:
+        """Make every transaction committed with ``sync=False`` durable."""
         ...
 
     def sidecar(self, name: str) -> SessionSidecar:

@@ -444,6 +444,7 @@ class ToolRegistry:
                 raise ConfigurationError(f"duplicate tool name {item.name!r}")
             by_name[item.name] = item
         self._tools: dict[str, Tool] = by_name
+        self._definitions: list[dict[str, Any]] | None = None
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -462,8 +463,14 @@ class ToolRegistry:
         return tuple(self._tools)
 
     def definitions(self) -> list[dict[str, Any]]:
-        """Model-facing definitions, in order (what the adapter sends to the provider)."""
-        return [t.definition() for t in self._tools.values()]
+        """Model-facing definitions, in order (what the adapter sends to the provider).
+
+        Made once per registry (tools are immutable once built) and shared by every
+        request: a model request is built per step, and deep-copying every schema each
+        time was the largest part of building one. Treat them as read-only."""
+        if self._definitions is None:
+            self._definitions = [t.definition() for t in self._tools.values()]
+        return list(self._definitions)
 
     def snapshot_tools(self) -> list[dict[str, str]]:
         """``configurationSnapshot.tools``: ``[{"name", "definitionDigest"}, …]`` (10.2)."""

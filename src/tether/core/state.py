@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import islice
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from tether.core.canonical import MAX_SAFE_INTEGER
@@ -83,9 +84,8 @@ class FrozenView(Sequence[_T], Generic[_T]):
         return self._items[index]
 
     def __iter__(self) -> Iterator[_T]:
-        items = self._items
-        for i in range(self._length):
-            yield items[i]
+        # islice iterates in C: a request is built from the whole active context each step.
+        return islice(self._items, self._length)
 
     def __reversed__(self) -> Iterator[_T]:
         items = self._items

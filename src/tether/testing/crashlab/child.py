@@ -141,11 +141,19 @@ class _Instruments:
         original = SessionStore.commit
         instruments = self
 
-        def commit(store: SessionStore, facts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-            committed = original(store, facts)
+        def commit(
+            store: SessionStore, facts: Sequence[Mapping[str, Any]], *, sync: bool = True
+        ) -> list[dict[str, Any]]:
+            committed = original(store, facts, sync=sync)
+            # Every returned commit is written, so it survives SIGKILL (a durable point or
+            # not: "sync" says which, for a power-loss model).
             instruments.acks.line(
                 json.dumps(
-                    {"seqs": [f["seq"] for f in committed], "ids": [f["id"] for f in committed]}
+                    {
+                        "seqs": [f["seq"] for f in committed],
+                        "ids": [f["id"] for f in committed],
+                        "sync": sync,
+                    }
                 )
             )
             return committed

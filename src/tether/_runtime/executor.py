@@ -489,6 +489,11 @@ class Executor:
         if held is not None:
             held.close()
 
+    def release(self) -> None:
+        """Let go of the held session now (its lock, or a shared store's lease), keeping
+        everything else open: what a worker does after each session it drives."""
+        self._release()
+
     @property
     def held_session(self) -> str | None:
         """The id of the session this agent holds open (its writer lock held), if any."""

@@ -186,6 +186,10 @@ class Worker:
         except BaseException:
             sessions.release_claim(session)
             raise
+        finally:
+            # An agent holds the session it worked on (docs/runtime.md); a worker lets go of
+            # it at once, so a submit or another worker can have it.
+            agent.release()
         status = result.status
         if status is RunStatus.BLOCKED:
             sessions.park(session)

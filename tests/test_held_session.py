@@ -297,9 +297,9 @@ def test_json_of_a_held_run_is_unchanged(workspace: Path) -> None:
     """The result a held session reports is the one a fresh open would."""
     with agent_for(workspace) as agent:
         sid = agent.run("one").session_id
-        held = agent.run("two", session=sid).to_json()
+        held = agent.run("two", session=sid).to_dict()
     fresh_agent = agent_for(workspace, turns=5)
     # A fresh agent on the same log reports the same session usage.
     with fresh_agent:
-        idle = fresh_agent.resume(sid).to_json()
+        idle = fresh_agent.resume(sid).to_dict()
     assert held["sessionUsage"] == idle["sessionUsage"]

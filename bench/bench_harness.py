@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=600, help="turns in the session (600)")
     parser.add_argument("--long", action="store_true", help="5,000 turns, with memory")
+    parser.add_argument("--memory", action="store_true", help="also measure the held state")
     parser.add_argument("--process", action="store_true", help="also process durability")
     parser.add_argument("--dir", type=Path, default=None, help="where to put the sessions")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of the run")
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             stats.sort_stats("cumulative").print_stats(30)
             stats.sort_stats("tottime").print_stats(20)
             return 0
-        figures = run_turns(root, turns, Durability.DURABLE, memory=args.long)
+        figures = run_turns(root, turns, Durability.DURABLE, memory=args.long or args.memory)
         lines = report(turns, figures, Durability.DURABLE)
         if args.process:
             process = run_turns(root, turns, Durability.PROCESS)

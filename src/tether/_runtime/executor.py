@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -1354,13 +1355,20 @@ def _open_existing(sessions: SessionOpener, session: str) -> SessionStoreProtoco
     no longer referenced may be what holds it (``Agent(...).run(...)`` without keeping the
     agent): collecting garbage closes its session, and the open is tried once more. An
     agent still in use keeps its session, and this open gets the busy error."""
-    try:
-        return sessions.open(session)
-    except SessionBusy as busy:
-        if not busy.this_process:
-            raise
-    gc.collect()
-    return sessions.open(session)
+    for attempt in range(_COLLECT_ATTEMPTS):
+        try:
+            return sessions.open(session)
+        except SessionBusy as busy:
+            if not busy.this_process or attempt == _COLLECT_ATTEMPTS - 1:
+                raise
+        # gc.collect() does nothing while another thread is collecting: wait a moment then.
+        if not gc.collect():
+            time.sleep(0.01 * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+_COLLECT_ATTEMPTS: Final = 4
+"""Opens tried when this process holds the session (each after collecting garbage)."""
 
 
 def _stoppable(state: SessionState) -> bool:

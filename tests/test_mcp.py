@@ -485,8 +485,7 @@ LIFECYCLE_CHILD = textwrap.dedent(
     """
     import json, os, signal, sys, time
     from pathlib import Path
-    from tether._credentials import MASK
-from tether._mcp.config import McpConfig, McpServerConfig
+    from tether._mcp.config import McpConfig, McpServerConfig
     from tether._mcp.tools import mcp_tools
     from tether._tools.base import ToolContext
 
@@ -498,12 +497,23 @@ from tether._mcp.config import McpConfig, McpServerConfig
     if how == "sigint":
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl+C
         time.sleep(30)
+    if how == "sigkill":  # killed in the middle of a call the server is still busy with
+        import threading
+        (sleep,) = [t for t in mcp_tools(McpConfig((config,)), ws) if t.name == "notes__sleep"]
+        context = ToolContext(workspace=ws, operation_id="op-2")
+        threading.Thread(target=sleep.run, args=({"seconds": 60}, context), daemon=True).start()
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
     """
 )
 
 
-@pytest.mark.parametrize("how", ["exit", "sigint"])
-def test_servers_are_stopped_on_exit_and_on_ctrl_c(ws: Path, how: str) -> None:
+@pytest.mark.parametrize("how", ["exit", "sigint", "sigkill"])
+def test_servers_are_stopped_on_exit_on_ctrl_c_and_when_tether_is_killed(
+    ws: Path, how: str
+) -> None:
+    """Exit and Ctrl+C stop the server; SIGKILL of tether: its reaper kills the server,
+    which would otherwise finish its 60 s call first (the SDK waits for running tools)."""
     process = subprocess.run(
         [sys.executable, "-c", LIFECYCLE_CHILD, str(ws), str(SERVER), how],
         env=child_env(),
@@ -513,7 +523,8 @@ def test_servers_are_stopped_on_exit_and_on_ctrl_c(ws: Path, how: str) -> None:
         check=False,
     )
     # Ctrl+C: KeyboardInterrupt, and Python ends itself with SIGINT.
-    assert process.returncode == (0 if how == "exit" else -signal.SIGINT), process.stderr
+    expected = {"exit": 0, "sigint": -signal.SIGINT, "sigkill": -signal.SIGKILL}[how]
+    assert process.returncode == expected, process.stderr
     if how == "sigint":
         assert "KeyboardInterrupt" in process.stderr
     pid = int(process.stdout.split()[0])

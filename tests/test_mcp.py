@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -265,7 +266,15 @@ def test_a_cancelled_call_returns_at_once(ws: Path) -> None:
     ctx.cancel.set()
     started = time.monotonic()
     result = sleep.run({"seconds": 60}, ctx)
-    assert time.monotonic() - started < 2 and result.is_error and "cancelled" in result.content
+    assert time.monotonic() - started < 2 and result.is_error
+    assert "was not sent to MCP server 'notes'" in result.content  # set before: nothing sent
+    assert "It did not take effect" in result.content
+    ctx = context(ws)
+    threading.Timer(0.5, ctx.cancel.set).start()  # Ctrl+C during the call
+    started = time.monotonic()
+    result = sleep.run({"seconds": 60}, ctx)
+    assert time.monotonic() - started < 3 and result.is_error
+    assert "the call was cancelled" in result.content and "is unknown" in result.content
 
 
 def test_lookup_tool_answers_by_operation_id(ws: Path) -> None:

@@ -70,7 +70,12 @@ _POLL: Final = 0.05
 
 class McpCallFailed(Exception):
     """A call got no answer: the server exited, hung past the timeout, answered garbage or
-    could not be started. Whether the tool's effect happened is unknown."""
+    could not be started. Whether the tool's effect happened is unknown, unless ``sent`` is
+    false (the request never left tether)."""
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 @dataclass(frozen=True)
@@ -470,7 +475,12 @@ class McpManager:
         Raises :class:`McpCallFailed` when no answer came (the outcome is unknown); the
         server is then stopped, to be started again by the next call.
         """
-        connection = self._connection(config, workspace)
+        if cancel is not None and cancel.is_set():
+            raise McpCallFailed("the call was cancelled before it was sent", sent=False)
+        try:
+            connection = self._connection(config, workspace)
+        except McpCallFailed as exc:
+            raise McpCallFailed(str(exc), sent=False) from None
         loop = self._ensure_loop()
         future = asyncio.run_coroutine_threadsafe(
             connection.call(tool, arguments, operation_id, timeout), loop

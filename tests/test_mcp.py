@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -265,7 +266,15 @@ def test_a_cancelled_call_returns_at_once(ws: Path) -> None:
     ctx.cancel.set()
     started = time.monotonic()
     result = sleep.run({"seconds": 60}, ctx)
-    assert time.monotonic() - started < 2 and result.is_error and "cancelled" in result.content
+    assert time.monotonic() - started < 2 and result.is_error
+    assert "was not sent to MCP server 'notes'" in result.content  # set before: nothing sent
+    assert "It did not take effect" in result.content
+    ctx = context(ws)
+    threading.Timer(0.5, ctx.cancel.set).start()  # Ctrl+C during the call
+    started = time.monotonic()
+    result = sleep.run({"seconds": 60}, ctx)
+    assert time.monotonic() - started < 3 and result.is_error
+    assert "the call was cancelled" in result.content and "is unknown" in result.content
 
 
 def test_lookup_tool_answers_by_operation_id(ws: Path) -> None:
@@ -485,8 +494,7 @@ LIFECYCLE_CHILD = textwrap.dedent(
     """
     import json, os, signal, sys, time
     from pathlib import Path
-    from tether._credentials import MASK
-from tether._mcp.config import McpConfig, McpServerConfig
+    from tether._mcp.config import McpConfig, McpServerConfig
     from tether._mcp.tools import mcp_tools
     from tether._tools.base import ToolContext
 
@@ -498,12 +506,23 @@ from tether._mcp.config import McpConfig, McpServerConfig
     if how == "sigint":
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl+C
         time.sleep(30)
+    if how == "sigkill":  # killed in the middle of a call the server is still busy with
+        import threading
+        (sleep,) = [t for t in mcp_tools(McpConfig((config,)), ws) if t.name == "notes__sleep"]
+        context = ToolContext(workspace=ws, operation_id="op-2")
+        threading.Thread(target=sleep.run, args=({"seconds": 60}, context), daemon=True).start()
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
     """
 )
 
 
-@pytest.mark.parametrize("how", ["exit", "sigint"])
-def test_servers_are_stopped_on_exit_and_on_ctrl_c(ws: Path, how: str) -> None:
+@pytest.mark.parametrize("how", ["exit", "sigint", "sigkill"])
+def test_servers_are_stopped_on_exit_on_ctrl_c_and_when_tether_is_killed(
+    ws: Path, how: str
+) -> None:
+    """Exit and Ctrl+C stop the server; SIGKILL of tether: its reaper kills the server,
+    which would otherwise finish its 60 s call first (the SDK waits for running tools)."""
     process = subprocess.run(
         [sys.executable, "-c", LIFECYCLE_CHILD, str(ws), str(SERVER), how],
         env=child_env(),
@@ -513,7 +532,8 @@ def test_servers_are_stopped_on_exit_and_on_ctrl_c(ws: Path, how: str) -> None:
         check=False,
     )
     # Ctrl+C: KeyboardInterrupt, and Python ends itself with SIGINT.
-    assert process.returncode == (0 if how == "exit" else -signal.SIGINT), process.stderr
+    expected = {"exit": 0, "sigint": -signal.SIGINT, "sigkill": -signal.SIGKILL}[how]
+    assert process.returncode == expected, process.stderr
     if how == "sigint":
         assert "KeyboardInterrupt" in process.stderr
     pid = int(process.stdout.split()[0])

@@ -472,3 +472,14 @@ class _Reaper:
 
 
 _REAPER: Final = _Reaper()
+
+
+def guard_group(pgid: int) -> bool:
+    """Have this process's reaper kill process group ``pgid`` if tether dies (for a child
+    started elsewhere, e.g. an MCP server the SDK spawned); ``False`` when no reaper runs."""
+    return _REAPER.register(pgid)
+
+
+def release_group(pgid: int) -> None:
+    """Forget ``pgid`` (:func:`guard_group`) once the group is gone."""
+    _REAPER.unregister(pgid)

@@ -1,11 +1,12 @@
 """The project configuration file ``tether.toml``: finding the workspace, loading, validation.
 
 ``<workspace>/tether.toml`` configures the check command (``[verify]``), the artifact version
-(``[artifact]``), per-run budgets (``[budget]``) and the authorization policy (``[policy]``,
-see :mod:`tether.core.policy`). A missing file is not an error: every setting has a
-default. Any other problem — unreadable file, a directory at that path, invalid TOML, an
-unknown table or key, a value of the wrong type — raises :class:`ProjectConfigError` with
-one line naming the file and the setting, e.g.::
+(``[artifact]``), per-run budgets (``[budget]``), the authorization policy (``[policy]``,
+see :mod:`tether.core.policy`), what commands get (``[tools]``) and the MCP servers
+(``[mcp.servers.NAME]``, see :mod:`tether._mcp.config`). A missing file is not an error:
+every setting has a default. Any other problem — unreadable file, a directory at that
+path, invalid TOML, an unknown table or key, a value of the wrong type — raises
+:class:`ProjectConfigError` with one line naming the file and the setting, e.g.::
 
     tether.toml: [verify] timeout: expected a positive number of seconds, got "ten"
 

@@ -13,7 +13,8 @@ asyncio loop in a daemon thread and gives the executor blocking calls with time 
   caller decides what that means) and is stopped; the next call starts it again;
 * :meth:`McpManager.stop_all` stops every server; it runs at interpreter exit (also after
   Ctrl+C). A stdio server's stdin is closed first, then SIGTERM, then SIGKILL (the SDK's
-  shutdown). If tether itself is killed, a stdio server sees end of file on its stdin.
+  shutdown). A stdio server runs in a process group of its own, registered with tether's
+  reaper (:mod:`tether._procs`): if tether itself is killed, the reaper kills the group.
 
 A stdio server's stderr goes to ``.tether/mcp/NAME.log`` in the workspace, the SDK's own
 log records to ``.tether/mcp/client.log``; never to the terminal. ``${NAME}`` in ``env``
@@ -40,6 +41,7 @@ from typing import Any, Final, TextIO
 
 from tether._credentials import register_secret
 from tether._mcp.config import McpServerConfig
+from tether._procs import guard_group, release_group
 from tether._tools.workspace import TETHER_DIR
 from tether.errors import ConfigurationError
 
@@ -68,7 +70,12 @@ _POLL: Final = 0.05
 
 class McpCallFailed(Exception):
     """A call got no answer: the server exited, hung past the timeout, answered garbage or
-    could not be started. Whether the tool's effect happened is unknown."""
+    could not be started. Whether the tool's effect happened is unknown, unless ``sent`` is
+    false (the request never left tether)."""
+
+    def __init__(self, message: str, *, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 @dataclass(frozen=True)
@@ -186,7 +193,13 @@ class _Connection:
             parameters = StdioServerParameters(
                 command=config.command, args=list(config.args), env=env, cwd=cwd
             )
+            # The SDK starts the server in a session of its own: that group goes to tether's
+            # reaper, which kills it if tether dies; released once the SDK has stopped it.
+            guarded: list[int] = []
+            stack.callback(_release_all, guarded)
+            before = _child_groups()
             streams = await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
+            guarded.extend(g for g in _child_groups() - before if guard_group(g))
             return streams[0], streams[1]
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
@@ -258,6 +271,32 @@ class _Connection:
             raise McpCallFailed(_describe(exc)) from None
         blocks = tuple(block.model_dump(mode="json", by_alias=True) for block in result.content)
         return Answer(blocks, result.structured_content, bool(result.is_error))
+
+
+def _release_all(groups: list[int]) -> None:
+    for pgid in groups:
+        release_group(pgid)
+
+
+def _child_groups() -> set[int]:
+    """The process groups led by children of this process (``/proc``; empty elsewhere)."""
+    me = os.getpid()
+    groups: set[int] = set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return groups
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[1] == str(me) and fields[2] == name:
+            groups.add(int(name))
+    return groups
 
 
 async def _idempotency_header(request: Any) -> None:
@@ -436,7 +475,12 @@ class McpManager:
         Raises :class:`McpCallFailed` when no answer came (the outcome is unknown); the
         server is then stopped, to be started again by the next call.
         """
-        connection = self._connection(config, workspace)
+        if cancel is not None and cancel.is_set():
+            raise McpCallFailed("the call was cancelled before it was sent", sent=False)
+        try:
+            connection = self._connection(config, workspace)
+        except McpCallFailed as exc:
+            raise McpCallFailed(str(exc), sent=False) from None
         loop = self._ensure_loop()
         future = asyncio.run_coroutine_threadsafe(
             connection.call(tool, arguments, operation_id, timeout), loop
@@ -510,6 +554,15 @@ class McpManager:
 
 _MANAGER: McpManager | None = None
 _MANAGER_LOCK = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    # A forked child has the parent's manager but not its loop thread: start afresh.
+    global _MANAGER
+    _MANAGER = None
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def manager() -> McpManager:

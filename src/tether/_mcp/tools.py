@@ -268,6 +268,12 @@ class McpTool(_McpBase, Tool):
         try:
             answer = self._call(arguments, context.operation_id, context)
         except McpCallFailed as exc:
+            if not exc.sent:
+                return ToolResult.error(
+                    f"Error: {self.server_tool} was not sent to MCP server "
+                    f"{self.server.name!r}: {exc}. It did not take effect.",
+                    mcp_failure=str(exc),
+                )
             return ToolResult.error(
                 f"Error: MCP server {self.server.name!r} gave no answer to "
                 f"{self.server_tool}: {exc}. Whether the call took effect is unknown.",
@@ -300,7 +306,15 @@ class McpEffectTool(_McpBase, EffectTool):
         return ToolResult(render_answer(answer), is_error=answer.is_error)
 
     def run(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
-        answer = self._call(arguments, context.operation_id, context)
+        try:
+            answer = self._call(arguments, context.operation_id, context)
+        except McpCallFailed as exc:
+            if exc.sent:
+                raise  # the outcome is unknown: the runner asks the lookup
+            return ToolResult.error(
+                f"Error: {self.server_tool} was not sent to MCP server "
+                f"{self.server.name!r}: {exc}. It did not take effect."
+            )
         return ToolResult(render_answer(answer), is_error=answer.is_error)
 
     def lookup(self, operation_id: str) -> LookupResult:

@@ -241,3 +241,22 @@ def test_review_and_authorizations_through_the_store(pg_store: str, ws: Path) ->
     assert json.loads(listed.stdout) == []
     decisions = tether("authorizations", "--store", pg_store, "--json", cwd=ws)
     assert decisions.returncode == 0 and json.loads(decisions.stdout) == []
+
+
+def test_a_worker_parks_a_session_it_cannot_drive(pg_store: str, ws: Path) -> None:  # noqa: F811
+    model = ["-m", "scripted:script.json"]
+    good = tether("submit", "fine", "--store", pg_store, *model, cwd=ws).stdout.strip()
+    bad = tether("submit", "broken", "--store", pg_store, *model, cwd=ws).stdout.strip()
+    with psycopg.connect(pg_store, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE tether_lines SET data = %s WHERE session_id = %s AND line_no = 2",
+            (b'{"not": "a fact"}', bad),
+        )
+    worker = tether("worker", "--store", pg_store, *model, "--until-empty", cwd=ws)
+    assert worker.returncode == 0, worker.stderr
+    assert f"session {bad}: parked" in worker.stderr
+    rows = {
+        r["id"]: r
+        for r in json.loads(tether("sessions", "--store", pg_store, "--json", cwd=ws).stdout)
+    }
+    assert rows[good]["status"] == "idle" and rows[bad]["status"] == "blocked"

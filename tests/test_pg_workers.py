@@ -176,16 +176,18 @@ class Farm:
         finally:
             ledger.close()
         with psycopg.connect(self.url, autocommit=True) as conn:
-            # The workspace database's tables are in the store's database: sessions with
-            # evidence are bound to its identity there (reviews, authorizations, failures).
-            bound = conn.execute("SELECT count(*) FROM sessions").fetchone()
-            identity = conn.execute("SELECT value FROM meta WHERE key = 'db_id'").fetchone()
-        assert bound is not None and bound[0] >= 1 and identity is not None
-        local = EffectsDB.open_workspace(self.workspace)
-        try:  # the workspace's own effects.db keeps only the file-change journal
-            assert local.query_one("SELECT count(*) FROM sessions")[0] == 0
-        finally:
-            local.close()
+            # The workspace database's tables are in the store's database (created when an
+            # agent first needs them): sessions with evidence are bound to its identity there.
+            if conn.execute("SELECT to_regclass('meta')").fetchone() != (None,):
+                identity = conn.execute("SELECT value FROM meta WHERE key = 'db_id'").fetchone()
+                assert identity is not None
+        if (self.workspace / ".tether" / "effects.db").exists():
+            local = EffectsDB.open_workspace(self.workspace)
+            try:  # the workspace's own effects.db keeps only the file-change journal
+                row = local.query_one("SELECT count(*) FROM sessions")
+                assert row is not None and row[0] == 0
+            finally:
+                local.close()
         with PostgresSessions(self.url) as sessions:
             before = {}
             for session in self.ids:

@@ -14,6 +14,8 @@ another environment identity is never claimed: it waits for a worker that serves
 * :class:`~tether.errors.SessionFenced`: this worker lost a lease (it was paused past its
   expiry and another worker took over). The thread stops at once; the worker takes no new
   work and exits with the fenced error's code;
+* any other error driving a session (a corrupt log, …): the session is parked, the worker
+  goes on;
 * the database going away: the thread waits and claims again; a worker that cannot reach
   it for :data:`UNREACHABLE_SECONDS` exits with the store error's code;
 * :meth:`Worker.stop` (``SIGTERM``): no new claims; each thread finishes the session it is
@@ -183,6 +185,22 @@ class Worker:
     def _drive(self, agent: Agent, sessions: Any, session: str) -> None:
         try:
             result = agent.resume(session)
+        except (SessionFenced, StoreUnavailable):
+            sessions.release_claim(session)
+            raise
+        except Exception as exc:
+            # This session cannot be driven here (a corrupt log, a configuration the
+            # planner refuses, a bug): park it for a person and go on with the others.
+            sessions.release_claim(session)
+            what = str(exc) if isinstance(exc, TetherError) else f"{type(exc).__name__}: {exc}"
+            self.log(f"session {session}: parked: {what}")
+            try:
+                sessions.park(session)
+            except TetherError:
+                pass
+            with self.report.lock:
+                self.report.driven[session] = "error"
+            return
         except BaseException:
             sessions.release_claim(session)
             raise

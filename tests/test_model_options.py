@@ -213,3 +213,30 @@ def test_unset_key_variable_is_one_line(fake: FakeProvider, tmp_path: Path) -> N
     assert result.stderr.strip().splitlines()[-1] == (
         "error: [model] api_key_env names MY_FAKE_KEY, which is not set"
     )
+
+
+def test_ctrl_c_mid_stream_closes_the_connection(fake: FakeProvider, tmp_path: Path) -> None:
+    import signal
+
+    write_config(tmp_path, fake)
+    env = cli_env(MY_FAKE_KEY="sk-fake-options-0123456789")
+    fake.enqueue(streamed(chunk(content="Thinking out lo"), chunk(content="ud."), pauses={1: 60}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "run", "hi", "--json"],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if json.loads(line).get("event") == "model_delta":
+            break
+    proc.send_signal(signal.SIGINT)
+    assert fake.disconnected.wait(5), "Ctrl+C left the provider generating"
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["status"] == "aborted"

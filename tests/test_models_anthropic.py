@@ -274,3 +274,33 @@ def test_load_model_dispatch(fake: FakeProvider) -> None:
     model = load_model("anthropic:claude-fake", base_url=fake.root_url, environ=env)
     assert isinstance(model, AnthropicModel) and model.model == "claude-fake"
     assert model.provider == "anthropic"
+
+
+def test_agent_keeps_thinking_across_the_tool_loop(fake: FakeProvider, tmp_path: Any) -> None:
+    """Through the executor: the thinking block goes to the side record, never the log, and
+    back to Anthropic at the start of its turn on the next request."""
+    from tether._runtime import Agent, RunStatus
+    from tether.core import reduce_session
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "README.md").write_text("hello\n")
+    fake.enqueue(
+        anthropic_stream(
+            THINKING,
+            {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "README.md"}},
+            stop_reason="tool_use",
+        ),
+        anthropic_stream({"type": "text", "text": "It says hello."}),
+    )
+    model = adapter(fake)
+    result = Agent(model, workspace=workspace, output_options={"max_tokens": 2048}).run("README?")
+    assert result.status is RunStatus.COMPLETED and result.text == "It says hello."
+    data = result.session_path.read_bytes()
+    reduce_session(data)
+    assert b"sig-abc==" not in data and b"I should read both" not in data
+    messages = fake.requests[1].body["messages"]
+    assert messages[1]["role"] == "assistant"
+    assert messages[1]["content"][0] == THINKING
+    assert messages[1]["content"][1]["type"] == "tool_use"
+    assert messages[2]["content"][0]["type"] == "tool_result"

@@ -195,3 +195,15 @@ def test_inspect_shows_the_reasoning(fake: FakeProvider, workspace: Path) -> Non
     text = out.getvalue()
     assert "thinking" in text and "Read it." in text
     assert "reasoning tokens" in text and "21" in text
+
+
+def test_usage_event_carries_reasoning_tokens_and_cost(fake: FakeProvider, workspace: Path) -> None:
+    from tether._runtime.events import UsageReported
+
+    _reasoning_turns(fake)
+    seen: list[Event] = []
+    Agent(remote(fake), workspace=workspace, on_event=seen.append).run("README?")
+    usage = [e for e in seen if isinstance(e, UsageReported)]
+    assert (usage[0].reasoning_tokens, usage[0].cost) == (21, 0.0012)
+    assert (usage[1].reasoning_tokens, usage[1].cost) == (None, None)
+    assert usage[0].to_json()["reasoning_tokens"] == 21

@@ -96,6 +96,10 @@ class UsageReported(Event):
     output: int = 0
     cache_read: int = 0
     cache_write: int = 0
+    reasoning_tokens: int | None = None
+    """Reasoning tokens the provider reported (included in ``output``; side record only)."""
+    cost: float | None = None
+    """The request's price as the provider reported it (OpenRouter, LiteLLM; side record)."""
     kind: str = "usage"
 
 

@@ -981,6 +981,8 @@ class Executor:
                 output=usage.output,
                 cache_read=usage.cache_read,
                 cache_write=usage.cache_write,
+                reasoning_tokens=response.reasoning_tokens,
+                cost=response.cost,
             )
         )
 

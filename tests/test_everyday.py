@@ -65,7 +65,7 @@ def test_an_explicit_model_flag_wins_and_still_meets_the_gate(ws: Path) -> None:
     model = script(ws, [{"content": "first"}])
     other = script(ws, [{"content": "x"}], name="other.json")
     crashed = run_cli(
-        "run", "go", "--model", model, cwd=ws, env=cli_env(TETHER_CRASH_AT="attempt_recorded")
+        "run", "go", "--model", model, cwd=ws, env=cli_env(TETHER_CRASH_AT="response_received")
     )
     assert crashed.returncode == -signal.SIGKILL
     blocked = run_cli("resume", "--last", "--model", other, cwd=ws)
@@ -133,7 +133,7 @@ def test_retry_runs_the_failed_prompt_again_without_repeating_it(ws: Path) -> No
 def test_plan_session_computes_the_current_configuration(ws: Path) -> None:
     model = script(ws, [{"content": "first"}])
     crashed = run_cli(
-        "run", "go", "--model", model, cwd=ws, env=cli_env(TETHER_CRASH_AT="attempt_recorded")
+        "run", "go", "--model", model, cwd=ws, env=cli_env(TETHER_CRASH_AT="response_received")
     )
     assert crashed.returncode == -signal.SIGKILL
     session_id = only_session(ws)

@@ -288,3 +288,13 @@ def test_piped_authorizations_table_keeps_ids_and_times_on_one_line(ws: Path) ->
     [row] = [line for line in table.splitlines() if session_id[:13] in line]
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", row)
     assert f"{session_id[:13]}…" in row and "deny" in row
+
+
+def test_the_repl_continues_the_last_session_with_its_model(ws: Path) -> None:
+    model = script(ws, [{"content": "one"}, {"content": "two"}])
+    assert run_cli("run", "first", "--model", model, cwd=ws).returncode == 0
+    session_id = only_session(ws)
+    repl = run_cli("repl", "--last", cwd=ws, stdin="second\n")
+    assert repl.returncode == 0, repl.stderr
+    assert "two" in repl.stdout
+    assert user_entries(ws, session_id) == ["first", "second"]

@@ -36,8 +36,8 @@ def main(argv: list[str]) -> int:
 
     def show(event: object) -> None:
         to_json = getattr(event, "to_json", None)
-        if to_json is not None:
-            sys.stderr.write(json.dumps(to_json()) + "\n")
+        if to_json is not None:  # one line of JSON text
+            sys.stderr.write(to_json() + "\n")
             sys.stderr.flush()
 
     agent = Agent(load_model(f"scripted:{script}"), workspace=workspace, on_event=show)

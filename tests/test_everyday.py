@@ -65,7 +65,7 @@ def test_an_explicit_model_flag_wins_and_still_meets_the_gate(ws: Path) -> None:
     model = script(ws, [{"content": "first"}])
     other = script(ws, [{"content": "x"}], name="other.json")
     crashed = run_cli(
-        "run", "go", "--model", model, cwd=ws, env=cli_env(TETHER_CRASH_AT="attempt_recorded")
+        "run", "go", "--model", model, cwd=ws, env=cli_env(TETHER_CRASH_AT="response_received")
     )
     assert crashed.returncode == -signal.SIGKILL
     blocked = run_cli("resume", "--last", "--model", other, cwd=ws)
@@ -133,7 +133,7 @@ def test_retry_runs_the_failed_prompt_again_without_repeating_it(ws: Path) -> No
 def test_plan_session_computes_the_current_configuration(ws: Path) -> None:
     model = script(ws, [{"content": "first"}])
     crashed = run_cli(
-        "run", "go", "--model", model, cwd=ws, env=cli_env(TETHER_CRASH_AT="attempt_recorded")
+        "run", "go", "--model", model, cwd=ws, env=cli_env(TETHER_CRASH_AT="response_received")
     )
     assert crashed.returncode == -signal.SIGKILL
     session_id = only_session(ws)
@@ -288,3 +288,13 @@ def test_piped_authorizations_table_keeps_ids_and_times_on_one_line(ws: Path) ->
     [row] = [line for line in table.splitlines() if session_id[:13] in line]
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", row)
     assert f"{session_id[:13]}…" in row and "deny" in row
+
+
+def test_the_repl_continues_the_last_session_with_its_model(ws: Path) -> None:
+    model = script(ws, [{"content": "one"}, {"content": "two"}])
+    assert run_cli("run", "first", "--model", model, cwd=ws).returncode == 0
+    session_id = only_session(ws)
+    repl = run_cli("repl", "--last", cwd=ws, stdin="second\n")
+    assert repl.returncode == 0, repl.stderr
+    assert "two" in repl.stdout
+    assert user_entries(ws, session_id) == ["first", "second"]

@@ -116,7 +116,10 @@ def test_a_fresh_run_syncs_the_directories_it_makes_before_the_first_fact(
     assert run.returncode == 0, run.stderr
     assert (workspace / "out.txt").read_text() == "hi\n"  # the bash call ran
     sessions = sessions_dir_for(workspace)
-    made = directories_made(run.calls, workspace)
+    # .tether/settings (the CLI's record of the settings a session was run with, written
+    # after its first model request) is no part of the log's durability.
+    settings = workspace / ".tether" / "settings"
+    made = [d for d in directories_made(run.calls, workspace) if d != settings]
     assert made == [workspace / ".tether", sessions]
     assert_dirs_durable_before_first_fact(run, made, sessions, log)
 
@@ -133,7 +136,12 @@ def test_a_new_sessions_dir_and_its_new_ancestors_are_synced(tmp_path: Path) -> 
         log=log,
     )
     assert run.returncode == 0, run.stderr
-    made = directories_made(run.calls, tmp_path)
+    # The workspace's .tether/settings (the CLI's record of the run's settings, written
+    # after the first model request) is no part of the log's durability.
+    state = workspace / ".tether"
+    made = [
+        d for d in directories_made(run.calls, tmp_path) if d not in (state, state / "settings")
+    ]
     assert made == [tmp_path / "state", tmp_path / "state" / "deep", sessions]
     assert_dirs_durable_before_first_fact(run, made, sessions, log)
 

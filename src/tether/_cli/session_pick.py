@@ -2,9 +2,10 @@
 
 * ``--last`` picks the session with the latest activity in the sessions folder; a session
   argument is a full id, a unique id prefix, a file name or a path (the store resolves it).
-* ``run``/``resume``/``repl``/``retry`` record the model, endpoint and options they used in
-  a record beside the log (``.<session id>.cli.json``, never the API key); continuing the
-  session later without those flags uses them again (an explicit flag wins; a changed
+* ``run``/``resume``/``repl``/``retry`` record the model, endpoint and options they used when
+  they make a model request with them, in ``.tether/settings/<session id>.json`` of the
+  workspace (never the API key; tether's own state: the file tools cannot touch it);
+  continuing the session later without those flags uses them again (an explicit flag wins; a changed
   configuration still meets the configuration gate). A session without that record falls
   back to the model its header names (not for scripted models: their file is unknown).
 """
@@ -22,7 +23,7 @@ import typer
 
 from tether._project import find_workspace_root
 from tether._stores.file import find_session, list_sessions, sessions_dir_for
-from tether._stores.sidecar import FileSidecar, sidecar_path
+from tether._stores.sidecar import FileSidecar
 from tether.errors import ConfigurationError, SessionNotFound, TetherError
 
 if TYPE_CHECKING:
@@ -31,18 +32,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RECORDED_SETTINGS",
-    "SETTINGS_RECORD",
+    "SETTINGS_DIR",
     "LastOption",
     "agent_sessions_dir",
     "newest_session",
     "pick_session",
     "recording_sink",
     "session_id_for",
+    "settings_record",
     "with_recorded",
 ]
 
-SETTINGS_RECORD: Final = "cli"
-"""The name of the record beside a log: ``.<session id>.cli.json``."""
+SETTINGS_DIR: Final = "settings"
+"""The folder of the records in the workspace's ``.tether/``: ``<session id>.json``."""
 
 RECORDED_SETTINGS: Final = ("model", "base_url", "timeout", "system_prompt", "tool_timeout")
 """The :class:`~tether._cli.run_cmd.AgentSettings` fields a session remembers (never the
@@ -116,36 +118,37 @@ def _effective(settings: AgentSettings) -> dict[str, Any]:
     return values
 
 
+def settings_record(workspace: Path | None, session_id: str) -> FileSidecar:
+    """The record of the settings a session was run with."""
+    root = find_workspace_root(workspace).path
+    return FileSidecar(root / ".tether" / SETTINGS_DIR / f"{session_id}.json")
+
+
 def recording_sink(
     settings: AgentSettings, sink: Callable[[events.Event], None]
 ) -> Callable[[events.Event], None]:
-    """``sink``, plus: record the settings used for a session when it is created and when
-    a model request is made with them (a resume refused by the configuration gate never
-    replaces what the session was run with)."""
+    """``sink``, plus: record the settings used for a session once a model request is made
+    with them (a resume refused by the configuration gate never replaces what the session
+    was run with, and a session that could not be created leaves no record)."""
     from tether._runtime import events as runtime_events
 
     values = _effective(settings)
-    opened: list[runtime_events.SessionOpened] = []
+    opened: list[str] = []
     written: set[str] = set()
 
-    def write(event: runtime_events.SessionOpened) -> None:
-        written.add(event.session_id)
-        record = FileSidecar(
-            sidecar_path(Path(event.path).parent, event.session_id, SETTINGS_RECORD)
-        )
-        try:
-            record.write(json.dumps(values, sort_keys=True).encode("utf-8"))
-        except OSError:
-            pass  # a convenience: the run does not depend on it
-
     def on_event(event: events.Event) -> None:
-        if values and isinstance(event, runtime_events.SessionOpened):
-            opened[:] = [event]
-            if event.created:
-                write(event)
-        elif values and isinstance(event, runtime_events.ModelStarted) and opened:
-            if opened[0].session_id not in written:
-                write(opened[0])
+        if isinstance(event, runtime_events.SessionOpened):
+            opened[:] = [event.session_id]
+        elif isinstance(event, runtime_events.ModelStarted) and values and opened:
+            session_id = opened[0]
+            if session_id not in written:
+                written.add(session_id)
+                try:
+                    record = settings_record(settings.workspace, session_id)
+                    record.path.parent.mkdir(parents=True, exist_ok=True)
+                    record.write(json.dumps(values, sort_keys=True).encode("utf-8"))
+                except OSError:
+                    pass  # a convenience: the run does not depend on it
         sink(event)
 
     return on_event
@@ -172,7 +175,7 @@ def with_recorded(settings: AgentSettings, session: str) -> AgentSettings:
     session_id = header.get("id")
     recorded: dict[str, Any] = {}
     if isinstance(session_id, str):
-        data, _ = FileSidecar(sidecar_path(path.parent, session_id, SETTINGS_RECORD)).read()
+        data, _ = settings_record(settings.workspace, session_id).read()
         if data is not None:
             try:
                 loaded = json.loads(data)

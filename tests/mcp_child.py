@@ -26,13 +26,13 @@ def main(argv: list[str]) -> int:
     agent = Agent(
         load_model(f"scripted:{script}"),
         workspace=workspace,
-        on_event=lambda event: seen.append(event.to_json()),
+        on_event=lambda event: seen.append(event.to_dict()),
     )
     try:
         result = agent.run("go") if mode == "run" else agent.resume(str(session))
     finally:
         agent.close()
-    out = result.to_json()
+    out = result.to_dict()
     out["events"] = [e for e in seen if e["event"] in ("tool_reconciled", "blocked")]
     sys.stdout.write(orjson.dumps(out).decode() + "\n")
     return 0

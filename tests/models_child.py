@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     def show(event: object) -> None:
         to_json = getattr(event, "to_json", None)
         if to_json is not None:
-            sys.stderr.write(json.dumps(to_json()) + "\n")
+            sys.stderr.write(to_json() + "\n")  # one line of JSON text
             sys.stderr.flush()
 
     model = OpenAICompatibleModel("fake/model", base_url=base_url, api_key="test", timeout=10)
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
         result = agent.run(rest[0] if rest else "do it")
     else:
         result = agent.resume(rest[0])
-    sys.stdout.write(json.dumps(result.to_json()) + "\n")
+    sys.stdout.write(json.dumps(result.to_dict()) + "\n")
     sys.stdout.flush()
     return 0
 

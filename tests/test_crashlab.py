@@ -468,7 +468,7 @@ def test_full_default_matrix() -> None:
     assert not unreached, f"no scenario reaches {sorted(unreached)}: add one to the crash lab"
     # The N-th hits of repeating boundaries are their own cases.
     assert any(r.case.boundary == "before_effect" and r.case.hit == 5 for r in result.results)
-    assert result.wall_seconds < 300
+    # How long it took is a benchmark figure (the crash lab prints it), not a test.
 
 
 def test_mcp_scenario_has_no_duplicate_effects() -> None:

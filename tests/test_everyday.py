@@ -22,6 +22,9 @@ def bash_call(command: str) -> dict[str, Any]:
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
+    # No automatic retries (the CLI's default is 2, docs/models.md): a failing script step
+    # must stay the failed run these tests look at.
+    (tmp_path / "tether.toml").write_text("[model]\nretries = 0\n")
     return tmp_path
 
 

@@ -104,7 +104,7 @@ def test_tool_with_a_lookup_is_recovered_from_it_and_never_rerun(
     assert list(ops) == [tool_started_id(log)]  # the operation id reached the server
     if boundary == "after_effect":
         (event,) = result["events"]
-        assert event["verdict"] == "committed" and event["recovered_from_ledger"] is True
+        assert event["verdict"] == "committed" and event["recoveredFromLedger"] is True
     elif boundary == "before_effect":
         (event,) = result["events"]
         assert event["verdict"] == "notFound"  # executed once, with the same operation id

@@ -166,9 +166,9 @@ class _Instruments:
         pg_original = PostgresSessionStore.commit
 
         def pg_commit(
-            store: PostgresSessionStore, facts: Sequence[Mapping[str, Any]]
+            store: PostgresSessionStore, facts: Sequence[Mapping[str, Any]], *, sync: bool = True
         ) -> list[dict[str, Any]]:
-            committed = pg_original(store, facts)
+            committed = pg_original(store, facts, sync=sync)
             instruments.acks.line(
                 json.dumps(
                     {"seqs": [f["seq"] for f in committed], "ids": [f["id"] for f in committed]}

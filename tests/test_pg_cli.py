@@ -260,3 +260,27 @@ def test_a_worker_parks_a_session_it_cannot_drive(pg_store: str, ws: Path) -> No
         for r in json.loads(tether("sessions", "--store", pg_store, "--json", cwd=ws).stdout)
     }
     assert rows[good]["status"] == "idle" and rows[bad]["status"] == "blocked"
+
+
+def test_show_works_by_session_id_on_the_store(pg_store: str, ws: Path) -> None:  # noqa: F811
+    """``tether show --store URL SESSION``: the same timeline as for a file, read from the
+    store by id, with the store database's authorization evidence."""
+    run = tether("run", "go", "-m", "scripted:script.json", "--store", pg_store, "--yes", cwd=ws)
+    assert run.returncode == 0, run.stderr
+    [row] = json.loads(tether("sessions", "--store", pg_store, "--json", cwd=ws).stdout)
+    session = row["id"]
+    shown = tether("show", session, "--store", pg_store, "--json", cwd=ws)
+    assert shown.returncode == 0, shown.stderr
+    timeline = json.loads(shown.stdout)
+    text = json.dumps(timeline)
+    assert session in text and "bash" in text and "Done." in text
+    terminal = tether("show", session, "--store", pg_store, cwd=ws)
+    assert terminal.returncode == 0, terminal.stderr
+    assert "bash" in terminal.stdout
+    page = ws / "page.html"
+    assert tether("show", session, "--store", pg_store, "--html", str(page), cwd=ws).returncode == 0
+    assert page.read_text().startswith("<!")
+    missing = tether("show", "018f-nope", "--store", pg_store, cwd=ws)
+    assert missing.returncode == 3 and "no session" in one_error_line(missing)
+    last = tether("show", "--last", "--store", pg_store, cwd=ws)
+    assert last.returncode == 2 and "name the session by its id" in one_error_line(last)

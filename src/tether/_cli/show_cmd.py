@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -15,7 +16,8 @@ from tether._cli.common import (
     handle_errors,
     resolve_sessions_dir,
 )
-from tether._show import SessionLog, load_log, session_timeline
+from tether._cli.store_cmd import STORE_URL_ENV, StoreUrlOption
+from tether._show import SessionLog, load_log, log_from_bytes, session_timeline
 from tether._show.page import write_page
 from tether._show.terminal import render_timeline
 from tether._stores.file import find_session, list_sessions
@@ -96,6 +98,7 @@ def show(
         ),
     ] = None,
     sessions_dir: SessionsDirOption = None,
+    store: StoreUrlOption = None,
 ) -> None:
     """Show a session as a timeline: operations, steps and attempts, tool calls with
     their authorization, result and reconciliation evidence, reviews, verifications,
@@ -106,8 +109,17 @@ def show(
     ambiguous id prefix, 20 the effects database cannot be read.
     """
     with handle_errors():
-        log = open_session(session, last, sessions_dir)
-        timeline = session_timeline(log, workspace, pause_ms=pause_ms)
+        url = store or os.environ.get(STORE_URL_ENV)
+        if url:
+            from tether._cli.store_cmd import read_store_log, store_url
+
+            if session is None or last:
+                raise InputError("with --store, name the session by its id")
+            url = store_url(url)
+            log = log_from_bytes(read_store_log(url, session), session)
+        else:
+            log = open_session(session, last, sessions_dir)
+        timeline = session_timeline(log, workspace, pause_ms=pause_ms, shared_url=url or None)
         if html is not None:
             try:
                 size = write_page(timeline, html)

@@ -76,14 +76,24 @@ def parse_transactions(data: bytes) -> tuple[Transaction, ...]:
 def load_log(path: Path) -> SessionLog:
     """Read, reduce and parse one session log (corruption raises ``SessionCorruption``)."""
     data = read_file(path, f"session file {path}", limit=MAX_SESSION_FILE_BYTES)
+    return log_from_bytes(data, str(path))
+
+
+def log_from_bytes(data: bytes, location: str) -> SessionLog:
+    """Reduce and parse a log's bytes, from whichever store holds them (a file, or the
+    committed lines a shared store hands over by session id)."""
     state = reduce_session(data)
     with paused_gc():
         transactions = parse_transactions(data[: state.repaired_length])
-    return SessionLog(str(path), len(data), state, transactions)
+    return SessionLog(location, len(data), state, transactions)
 
 
-def gather_evidence(workspace: Path, session_id: str) -> Evidence:
-    """What ``<workspace>/.tether/effects.db`` records about the session (never creates it)."""
+def gather_evidence(workspace: Path, session_id: str, shared_url: str | None = None) -> Evidence:
+    """What ``<workspace>/.tether/effects.db`` records about the session (never creates it).
+
+    With ``shared_url`` (a session of a PostgreSQL store) the reviews, authorizations and
+    verifications come from that database, where every worker records them; the file-change
+    journal stays with the workspace it describes (docs/scale-out.md)."""
     from tether._completion.evidence import VerificationStore
     from tether._effects.authorization import AuthorizationStore
     from tether._effects.journal import ActionJournal
@@ -91,11 +101,27 @@ def gather_evidence(workspace: Path, session_id: str) -> Evidence:
     from tether._wsdb.sqlite import EffectsDB, effects_db_path
 
     path = effects_db_path(workspace)
-    if not path.exists():
+    if shared_url is not None:
+        from tether._wsdb.postgres import PostgresEffectsDB
+
+        journal: dict[str, Any] = {}
+        if path.exists():
+            local = EffectsDB.open_workspace(workspace)
+            try:
+                journal = {
+                    r.operation_id: r.to_json() for r in ActionJournal(local).rows(session_id)
+                }
+            finally:
+                local.close()
+        db: Any = PostgresEffectsDB.open_url(shared_url)
+    elif not path.exists():
         return Evidence(note=f"no effects database at {path}: no journal or ledger evidence")
-    db = EffectsDB.open_workspace(workspace)
+    else:
+        db = EffectsDB.open_workspace(workspace)
+        journal = {}
     try:
-        journal = {row.operation_id: row.to_json() for row in ActionJournal(db).rows(session_id)}
+        if shared_url is None:
+            journal = {r.operation_id: r.to_json() for r in ActionJournal(db).rows(session_id)}
         reviews_store = ReviewStore(db)
         reconciliations: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for entry in reviews_store.reconciliations(session_id=session_id):
@@ -136,10 +162,15 @@ def _current_version(workspace: Path) -> tuple[str | None, str | None]:
 
 
 def session_timeline(
-    log: SessionLog, workspace: Path | None, *, pause_ms: int = DEFAULT_PAUSE_MS
+    log: SessionLog,
+    workspace: Path | None,
+    *,
+    pause_ms: int = DEFAULT_PAUSE_MS,
+    shared_url: str | None = None,
 ) -> Timeline:
-    """The timeline of ``log`` with the evidence of ``workspace`` (default: the log's cwd)."""
+    """The timeline of ``log`` with the evidence of ``workspace`` (default: the log's cwd)
+    and, for a session of a shared store, of that store's database."""
     root = workspace if workspace is not None else Path(log.state.header.cwd)
-    evidence = gather_evidence(root, log.state.header.id)
+    evidence = gather_evidence(root, log.state.header.id, shared_url)
     with paused_gc():
         return build_timeline(log.state, log.transactions, evidence, pause_ms=pause_ms)

@@ -117,7 +117,10 @@ def crashlab(
         ),
     ] = None,
     timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds one child process may take.", min=1.0)
+        float,
+        typer.Option(
+            "--timeout", help="Seconds one child process may take.", min=1.0, metavar="SECONDS"
+        ),
     ] = 120.0,
     no_fork: Annotated[
         bool,
@@ -143,6 +146,14 @@ def crashlab(
     records the outcome), acknowledged commits survived, the log reduces and every tool call
     has one result, the second resume appended nothing, review items only where the
     outcome cannot be known.
+
+    Examples:
+
+        tether crashlab
+
+        tether crashlab --scenario publish-report --boundary after_effect
+
+        tether crashlab --list-boundaries
 
     The last line is `PASS duplicate_effects=0 scenarios=S boundaries=B runs=R` (exit 0),
     or `FAIL …` with the first counterexample and the command reproducing it (exit 1).

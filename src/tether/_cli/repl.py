@@ -101,6 +101,14 @@ def repl(
     arguments starts this with the defaults ($TETHER_MODEL, the current
     directory). Without a terminal, lines are read from stdin.
 
+    Examples:
+
+        tether repl --model scripted:demo.json
+
+        tether repl --last
+
+        echo 'read the readme' | tether repl --model scripted:demo.json
+
     Exit status: 0 left normally, 2 usage error (e.g. no model), 130 a second
     Ctrl+C during a run.
     """

@@ -48,7 +48,14 @@ def review(
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
     store: StoreUrlOption = None,
 ) -> None:
-    """List open review items with their reasons and evidence."""
+    """List open review items with their reasons and evidence.
+
+    Examples:
+
+        tether review
+
+        tether review resolve 3 --applied --note "checked the file by hand"
+    """
     if ctx.invoked_subcommand is not None:
         return
     with handle_errors():
@@ -103,12 +110,21 @@ def resolve(
         bool, typer.Option("--not-applied", help="The effect did not take place.")
     ] = False,
     abort: Annotated[bool, typer.Option("--abort", help="Abort the run instead.")] = False,
-    note: Annotated[str | None, typer.Option("--note", help="Why (kept as evidence).")] = None,
+    note: Annotated[
+        str | None, typer.Option("--note", help="Why (kept as evidence).", metavar="TEXT")
+    ] = None,
     workspace: WorkspaceOption = None,
     sessions_dir: SessionsDirOption = None,
     store: StoreUrlOption = None,
 ) -> None:
-    """Record a decision and append the result it implies; then the run can be resumed."""
+    """Record a decision and append the result it implies; then the run can be resumed.
+
+    Examples:
+
+        tether review resolve 3 --applied
+
+        tether review resolve 3 --abort --note "not safe to finish"
+    """
     with handle_errors():
         chosen = [
             d

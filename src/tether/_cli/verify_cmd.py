@@ -69,6 +69,12 @@ def verify(
 ) -> None:
     """Run the check command of tether.toml and record the evidence.
 
+    Examples:
+
+        tether verify
+
+        tether verify --status
+
     Exit status: 0 passed, 1 failed, timed out or void, 2 usage error, 30 the
     workspace cannot be read, 31 the check command could not run. With
     --status: 0 verified, 1 stale, failed or missing.

@@ -206,4 +206,4 @@ def test_usage_event_carries_reasoning_tokens_and_cost(fake: FakeProvider, works
     usage = [e for e in seen if isinstance(e, UsageReported)]
     assert (usage[0].reasoning_tokens, usage[0].cost) == (21, 0.0012)
     assert (usage[1].reasoning_tokens, usage[1].cost) == (None, None)
-    assert usage[0].to_json()["reasoning_tokens"] == 21
+    assert usage[0].to_dict()["reasoningTokens"] == 21

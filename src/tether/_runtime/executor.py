@@ -150,6 +150,9 @@ class Executor:
         self._cancel = threading.Event()
         self._last_session: str | None = None
         self._side_cache: dict[tuple[str, str], Any] = {}
+        # Whether a held session has any reasoning side record: most have none, and then a
+        # request needs no walk over the whole context to find them (see _side_reasoning).
+        self._has_side: dict[str, bool] = {}
         self.retry_policy = RetryPolicy()
         """Automatic retries of transient provider failures (:mod:`tether._runtime.retry`)."""
         # The session held open across calls (its lock held, its state kept by the store
@@ -473,6 +476,8 @@ class Executor:
                 store = _open_existing(sessions, session)
             store = mask_commits(store, self.masker)
             self._held = store
+            # Read back from disk: what another writer may have left is not known here.
+            self._has_side.pop(store.session_id, None)
         self._last_session = store.session_id
         self._emit(
             events.SessionOpened(
@@ -912,6 +917,8 @@ class Executor:
     ) -> list[Any]:
         """The reasoning side records of the assistant messages in ``messages``
         (docs/models.md, "Reasoning side records"); missing ones are ``None``."""
+        if self._has_side.get(store.session_id) is False:
+            return []  # none on disk when the session was opened, and none written since
         ids = align_context_ids(messages, state.transcript, state.transcript_ids)
         out: list[Any] = []
         for message, entry_id in zip(messages, ids, strict=True):
@@ -923,7 +930,11 @@ class Executor:
                     self._side_cache[key] = read_side_record(store, entry_id)
                 record = self._side_cache[key]
             out.append(record.reasoning if record is not None else None)
-        return out if any(r is not None for r in out) else []
+        found = any(r is not None for r in out)
+        if not found and len(ids) == len(state.transcript):
+            # The whole transcript was looked at (no compaction hides a part): none exists.
+            self._has_side[store.session_id] = False
+        return out if found else []
 
     def _delta(self, delta: Any) -> None:
         self._emit(events.ModelDelta(channel=delta.channel, text=delta.text))
@@ -1003,6 +1014,7 @@ class Executor:
         if wants_side_record(response):
             # The side record is durable before the entry that owns it (docs/models.md).
             entry["id"] = self._ids()
+            self._has_side[store.session_id] = True
             write_side_record(
                 store,
                 entry_id=entry["id"],

@@ -625,16 +625,27 @@ def _ledger_rows(workspace: Path) -> list[str] | None:
         ledger.close()
 
 
-def _reviews(workspace: Path) -> list[dict[str, Any]]:
-    """Every review item of the workspace (none when there is no effects database)."""
-    path = workspace / ".tether" / "effects.db"
-    if not path.exists():
-        return []
+def _reviews(workspace: Path, store: str | None = None) -> list[dict[str, Any]]:
+    """Every review item of the workspace (none when there is no effects database); for a
+    run against a shared store, of that store's database, where reviews are kept."""
     from tether._effects.review import ReviewStore
-    from tether._wsdb.sqlite import EffectsDB
 
-    with EffectsDB.open_workspace(workspace) as db:
-        items = ReviewStore(db).list_all()
+    if store is not None:
+        from tether._wsdb.postgres import PostgresEffectsDB
+
+        shared = PostgresEffectsDB.open_url(store)
+        try:
+            items = ReviewStore(shared).list_all()
+        finally:
+            shared.close()
+    else:
+        path = workspace / ".tether" / "effects.db"
+        if not path.exists():
+            return []
+        from tether._wsdb.sqlite import EffectsDB
+
+        with EffectsDB.open_workspace(workspace) as db:
+            items = ReviewStore(db).list_all()
     return [
         {
             "id": item.id,
@@ -720,7 +731,8 @@ def probe(scenario: Scenario, run_dir: Path, registry: Any = None) -> dict[str, 
     for line in effects_log:
         if line.startswith("call ") and line[5:] not in known_ops:
             orphans.append(f"execute call for unknown operation {line[5:]}")
-    return {"effects": effects, "orphans": orphans, "reviews": _reviews(workspace)}
+    reviews = _reviews(workspace, lab_store(run_dir))
+    return {"effects": effects, "orphans": orphans, "reviews": reviews}
 
 
 # =========================================================================== fork server

@@ -50,7 +50,14 @@ def list_servers(
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> None:
-    """Start each configured MCP server and list its tools, schema digests and trust."""
+    """Start each configured MCP server and list its tools, schema digests and trust.
+
+    Examples:
+
+        tether mcp list
+
+        tether mcp list --json
+    """
     failed = False
     with handle_errors():
         root = workspace_root(workspace)

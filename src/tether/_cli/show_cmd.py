@@ -83,6 +83,7 @@ def show(
         typer.Option(
             "--pause-ms",
             min=1,
+            metavar="MS",
             help="A pause this long where the runtime does not wait counts as a gap.",
         ),
     ] = DEFAULT_PAUSE_MS,
@@ -104,6 +105,14 @@ def show(
     their authorization, result and reconciliation evidence, reviews, verifications,
     usage, and the gaps where the process was down (crash or stop) with the recovery
     that followed.
+
+    Examples:
+
+        tether show --last
+
+        tether show 01a2 --html timeline.html
+
+        tether show 01a2 --json
 
     Exit status: 0 shown, 1 the log is corrupt, 2 usage error, 3 no such session, 7
     ambiguous id prefix, 20 the effects database cannot be read.

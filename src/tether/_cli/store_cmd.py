@@ -137,6 +137,10 @@ def list_store_sessions(url: str | None, json_output: bool) -> None:
 def init(store: StoreUrlOption = None) -> None:
     """Create tether's tables in the database (idempotent).
 
+    Examples:
+
+        tether store init --store postgresql://db/tether
+
     Exit status: 0 created or already there, 10 unreachable, 12 a newer schema.
     """
     from tether._stores.postgres import SCHEMA_VERSION, display_url, init_schema
@@ -160,6 +164,10 @@ def export(
 ) -> None:
     """Write a session of the store as a session-v2 file (its lines as committed).
 
+    Examples:
+
+        tether export 01a2 --store postgresql://db/tether -o session.jsonl
+
     Exit status: 0 written, 3 no such session, 7 ambiguous prefix, 10/12 store errors.
     """
     with handle_errors():
@@ -179,6 +187,10 @@ def import_(
     store: StoreUrlOption = None,
 ) -> None:
     """Load a session-v2 file into the store as a session (its id is the file's).
+
+    Examples:
+
+        tether import session.jsonl --store postgresql://db/tether
 
     Exit status: 0 imported (the id is printed), 1/5 the file is not a valid session (or
     the id exists already), 2 unreadable file, 10/12 store errors.
@@ -267,6 +279,10 @@ def submit(
 
     Nothing runs here: `tether worker` picks the session up.
 
+    Examples:
+
+        tether submit "fix the failing test" --store postgresql://db/tether --model gpt-4o-mini
+
     Exit status: 0 accepted, 2 usage error (no store, no model, an unfinished session),
     3 no such session, 4 busy, 10-12 store errors.
     """
@@ -284,7 +300,8 @@ def submit(
 def worker(
     store: StoreUrlOption = None,
     concurrency: Annotated[
-        int, typer.Option("--concurrency", "-c", help="Sessions driven at once.", min=1)
+        int,
+        typer.Option("--concurrency", "-c", help="Sessions driven at once.", min=1, metavar="N"),
     ] = 1,
     until_empty: Annotated[
         bool,
@@ -299,6 +316,7 @@ def worker(
             "--lease-seconds",
             help="Length of this worker's leases (default: [store] lease_seconds, else 30).",
             min=0.1,
+            metavar="SECONDS",
         ),
     ] = None,
     model: ModelOption = None,
@@ -315,6 +333,10 @@ def worker(
     Claims the oldest unfinished session of this worker's environment whose lease is
     free or expired, drives it as `tether resume` would, releases it. SIGTERM: no new
     claims; the sessions being driven are finished, leases released, exit 0.
+
+    Examples:
+
+        tether worker --store postgresql://db/tether --model gpt-4o-mini --concurrency 4
 
     Exit status: 0 stopped, 2 usage error, 10 the store stayed unreachable, 11 fenced
     (this worker lost a lease: it was paused past its expiry; it stops at once).

@@ -120,11 +120,11 @@ def show(
     with handle_errors():
         url = store or os.environ.get(STORE_URL_ENV)
         if url:
-            from tether._cli.store_cmd import read_store_log, store_url
+            from tether._cli.store_cmd import read_store_log
 
             if session is None or last:
                 raise InputError("with --store, name the session by its id")
-            url = store_url(url)
+            # read_store_log checks the URL (store_url) before anything else uses it.
             log = log_from_bytes(read_store_log(url, session), session)
         else:
             log = open_session(session, last, sessions_dir)

@@ -101,27 +101,17 @@ def gather_evidence(workspace: Path, session_id: str, shared_url: str | None = N
     from tether._wsdb.sqlite import EffectsDB, effects_db_path
 
     path = effects_db_path(workspace)
-    if shared_url is not None:
-        from tether._wsdb.postgres import PostgresEffectsDB
-
-        journal: dict[str, Any] = {}
-        if path.exists():
-            local = EffectsDB.open_workspace(workspace)
-            try:
-                journal = {
-                    r.operation_id: r.to_json() for r in ActionJournal(local).rows(session_id)
-                }
-            finally:
-                local.close()
-        db: Any = PostgresEffectsDB.open_url(shared_url)
-    elif not path.exists():
+    local = EffectsDB.open_workspace(workspace) if path.exists() else None
+    if local is None and shared_url is None:
         return Evidence(note=f"no effects database at {path}: no journal or ledger evidence")
-    else:
-        db = EffectsDB.open_workspace(workspace)
-        journal = {}
+    db: Any = local
     try:
-        if shared_url is None:
-            journal = {r.operation_id: r.to_json() for r in ActionJournal(db).rows(session_id)}
+        if shared_url is not None:
+            from tether._wsdb.postgres import PostgresEffectsDB
+
+            db = PostgresEffectsDB.open_url(shared_url)
+        rows = ActionJournal(local).rows(session_id) if local is not None else []
+        journal = {row.operation_id: row.to_json() for row in rows}
         reviews_store = ReviewStore(db)
         reconciliations: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for entry in reviews_store.reconciliations(session_id=session_id):
@@ -136,7 +126,10 @@ def gather_evidence(workspace: Path, session_id: str, shared_url: str | None = N
             if v.session_id == session_id
         ]
     finally:
-        db.close()
+        if db is not local:
+            db.close()
+        if local is not None:
+            local.close()
     version, note = _current_version(workspace) if verifications else (None, None)
     return Evidence(
         journal=journal,

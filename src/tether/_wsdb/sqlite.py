@@ -281,10 +281,15 @@ def effects_db_path(workspace: str | os.PathLike[str]) -> Path:
     return Path(os.path.abspath(workspace)) / ".tether" / EFFECTS_DB_NAME
 
 
+def _is_busy(exc: sqlite3.Error) -> bool:
+    lowered = str(exc).lower()
+    return "locked" in lowered or "busy" in lowered
+
+
 def _describe(exc: sqlite3.Error, busy_timeout: float) -> str:
     text = str(exc) or type(exc).__name__
     lowered = text.lower()
-    if "locked" in lowered or "busy" in lowered:
+    if _is_busy(exc):
         return (
             f"database is locked by another process or connection (waited {busy_timeout:g} s); "
             "try again when it is done"
@@ -439,7 +444,7 @@ class EffectsDB:
         conn = self._require()
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = self._switch_to_wal(conn)
             if str(mode).lower() != "wal":
                 raise EffectsDatabaseError(
                     str(self.path),
@@ -460,6 +465,28 @@ class EffectsDB:
                     )
         except sqlite3.Error as exc:
             raise self._error(exc) from None
+
+    def _switch_to_wal(self, conn: sqlite3.Connection) -> object:
+        """``PRAGMA journal_mode = WAL``, retried while another connection holds the file.
+
+        On a new database (still in rollback mode) the switch reads the header under a
+        shared lock and then needs an exclusive one. When several connections switch at
+        once, each holding its shared lock, SQLite answers ``SQLITE_BUSY`` at once instead
+        of calling the busy handler (waiting could deadlock), so ``busy_timeout`` does not
+        cover it: several tether processes opening a fresh workspace together would fail
+        with "database is locked". The retry drops the shared lock between attempts (the
+        statement is over), so one of them wins, and the others then find WAL already set.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        pause = 0.001
+        while True:
+            try:
+                return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _migrate(self, migrations: Sequence[Migration]) -> None:
         target = len(migrations)

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tether._tools import (
     EditTool,
@@ -30,6 +32,7 @@ from tether._tools import (
     ValidatedCall,
     WriteTool,
     apply_change,
+    builtin,
     builtin_tools,
     plan_edit,
     plan_write,
@@ -281,6 +284,33 @@ def test_read_invalid_utf8_binary_and_empty(ws: Path) -> None:
     (ws / "empty").write_bytes(b"")
     assert run(ReadTool(), ws, path="empty").content == "[empty file]"
     assert run(ReadTool(), ws, path="empty", offset=2).is_error
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    content=st.lists(
+        st.sampled_from([b"a", b"\xc3\xa9", b"\n", b"\r\n", b"\xff", b"  ", b"line"]),
+        max_size=60,
+    ).map(b"".join),
+    limit=st.integers(min_value=1, max_value=12),
+)
+def test_small_file_shortcut_reads_what_the_line_walk_reads(
+    ws: Path, content: bytes, limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A small file read from line 1 is served from the binary probe; a probe of one byte
+    # never holds a whole file, so it forces the line-by-line walk: both must agree.
+    (ws / "f.txt").write_bytes(content)
+    fast = run(ReadTool(), ws, path="f.txt", limit=limit)
+    with monkeypatch.context() as patch:
+        patch.setattr(builtin, "_BINARY_PROBE", 1)
+        walked = run(ReadTool(), ws, path="f.txt", limit=limit)
+    assert (fast.content, fast.metadata, fast.is_error) == (
+        walked.content,
+        walked.metadata,
+        walked.is_error,
+    )
 
 
 # =========================================================================== write

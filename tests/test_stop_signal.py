@@ -4,7 +4,8 @@ A worker's ``SIGTERM`` sets it (tests/test_pg_workers.py drives that with real p
 PostgreSQL). Here, in one process: the signal set while a tool call runs lets the call
 finish and commit its result, then the drive ends ``stopped`` with the operation still
 unfinished and nothing recorded for the stop; a later resume finishes the run from there,
-and the bash call ran exactly once. Without a signal (the default) nothing changes.
+and the bash call ran exactly once. Without a signal (the default) nothing changes; a stop
+condition already noted (a repeated failure) is still committed before the drive stops.
 """
 
 from __future__ import annotations
@@ -123,3 +124,42 @@ def test_a_stop_set_before_the_drive_changes_nothing(workspace: Path) -> None:
         assert agent.resume(session).status is RunStatus.IDLE
     finally:
         agent.close()
+
+
+def test_a_repeated_failure_noted_before_the_stop_still_ends_the_run(workspace: Path) -> None:
+    # The second identical failing call is a repeated failure: a stop condition the
+    # executor holds in memory until its next plan. A stop arriving during that call must
+    # not drop it: the run ends failed, as without the stop.
+    fail = {"command": "echo failing >> ../counter.txt; exit 3"}
+    script = {
+        "model": "scripted/stop-signal",
+        "responses": [
+            {"tool_calls": [{"id": "f1", "name": "bash", "arguments": fail}]},
+            {"tool_calls": [{"id": "f2", "name": "bash", "arguments": fail}]},
+            {"content": "Never reached.", "finish_reason": "stop"},
+        ],
+    }
+    stop = threading.Event()
+    started: list[str] = []
+
+    def on_event(event: events.Event) -> None:
+        if isinstance(event, events.ToolStarted):
+            started.append(event.call_id)
+            if len(started) == 2:
+                stop.set()
+
+    agent = Agent(
+        ScriptedModel.from_json(script),
+        [*builtin_tools()],
+        workspace=workspace,
+        read_agents_md=False,
+        on_event=on_event,
+    )
+    agent.set_stop_signal(stop)
+    try:
+        result = agent.run("go")
+    finally:
+        agent.close()
+    assert started == ["f1", "f2"]
+    assert result.status is RunStatus.FAILED, result
+    assert result.message is not None and result.message.startswith("repeated_failure")

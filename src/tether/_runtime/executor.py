@@ -568,8 +568,14 @@ class Executor:
         while True:
             # Every handler returns at a durable point (what it did is committed): the
             # place to honour a stop signal. Not once idle: a finished operation still
-            # gets its result (and a completed run its gate) below.
-            if self._stopping() and not isinstance(store.state.operation, IdleOperation):
+            # gets its result (and a completed run its gate) below. Not with a stop
+            # condition noted in memory only (a repeated failure): it is committed first,
+            # else the next drive would never see it.
+            if (
+                self._stopping()
+                and drive.pending_stop is None
+                and not isinstance(store.state.operation, IdleOperation)
+            ):
                 return self._result(
                     store,
                     RunStatus.STOPPED,

@@ -11,6 +11,13 @@ Printed (acceptance targets in brackets):
   same bytes into a table of the same shape followed by ``COMMIT``, on one connection
   [≤ 1.3x]; ``pg.commit.one_statement`` against the stricter baseline of the ``INSERT``
   alone in autocommit mode (one round trip, as the store's commit is);
+  ``pg.commit.no_flush``: the same two sides with ``synchronous_commit = off`` on both
+  connections, so the WAL flush costs nothing: the regime where the store's fixed work
+  (encoding, validation, the client's statement, the session row's ``UPDATE``) weighs most,
+  as on a disk whose flush is nearly free;
+  ``pg.commit.round_trips``: round trips per commit counted in the client's protocol trace
+  (``ReadyForQuery`` messages): the store's commit, and the baseline's
+  ``BEGIN``/``INSERT``/``COMMIT``;
 * ``pg.throughput.N``: N worker processes (1, 2, 4, 8), each creating sessions of 20
   commits: durable facts per second and sessions per minute, all workers together; and
   the bare-``INSERT`` rate of N processes as the physical baseline;
@@ -30,6 +37,7 @@ import os
 import secrets
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -76,12 +84,35 @@ def ratio_rounds(
     return statistics.median(ratios), statistics.median(a), statistics.median(b)
 
 
-def bench_commit(url: str) -> None:
+def without_flush(url: str) -> str:
+    """``url`` as a conninfo string whose connections do not wait for the WAL flush."""
+    options = psycopg.conninfo.conninfo_to_dict(url).get("options") or ""
+    return psycopg.conninfo.make_conninfo(
+        url, options=f"{options} -csynchronous_commit=off".strip()
+    )
+
+
+def round_trips(conn: psycopg.Connection[Any], fn: Callable[[], None], n: int = 20) -> float:
+    """Round trips per call of ``fn`` on ``conn``: the ``ReadyForQuery`` messages the
+    server sends, from libpq's protocol trace."""
+    with tempfile.TemporaryFile("w+") as trace:
+        conn.pgconn.trace(trace.fileno())
+        try:
+            for _ in range(n):
+                fn()
+        finally:
+            conn.pgconn.untrace()
+        trace.seek(0)
+        ready = sum(1 for line in trace if "\tB\t" in line and "ReadyForQuery" in line)
+    return ready / n
+
+
+def bench_commit(url: str, label: str = "pg.commit", *, trips: bool = True) -> None:
     sessions = PostgresSessions(url, lease_seconds=60)
     store = sessions.create(provider="bench", model="m", environment_identity="bench")
     conn = psycopg.connect(url, autocommit=True)
     conn.execute(
-        "CREATE TABLE bare_lines (session_id text, line_no bigint, data bytea, "
+        "CREATE TABLE IF NOT EXISTS bare_lines (session_id text, line_no bigint, data bytea, "
         "PRIMARY KEY (session_id, line_no))"
     )
     line = len(store.state.transcript)
@@ -117,14 +148,17 @@ def bench_commit(url: str) -> None:
         bare()
         insert_commit()
     ratio, ta, tb = ratio_rounds(commit, insert_commit, rounds=15, batch=40)
-    print(
-        f"pg.commit  {ratio:.2f}x  store {ta * 1e6:.0f} us  bare INSERT + COMMIT {tb * 1e6:.0f} us"
-    )
-    ratio, ta, tb = ratio_rounds(commit, bare, rounds=15, batch=40)
-    print(
-        f"pg.commit.one_statement  {ratio:.2f}x  store {ta * 1e6:.0f} us  "
-        f"bare INSERT in autocommit (one round trip) {tb * 1e6:.0f} us"
-    )
+    print(f"{label}  {ratio:.2f}x  store {ta * 1e6:.0f} us  bare INSERT + COMMIT {tb * 1e6:.0f} us")
+    if trips:
+        ratio, ta, tb = ratio_rounds(commit, bare, rounds=15, batch=40)
+        print(
+            f"{label}.one_statement  {ratio:.2f}x  store {ta * 1e6:.0f} us  "
+            f"bare INSERT in autocommit (one round trip) {tb * 1e6:.0f} us"
+        )
+        print(
+            f"{label}.round_trips  store {round_trips(store._conn, commit):.1f}  "
+            f"bare INSERT + COMMIT {round_trips(tx, insert_commit):.1f}"
+        )
     tx.close()
     store.close()
     sessions.close()
@@ -234,6 +268,7 @@ def main(argv: list[str]) -> int:
         scoped = with_schema(url, schema)
         init_schema(scoped)
         bench_commit(scoped)
+        bench_commit(without_flush(scoped), "pg.commit.no_flush", trips=False)
         bench_throughput(scoped)
         bench_renewal(scoped)
     finally:

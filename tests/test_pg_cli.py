@@ -188,7 +188,11 @@ def test_sigterm_stops_the_worker_and_releases_its_leases(pg_store: str, ws: Pat
     rows = json.loads(tether("sessions", "--store", pg_store, "--json", cwd=ws).stdout)
     statuses = sorted(r["status"] for r in rows)
     assert statuses.count("running") == 0 and {r["leaseOwner"] for r in rows} == {None}
-    assert "idle" in statuses and "queued" in statuses  # it finished one, left the rest
+    # It stopped the session it was driving after the step in progress (the slow bash
+    # call's result committed): unfinished and released, like the ones it never claimed.
+    assert statuses == ["queued"] * 4
+    lines = sorted(r["lines"] for r in rows)
+    assert lines[-1] > lines[0], rows  # the driven one has its step's lines
 
 
 def test_the_crash_lab_passes_against_the_store(pg_url: str, tmp_path: Path) -> None:  # noqa: F811

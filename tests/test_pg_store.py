@@ -109,6 +109,33 @@ def test_a_commit_survives_a_reopen_and_is_stored_as_the_file_store_writes_it(
     assert Reducer.load(sessions.log_bytes(session)).state == state
 
 
+def test_a_commit_whose_connection_was_killed_reconnects_and_stores_each_line_once(
+    sessions: PostgresSessions,
+    pg_store: str,  # noqa: F811
+) -> None:
+    def say(store: Any, text: str) -> None:
+        entry = f"018f0000-0000-7000-8000-2{len(store.state.transcript):011d}"
+        store.commit([facts.user_entry(entry_id=entry, content=text)])
+
+    with _create(sessions) as store:
+        session = store.session_id
+        say(store, "before")
+        # The server ends the store's connection (an operator, a failover): the next commit
+        # finds it gone, reconnects, reads back that its line is not there, and sends it
+        # again on the new connection's cursor.
+        with psycopg.connect(pg_store, autocommit=True) as admin:
+            pid = store._conn.info.backend_pid
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        say(store, "after")
+        assert store._conn.info.backend_pid != pid
+        say(store, "again")  # and the new connection's prepared statement serves on
+        state = store.state
+    data = sessions.log_bytes(session)
+    assert Reducer.load(data).state == state
+    texts = [m["content"] for m in state.transcript]
+    assert texts == ["before", "after", "again"]
+
+
 def test_a_rejected_transaction_changes_nothing(sessions: PostgresSessions) -> None:
     with _create(sessions) as store:
         _prompt(store)

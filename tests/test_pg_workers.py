@@ -10,7 +10,11 @@
    the takeover and exits with the fenced error (11);
 3. PostgreSQL is restarted during the runs (only where the test may restart the cluster:
    ``TETHER_TEST_PG_CLUSTER``, set by ``.ci/run``): workers reconnect or exit cleanly, and
-   nothing acknowledged is lost.
+   nothing acknowledged is lost;
+4. one worker gets SIGTERM while its sessions' steps are slow (bash calls that sleep): it
+   finishes the step in progress, leaves the sessions unfinished, releases their leases at
+   once (long leases: free means released, not expired) and exits 0; another worker
+   finishes them.
 
 In every case: no call id twice in the counter file, at most one ledger row per operation
 id, every session exports to a file that reduces and is idle, and a second drive appends
@@ -40,6 +44,7 @@ from tether._stores.postgres import PostgresSessions
 from tether._tools.builtin import builtin_tools
 from tether._wsdb.sqlite import EffectsDB
 from tether.core.reducer import Reducer
+from tether.core.state import RunOperation, ToolStatus
 from tether.testing.ledger import PublishReportTool, ReportLedger
 
 CHILD = Path(__file__).with_name("pg_worker_child.py")
@@ -86,7 +91,7 @@ def _script(pause: float = 0.15) -> dict[str, object]:
 class Farm:
     """A workspace, a script, 30 submitted sessions and the worker processes."""
 
-    def __init__(self, root: Path, url: str, pause: float = 0.15) -> None:
+    def __init__(self, root: Path, url: str, pause: float = 0.15, sessions: int = SESSIONS) -> None:
         self.url = url
         self.workspace = root / "ws"
         (self.workspace / ".tether").mkdir(parents=True)
@@ -97,7 +102,7 @@ class Farm:
         self.logs: list[Path] = []
         agent = self.agent()
         try:
-            self.ids = [submit(agent, f"task {n}") for n in range(SESSIONS)]
+            self.ids = [submit(agent, f"task {n}") for n in range(sessions)]
         finally:
             agent.close()
 
@@ -111,9 +116,9 @@ class Farm:
             store_url=self.url,
         )
 
-    def start(self, concurrency: int = 2) -> subprocess.Popen[bytes]:
+    def start(self, concurrency: int = 2, lease: float = LEASE) -> subprocess.Popen[bytes]:
         log = self.workspace.parent / f"worker{len(self.procs)}.log"
-        env = {**os.environ, "TETHER_LEASE_SECONDS": str(LEASE)}
+        env = {**os.environ, "TETHER_LEASE_SECONDS": str(lease)}
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -171,7 +176,7 @@ class Farm:
         ledger = ReportLedger.for_workspace(self.workspace)
         try:
             assert ledger.duplicate_effects() == 0
-            assert ledger.count_all() <= 2 * SESSIONS
+            assert ledger.count_all() <= 2 * len(self.ids)
             receipts = {p.receipt for p in ledger.publications()}
         finally:
             ledger.close()
@@ -264,6 +269,50 @@ def test_a_stopped_worker_is_fenced_after_the_takeover(pg_store: str, tmp_path: 
     # The zombie started no effect after the takeover: any line of its session's calls
     # written after it is the new owner's (checked: no call id twice).
     assert len(lines_at_takeover) <= len(farm.counter.read_text().split())
+    farm.check()
+
+
+def test_sigterm_stops_after_the_current_step_and_releases_the_leases(
+    pg_store: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # Slow steps (each bash call sleeps 1.5 s) and long leases (60 s): a lease found free
+    # right after the worker exits was released by it, not expired.
+    farm = Farm(tmp_path, pg_store, pause=1.5, sessions=4)
+    worker = farm.start(concurrency=2, lease=60)
+    _wait(
+        lambda: (
+            len(farm.held_by(worker)) == 2
+            and farm.counter.exists()
+            and len(farm.counter.read_text().split()) >= 2
+        ),
+        30,
+        "both of the worker's threads to be inside a bash call",
+    )
+    held = farm.held_by(worker)
+    before = farm.leases()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0, farm.log(worker)
+    log = farm.log(worker)
+    after = farm.leases()
+    with PostgresSessions(pg_store) as sessions:
+        for session in held:
+            assert f"session {session}: stopped at a durable point" in log, log
+            owner, epoch, _live = after[session]
+            assert owner is None, f"{session}'s lease was not released: {owner}"
+            assert epoch == before[session][1]  # nobody took it over: it was released
+            state = Reducer.load(sessions.log_bytes(session)).state
+            # Stopped mid-session (the whole drive would have finished the run), after the
+            # step in progress: its result committed, no call left started without one.
+            operation = state.operation
+            assert isinstance(operation, RunOperation), session
+            assert all(t.status is not ToolStatus.PENDING for t in operation.tool_calls)
+            results = [m for m in state.transcript if m["role"] == "tool"]
+            assert results and all("interrupted" not in str(m["content"]) for m in results)
+    finisher = farm.start()
+    assert farm.wait_all() == [0, 0], farm.log(finisher)
+    finished = farm.log(finisher)
+    assert all(f"session {session}: completed" in finished for session in held), finished
     farm.check()
 
 

@@ -332,7 +332,8 @@ def worker(
 
     Claims the oldest unfinished session of this worker's environment whose lease is
     free or expired, drives it as `tether resume` would, releases it. SIGTERM: no new
-    claims; the sessions being driven are finished, leases released, exit 0.
+    claims; each session being driven stops after its current step (a model answer or a
+    tool result committed), unfinished, its lease released for another worker; exit 0.
 
     Examples:
 
@@ -362,7 +363,7 @@ def worker(
         )
 
         def on_term(signum: int, frame: FrameType | None) -> None:
-            log("SIGTERM: finishing the sessions being driven, then exiting")
+            log("SIGTERM: stopping after the current steps, releasing the leases, exiting")
             work.stop()
 
         signal.signal(signal.SIGTERM, on_term)

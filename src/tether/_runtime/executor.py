@@ -18,6 +18,8 @@ call runs and how its pending state is recovered follows from the tool's declare
 :class:`~tether._tools.base.RecoveryKind` (:data:`tether._runtime.runners.RUNNERS`), never
 from its class or name.
 The result of a call is derived from the final state (:mod:`tether._runtime.results`).
+A caller's stop signal (:meth:`Executor.set_stop_signal`, a worker's ``SIGTERM``) ends a
+drive between two handlers, a durable point, with the operation left unfinished.
 """
 
 from __future__ import annotations
@@ -148,6 +150,9 @@ class Executor:
         self._ids = parts.ids
         self._on_event = parts.on_event
         self._cancel = threading.Event()
+        # The caller's request to stop at the next durable point (set_stop_signal): unlike
+        # _cancel it records nothing and is never cleared here (it belongs to the caller).
+        self._stop_signal: threading.Event | None = None
         self._last_session: str | None = None
         self._side_cache: dict[tuple[str, str], Any] = {}
         # Whether a held session has any reasoning side record: most have none, and then a
@@ -257,6 +262,23 @@ class Executor:
         """Ask the running operation to stop (thread-safe; e.g. from a SIGINT handler)."""
         self._cancel.set()
 
+    def set_stop_signal(self, signal: threading.Event | None) -> None:
+        """Stop drives at a durable point once ``signal`` is set (``None``: never).
+
+        The executor checks it between steps: after a model request's answer or a tool
+        call's result is committed, before the next plan is carried out. A drive that sees
+        it set ends there with status ``stopped``; nothing is recorded (no abort), so the
+        operation stays unfinished and a later ``resume`` (another worker) continues it
+        exactly as after a crash at that point. A retry the schedule asks for is not
+        started (the schedule stays for ``resume``) and no follow-up run begins. What a
+        worker asks on ``SIGTERM`` (:mod:`tether._runtime.worker`).
+        """
+        self._stop_signal = signal
+
+    def _stopping(self) -> bool:
+        signal = self._stop_signal
+        return signal is not None and signal.is_set()
+
     @property
     def last_session(self) -> str | None:
         """The id of the session the last call worked on."""
@@ -325,7 +347,7 @@ class Executor:
                     retries=self.retry_policy.retries,
                 )
             )
-            if wait > 0 and self._cancel.wait(wait):
+            if self._stopping() or (wait > 0 and self._cancel.wait(wait)):
                 return replace(result, usage=usage)  # the schedule stays for resume
             operation_id = record.started_operation_id or self._ids()
             if record.started_operation_id is None:
@@ -406,6 +428,7 @@ class Executor:
             and result.verification is not None
             and not result.verification.verified
             and count < MAX_FOLLOW_UPS
+            and not self._stopping()
         ):
             count += 1
             prompt = follow_up_prompt(result.verification)
@@ -420,7 +443,7 @@ class Executor:
         if isinstance(store.state.operation, IdleOperation):
             return None
         earlier = self._drive(store)
-        stopped = (RunStatus.BLOCKED, RunStatus.AWAITING_APPROVAL)
+        stopped = (RunStatus.BLOCKED, RunStatus.AWAITING_APPROVAL, RunStatus.STOPPED)
         return earlier if earlier.status in stopped else None
 
     @contextmanager
@@ -543,6 +566,23 @@ class Executor:
         (:data:`HANDLERS`); a handler returns the result when the drive ends."""
         drive = self._begin_drive(store, usage_before, always_gate)
         while True:
+            # Every handler returns at a durable point (what it did is committed): the
+            # place to honour a stop signal. Not once idle: a finished operation still
+            # gets its result (and a completed run its gate) below. Not with a stop
+            # condition noted in memory only (a repeated failure): it is committed first,
+            # else the next drive would never see it.
+            if (
+                self._stopping()
+                and drive.pending_stop is None
+                and not isinstance(store.state.operation, IdleOperation)
+            ):
+                return self._result(
+                    store,
+                    RunStatus.STOPPED,
+                    usage_before=drive.usage_before,
+                    message="stopped at a durable point: the operation is unfinished "
+                    f"(`tether resume {store.session_id}` continues it)",
+                )
             planned = self._next_plan(drive)
             if planned is None:
                 continue  # an abort or a stop was recorded: plan again

@@ -49,6 +49,9 @@ class RunStatus(StrEnum):
     AWAITING_APPROVAL = "awaiting_approval"
     """A call is parked until a person decides (``tether approve``/``deny``)."""
     IDLE = "idle"  # nothing was unfinished and nothing was asked
+    STOPPED = "stopped"
+    """The caller asked the drive to stop (a worker's ``SIGTERM``): it ended at a durable
+    point with the operation unfinished (:meth:`Executor.set_stop_signal`)."""
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,13 @@ another environment identity is never claimed: it waits for a worker that serves
   goes on;
 * the database going away: the thread waits and claims again; a worker that cannot reach
   it for :data:`UNREACHABLE_SECONDS` exits with the store error's code;
-* :meth:`Worker.stop` (``SIGTERM``): no new claims; each thread finishes the session it is
-  driving, releases its lease, and the worker exits 0.
+* :meth:`Worker.stop` (``SIGTERM``): no new claims; each thread finishes the step it is in
+  (the model request being answered, or the tool call running, until its result is
+  committed: the executor's stop signal,
+  :meth:`~tether._runtime.executor.Executor.set_stop_signal`), leaves the session's
+  operation unfinished, releases its lease at once (claimable again right away, not after
+  expiry), and the worker exits 0. Another worker continues each such session from that
+  durable point with the same planner as after a crash there: nothing done is done again.
 """
 
 from __future__ import annotations
@@ -124,13 +129,17 @@ class Worker:
         self._stop = threading.Event()
 
     def stop(self) -> None:
-        """Take no new work; the threads finish the sessions they are driving."""
+        """Take no new work; each thread stops at the next durable point of the session it
+        is driving and releases it (thread-safe; callable from a signal handler)."""
         self._stop.set()
 
     def run(self) -> WorkerReport:
         agents = [self.make_agent() for _ in range(self.concurrency)]
         for agent in agents:
             _shared_store(agent)
+            # One event for claims and drives alike: a stop, a fenced or failed thread
+            # make every drive end at its next durable point.
+            agent.set_stop_signal(self._stop)
         threads = [
             threading.Thread(target=self._loop, args=(agent,), name=f"tether-worker-{n}")
             for n, agent in enumerate(agents, 1)
@@ -211,6 +220,10 @@ class Worker:
         status = result.status
         if status is RunStatus.BLOCKED:
             sessions.park(session)
-        self.log(f"session {session}: {status.value}")
+        if status is RunStatus.STOPPED:
+            # Released above (agent.release()): queued again for any worker at once.
+            self.log(f"session {session}: stopped at a durable point, unfinished, released")
+        else:
+            self.log(f"session {session}: {status.value}")
         with self.report.lock:
             self.report.driven[session] = status.value

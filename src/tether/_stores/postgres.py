@@ -131,12 +131,14 @@ WITH advanced AS (
            lease_expires = now() + make_interval(secs => %(ttl)s)
      WHERE session_id = %(session)s AND lines = %(lines)s
        AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
-    RETURNING session_id
+    RETURNING session_id, lines
 )
 INSERT INTO tether_lines (session_id, line_no, data)
-SELECT session_id, %(line_no)s, %(data)s FROM advanced
+SELECT session_id, lines, %(data)b FROM advanced
 """
-"""One commit: one statement, so one transaction (the connection is in autocommit mode)."""
+"""One commit: one statement, so one transaction (the connection is in autocommit mode).
+The new line's number is the advanced count (``RETURNING lines``), and the line travels as
+a binary parameter (``%b``: its bytes as they are, no text escaping of a ``bytea``)."""
 
 ACQUIRE_SQL: Final = """
 UPDATE tether_sessions
@@ -787,6 +789,13 @@ class PostgresSessionStore:
         self._closed = False
         self._failed: str | None = None
         self._conn = connect(sessions.url)
+        # One cursor for every commit, its statement prepared once: a cursor per statement
+        # costs more client time than the statement's own parameters (bench/bench_postgres.py).
+        self._cursor = self._conn.cursor()
+        # The session row's operation columns as of the last commit, carried forward by
+        # _operation_after: reading them off the reduced state would build a state
+        # snapshot for every commit.
+        self._operation = _operation(reducer.state)
 
     @property
     def state(self) -> SessionState:
@@ -810,7 +819,7 @@ class PostgresSessionStore:
             if self._failed is not None:
                 raise StoreUnavailable(str(self.path), self._failed)
             reducer = self._reducer
-            before = _operation(reducer.state)
+            before = self._operation
             committed, line = encode_transaction(
                 reducer, facts, clock=self._sessions.clock, new_id=self._sessions.ids
             )
@@ -830,6 +839,7 @@ class PostgresSessionStore:
                 raise self._fenced()
             pending.commit()
             self._lines += 1
+            self._operation = (operation, busy)
             return committed
 
     def _params(self, line: bytes, operation: str, pending: bool) -> dict[str, Any]:
@@ -841,7 +851,6 @@ class PostgresSessionStore:
             "lines": self._lines,
             "epoch": self.fencing_token,
             "owner": self._sessions.owner,
-            "line_no": self._lines + 1,
             "data": line,
         }
 
@@ -852,7 +861,7 @@ class PostgresSessionStore:
         try:
             if self._conn.broken or self._conn.closed:
                 raise psycopg.OperationalError("connection lost earlier")
-            return self._conn.execute(COMMIT_SQL, params).rowcount == 1
+            return self._cursor.execute(COMMIT_SQL, params, prepare=True).rowcount == 1
         except psycopg.OperationalError as exc:
             lost = _first_line(exc)
         deadline = time.monotonic() + RECONNECT_SECONDS
@@ -860,6 +869,7 @@ class PostgresSessionStore:
             try:
                 self._conn.close()
                 self._conn = psycopg.connect(self._sessions.url, autocommit=True, connect_timeout=2)
+                self._cursor = self._conn.cursor()
                 row = self._conn.execute(
                     "SELECT data FROM tether_lines WHERE session_id = %s AND line_no = %s",
                     (self.session_id, self._lines + 1),
@@ -868,7 +878,7 @@ class PostgresSessionStore:
                     if bytes(row[0]) == line:
                         return True  # the lost statement had committed
                     return False  # another writer's line: fenced
-                return self._conn.execute(COMMIT_SQL, params).rowcount == 1
+                return self._cursor.execute(COMMIT_SQL, params, prepare=True).rowcount == 1
             except psycopg.OperationalError:
                 if time.monotonic() > deadline:
                     self._failed = f"the database connection was lost ({lost})"

@@ -56,9 +56,10 @@ def _agent(workspace: Path, on_event: Any = None) -> Agent:
 
 
 def _record_types(path: Path) -> list[str]:
-    """The record types of the log (a line after the header is a transaction: a list)."""
-    lines = [json.loads(line) for line in path.read_bytes().splitlines()]
-    facts = [fact for line in lines if isinstance(line, list) for fact in line]
+    """The record types of the log. After the header each line is a transaction: a list
+    of facts, or a single fact as an object (as ``abortRequested`` is committed)."""
+    lines = [json.loads(line) for line in path.read_bytes().splitlines()[1:]]
+    facts = [fact for line in lines for fact in (line if isinstance(line, list) else [line])]
     return [str(fact["record"]["type"]) for fact in facts if fact.get("kind") == "record"]
 
 

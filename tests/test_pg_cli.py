@@ -161,7 +161,12 @@ def test_bad_input_is_one_line_with_its_own_exit_code(pg_store: str, ws: Path) -
 def test_sigterm_stops_the_worker_and_releases_its_leases(pg_store: str, ws: Path) -> None:  # noqa: F811
     script = dict(SCRIPT)
     slow = json.loads(json.dumps(SCRIPT))
-    slow["responses"][0]["tool_calls"][0]["arguments"]["command"] = "sleep 1"
+    # The call marks that it has started, then sleeps: the signal is sent once the mark is
+    # there, so it lands inside the step whatever the machine's load (polling the sessions
+    # list for "running" took long enough that the signal could arrive after the session
+    # had finished).
+    inside = ws / "inside.mark"
+    slow["responses"][0]["tool_calls"][0]["arguments"]["command"] = f"touch {inside}; sleep 3"
     (ws / "slow.json").write_text(json.dumps(slow))
     del script
     model = ["-m", "scripted:slow.json"]
@@ -175,12 +180,10 @@ def test_sigterm_stops_the_worker_and_releases_its_leases(pg_store: str, ws: Pat
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        rows = json.loads(tether("sessions", "--store", pg_store, "--json", cwd=ws).stdout)
-        if any(r["status"] == "running" for r in rows):
-            break
-        time.sleep(0.1)
+    deadline = time.monotonic() + 30
+    while not inside.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert inside.exists(), "the worker never started the slow call"
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err

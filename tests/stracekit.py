@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +24,24 @@ from pathlib import Path
 
 import pytest
 
+from tether.testing.crashlab.strace import Call, parse, split_args, unescape, unescape_bytes
+
+__all__ = [
+    "Call",
+    "Traced",
+    "cli_env",
+    "fail_call",
+    "nth_call",
+    "parse",
+    "require_strace",
+    "split_args",
+    "strace_problem",
+    "tether_argv",
+    "trace",
+    "unescape",
+    "unescape_bytes",
+]
+
 ROOT = Path(__file__).resolve().parent.parent
 
 TRACED = (
@@ -32,15 +49,6 @@ TRACED = (
     "unlink,unlinkat,write,pwrite64"
 )
 """The calls the durability tests look at (the set the brief of issue 11 names)."""
-
-_LINE = re.compile(r"^(?P<pid>\d+)\s+(?P<body>.*)$")
-_RESUMED = re.compile(r"^<\.\.\. (?P<name>\w+) resumed>(?P<rest>.*)$")
-_CALL = re.compile(
-    r"^(?P<name>\w+)\((?P<args>.*)\)\s+=\s+(?P<ret>-?\d+|\?)(?P<after>.*)$", re.DOTALL
-)
-_FD = re.compile(r"^(?P<fd>-?\d+|AT_FDCWD)<(?P<path>.*?)>(?P<deleted>\(deleted\))?$")
-_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
-_ERRNO = re.compile(r"^\s*(?P<errno>E[A-Z0-9]+)\b")
 
 
 @functools.cache
@@ -71,155 +79,6 @@ def require_strace() -> str:
     exe = shutil.which("strace")
     assert exe is not None
     return exe
-
-
-def split_args(args: str) -> list[str]:
-    """strace's argument text split at top-level commas (not inside strings or brackets)."""
-    out: list[str] = []
-    depth = 0
-    quoted = False
-    escaped = False
-    start = 0
-    for i, char in enumerate(args):
-        if quoted:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                quoted = False
-            continue
-        if char == '"':
-            quoted = True
-        elif char in "[{(<":
-            depth += 1
-        elif char in "]})>":
-            depth -= 1
-        elif char == "," and depth == 0:
-            out.append(args[start:i].strip())
-            start = i + 1
-    tail = args[start:].strip()
-    if tail:
-        out.append(tail)
-    return out
-
-
-def unescape(text: str) -> str:
-    """Undo strace's C-style string escapes (enough for paths and JSON text)."""
-    return re.sub(
-        r"\\(x[0-9a-fA-F]{2}|[0-7]{1,3}|.)",
-        lambda m: _unescape_one(m.group(1)),
-        text,
-    )
-
-
-def _unescape_one(code: str) -> str:
-    simple = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "v": "\v", "f": "\f"}
-    if code in simple:
-        return simple[code]
-    if code.startswith("x"):
-        return chr(int(code[1:], 16))
-    if code.isdigit():
-        return chr(int(code, 8))
-    return code
-
-
-@dataclass(frozen=True)
-class Call:
-    """One completed system call of a traced process."""
-
-    index: int
-    """Position of the line that *completed* the call."""
-    start: int
-    """Position of the line where the call began (equals ``index`` unless interrupted)."""
-    pid: int
-    name: str
-    args: tuple[str, ...]
-    ret: int | None
-    ret_path: str | None
-    errno: str | None
-    injected: bool
-
-    def fd_path(self, position: int = 0) -> str | None:
-        """The path behind the file descriptor argument at ``position`` (``-y``)."""
-        if position >= len(self.args):
-            return None
-        m = _FD.match(self.args[position])
-        return m.group("path") if m else None
-
-    def string(self, position: int) -> str | None:
-        """The string argument at ``position``, unescaped (``None`` if it is not one)."""
-        if position >= len(self.args):
-            return None
-        m = _STRING.match(self.args[position])
-        return unescape(m.group(1)) if m else None
-
-    @property
-    def ok(self) -> bool:
-        return self.ret is not None and self.ret >= 0
-
-    def path_arg(self) -> str | None:
-        """The file a path-taking call names (for ``linkat``/``renameat*``: the old name),
-        made absolute against its directory descriptor."""
-        if self.name in ("mkdir", "unlink", "link", "rename"):
-            return self.string(0)
-        if self.name not in ("mkdirat", "openat", "unlinkat", "linkat", "renameat", "renameat2"):
-            return self.fd_path(0)
-        name = self.string(1)
-        if name is None or name.startswith("/"):
-            return name
-        base = self.fd_path(0)
-        return f"{base}/{name}" if base is not None else name
-
-
-def parse(text: str, *, default_pid: int = 0) -> list[Call]:
-    """The completed calls of an ``strace -y`` log (``-f`` prefixes lines with the pid)."""
-    calls: list[Call] = []
-    pending: dict[int, tuple[int, str]] = {}
-    for position, raw in enumerate(text.splitlines()):
-        m = _LINE.match(raw)
-        if m is not None and not raw.startswith(tuple("<-+")):
-            pid, body = int(m.group("pid")), m.group("body")
-        else:
-            pid, body = default_pid, raw
-        if body.startswith(("---", "+++")):
-            continue
-        if body.endswith("<unfinished ...>"):
-            pending[pid] = (position, body[: -len("<unfinished ...>")].rstrip())
-            continue
-        resumed = _RESUMED.match(body)
-        start = position
-        if resumed is not None:
-            begun = pending.pop(pid, None)
-            if begun is None:
-                continue
-            start, head = begun
-            body = head + resumed.group("rest")
-        call = _CALL.match(body)
-        if call is None:
-            continue
-        ret_text = call.group("ret")
-        after = call.group("after")
-        ret = None if ret_text == "?" else int(ret_text)
-        ret_path = None
-        path_match = re.match(r"^<(.*?)>", after)
-        if path_match is not None:
-            ret_path = path_match.group(1)
-        errno_match = _ERRNO.match(after)
-        calls.append(
-            Call(
-                index=position,
-                start=start,
-                pid=pid,
-                name=call.group("name"),
-                args=tuple(split_args(call.group("args"))),
-                ret=ret,
-                ret_path=ret_path,
-                errno=errno_match.group("errno") if errno_match and ret == -1 else None,
-                injected="(INJECTED)" in after,
-            )
-        )
-    return calls
 
 
 def cli_env(**extra: str) -> dict[str, str]:

@@ -460,7 +460,31 @@ def _result_json(result: Any) -> dict[str, Any]:
     }
 
 
+PLANT_ENV = "TETHER_LAB_PLANT"
+
+
+def _plant(name: str) -> None:
+    """A planted durability bug for the power-loss lab (it must be caught; see powerlab)."""
+    from tether._stores import file
+
+    if name == "skip_dir_sync":
+        setattr(file, "_fsync_dir", lambda fd: None)  # noqa: B010
+    elif name == "skip_sync_before_effect":
+        original = file.SessionStore.__init__
+
+        def init(store: Any, *args: Any, **kwargs: Any) -> None:
+            original(store, *args, **kwargs)
+            store._sync = lambda fd: None
+
+        setattr(file.SessionStore, "__init__", init)  # noqa: B010
+    else:
+        raise RuntimeError(f"unknown {PLANT_ENV}={name!r}")
+
+
 def _run(scenario: Scenario, run_dir: Path, durability: str, *, discover: bool) -> dict[str, Any]:
+    plant = os.environ.get(PLANT_ENV)
+    if plant:
+        _plant(plant)
     crash_at = os.environ.get("TETHER_CRASH_AT")
     crash_mode = os.environ.get("TETHER_CRASH_MODE")
     if discover and crash_at:

@@ -272,6 +272,9 @@ class CaseResult:
     reproduce: str = ""
     child_command: str = ""
     crashed: bool = True
+    power: str | None = None
+    """A power-loss state (:mod:`~tether.testing.crashlab.powerlab`): no process was
+    killed, the disk was set to what a power cut leaves; the run is not judged."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -319,7 +322,9 @@ def evaluate(
 ) -> CaseResult:
     """Check one case (see the module docstring); fills in ``result`` and returns it."""
     case = result.case
-    if result.crashed:
+    if result.power is not None:
+        pass  # the recorded run finished; its disk was cut back to a power-loss state
+    elif result.crashed:
         if run.returncode != KILLED:
             why = "timed out" if run.timed_out else f"exit status {run.returncode}"
             _fail(

@@ -126,7 +126,7 @@ class Call:
         if position >= len(self.args):
             return None
         m = _FD.match(self.args[position])
-        return m.group("path") if m else None
+        return unescape(m.group("path")) if m else None
 
     def string(self, position: int) -> str | None:
         """The string argument at ``position``, unescaped (``None`` if it is not one)."""
@@ -199,7 +199,7 @@ def parse(text: str, *, default_pid: int = 0) -> list[Call]:
         ret_path = None
         path_match = re.match(r"^<(.*?)>", after)
         if path_match is not None:
-            ret_path = path_match.group(1)
+            ret_path = unescape(path_match.group(1))
         errno_match = _ERRNO.match(after)
         calls.append(
             Call(

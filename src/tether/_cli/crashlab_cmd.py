@@ -126,6 +126,31 @@ def crashlab(
         bool,
         typer.Option("--no-fork", help="Start a fresh interpreter per process instead of forking."),
     ] = False,
+    power_loss: Annotated[
+        bool,
+        typer.Option(
+            "--power-loss",
+            help="Instead of killing processes, cut the power: record a run's file-system "
+            "calls and recover every on-disk state a power cut could leave (needs strace).",
+        ),
+    ] = False,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="With --power-loss: every scenario it supports and up to 64 states per cut "
+            "(default: a bounded subset that takes about a minute).",
+        ),
+    ] = False,
+    plant: Annotated[
+        str | None,
+        typer.Option(
+            "--plant",
+            help="With --power-loss: run a store with a known durability bug "
+            "(skip_dir_sync, skip_sync_before_effect) to see the lab catch it.",
+            metavar="BUG",
+        ),
+    ] = None,
     store: Annotated[
         str | None,
         typer.Option(
@@ -155,6 +180,8 @@ def crashlab(
 
         tether crashlab --list-boundaries
 
+        tether crashlab --power-loss [--full]
+
     The last line is `PASS duplicate_effects=0 scenarios=S boundaries=B runs=R` (exit 0),
     or `FAIL …` with the first counterexample and the command reproducing it (exit 1).
     With --tool the verdict is REVIEW (exit 1) when recovery cannot establish the outcome
@@ -166,6 +193,27 @@ def crashlab(
             return
         if list_scenarios:
             _list_scenarios(json_output)
+            return
+        if power_loss or full or plant is not None:
+            _power(
+                power_loss=power_loss,
+                full=full,
+                plant=plant,
+                conflicts={
+                    "--boundary": bool(boundary),
+                    "--tool": tool is not None,
+                    "--store": store is not None,
+                    "--durability": durability != "durable",
+                },
+                names=list(scenario or []),
+                jobs=jobs,
+                json_output=json_output,
+                verbose=verbose,
+                keep=keep,
+                workdir=workdir,
+                timeout=timeout,
+                fork=not no_fork and fork_available(),
+            )
             return
         if durability not in ("durable", "process"):
             raise InputError(f"--durability must be durable or process, not {durability!r}")
@@ -221,6 +269,22 @@ def crashlab(
             render(result, console, verbose=verbose)
             typer.echo(summary_line(result))
         raise typer.Exit(EXIT_PASS if result.verdict == "PASS" else EXIT_FAIL)
+
+
+def _power(
+    *, power_loss: bool, full: bool, plant: str | None, conflicts: dict[str, bool], **rest: Any
+) -> None:
+    """``--power-loss`` (with ``--full`` / ``--plant``): a lab of its own."""
+    from tether._cli.crashlab_power import run_power
+
+    if not power_loss:
+        flag = "--full" if full else "--plant"
+        raise InputError(f"{flag} goes with --power-loss")
+    for flag, given in conflicts.items():
+        if given:
+            # Durable mode is what a power cut tests; the crash points are every call.
+            raise InputError(f"--power-loss cannot be combined with {flag}")
+    run_power(full=full, plant=plant, **rest)
 
 
 def _list_boundaries(json_output: bool) -> None:

@@ -488,6 +488,11 @@ class Model:
 
         return re.sub(r"\b(file|dir):(\d+|/\S*)", name, kind)
 
+    def is_log(self, name: str) -> bool:
+        """Whether dimension ``file:ID`` is a session log (``….jsonl``)."""
+        ident = int(name.split(":", 1)[1])
+        return any(i == ident and p.endswith(".jsonl") for p, i in self.cur.items())
+
     def cur_names(self) -> list[str]:
         return sorted(self.cur)
 
@@ -591,21 +596,27 @@ def _second_path(call: Call) -> str | None:
 
 
 def choices(
-    dims: Sequence[tuple[str, int]], *, full: bool, cap: int
+    dims: Sequence[tuple[str, int]],
+    *,
+    full: bool,
+    cap: int,
+    tear: Callable[[str], bool] = lambda name: True,
 ) -> Iterator[tuple[dict[str, float], str]]:
-    """The states to build at one cut: (keep per dimension, kind), minimal first."""
+    """The states to build at one cut: (keep per dimension, kind), minimal first.
+
+    Bounded (``full=False``): the minimal state, and when the file written last is one
+    ``tear`` accepts (the session log), that file's unsynced tail torn in its first write
+    with everything else minimal: a commit's line half on disk.
+    """
     yield {}, "minimal"
     if not dims:
         return
     produced = 1
     maximal = {name: float(n) for name, n in dims}
     if not full:
-        # Bounded: also the unsynced tail of the files written last torn in its first
-        # write (at a cut after a commit's write, the session log's new line half there).
-        for name, _n in dims:
-            if name.startswith("file:") and produced < cap:
-                produced += 1
-                yield {name: 0.5}, f"{name} torn"
+        latest = dims[0][0]
+        if latest.startswith("file:") and tear(latest) and produced < cap:
+            yield {latest: 0.5}, f"{latest} torn"
         return
     yield maximal, "maximal"
     produced += 1
@@ -639,7 +650,7 @@ def explore(
 
     def cut(index: int, text: str) -> Cut:
         states = []
-        for keep, kind in choices(model.dimensions(), full=full, cap=cap):
+        for keep, kind in choices(model.dimensions(), full=full, cap=cap, tear=model.is_log):
             state = model.state(keep, model.label(kind))
             key = state.digest()
             if key in seen:

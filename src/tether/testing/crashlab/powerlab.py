@@ -320,6 +320,8 @@ class PowerOptions:
     fork: bool = True
     plant: str | None = None
     cap: int | None = None
+    stop_at_failure: bool = False
+    """Stop a scenario at its first failing state (to show a planted bug quickly)."""
 
 
 @dataclass
@@ -471,6 +473,8 @@ def _explore_one(
                 )
                 if progress is not None:
                     progress("state", results[-1])
+                if options.stop_at_failure and results[-1].failed:
+                    return summary, results
     except TraceError as exc:
         summary.error = f"the trace cannot be followed: {exc}"
     finally:

@@ -24,7 +24,12 @@ from tether.testing.crashlab.power import (
     choices,
     explore,
 )
-from tether.testing.crashlab.powerlab import PowerOptions, durable_acks, run_power_lab
+from tether.testing.crashlab.powerlab import (
+    PowerOptions,
+    durable_acks,
+    run_power_lab,
+    world_after_disk,
+)
 from tether.testing.crashlab.scenarios import BUILTIN_SCENARIOS
 from tether.testing.crashlab.strace import parse
 
@@ -212,6 +217,29 @@ def test_only_durable_acknowledgements_count() -> None:
     state = PowerState({}, frozenset(), {"/run/acks.jsonl": acks.encode() + b"\n{"}, (), "x")
     # seq 4 was written, not synced: a power cut may take it, and nobody was promised it.
     assert durable_acks(state, Path("/run")) == [(1, "a"), (2, "b"), (3, "c")]
+
+
+def test_a_file_effect_counts_as_applied_exactly_when_the_disk_holds_it() -> None:
+    scenario = BUILTIN_SCENARIOS["write"]
+    spec = next(s for s in scenario.effects if s.kind == "file")
+    assert spec.path is not None and spec.after is not None
+    run = Path("/run")
+    target = str(run / "ws" / spec.path)
+    log = str(run / "effects.log")
+
+    def applies(content: bytes | None, effects: bytes) -> list[str]:
+        files = {} if content is None else {target: content}
+        state = PowerState(files, frozenset(), {log: effects}, (), "x")
+        lines = world_after_disk(state, scenario, run).world[log].decode().splitlines()
+        return [line for line in lines if line.startswith("apply ")]
+
+    # The rename survived but the cut came before the lab logged it: applied once.
+    assert applies(spec.after.encode(), b"") == [f"apply {spec.path}"]
+    # The lab logged it but the cut undid the rename: not applied.
+    assert applies(None, f"apply {spec.path}\n".encode()) == []
+    assert applies(spec.after.encode(), f"apply {spec.path}\ncall x\n".encode()) == [
+        f"apply {spec.path}"
+    ]
 
 
 # =========================================================================== the lab

@@ -87,6 +87,7 @@ __all__ = [
     "StateResult",
     "run_power_lab",
     "strace_problem",
+    "world_after_disk",
 ]
 
 BOUNDED_SCENARIOS = ("write", "publish-report")
@@ -281,26 +282,29 @@ def durable_acks(state: PowerState, run_dir: Path) -> list[tuple[int, str]]:
     return durable
 
 
-def _world_after_disk(state: PowerState, scenario: Scenario, run_dir: Path) -> PowerState:
-    """``apply PATH`` lines only where the disk still holds what the apply wrote.
+def world_after_disk(state: PowerState, scenario: Scenario, run_dir: Path) -> PowerState:
+    """The ``apply PATH`` lines of ``effects.log`` as the disk of ``state`` tells them.
 
-    The lab logs an apply right after the rename that makes it; if the cut undid that
-    rename the file was never changed as far as anyone can see, and recovery applying it
-    again is not a second effect."""
+    The lab logs an apply right after the rename that makes it. A cut between the two, or
+    one that undid the rename, would leave the log and the disk disagreeing; for a file
+    the disk is the truth. So a file the run changes counts as applied once when it holds
+    its after-content, and not at all otherwise (recovery applying it then is not a
+    second effect; applied twice, it would hold the spec's ``twice`` content instead).
+    """
     effects_path = str(run_dir / EFFECTS_FILE)
-    raw = state.world.get(effects_path)
-    if raw is None:
+    raw = state.world.get(effects_path, b"").decode("utf-8", "replace")
+    files = {s.path: s for s in scenario.effects if s.kind == "file" and s.path is not None}
+    kept = [
+        line
+        for line in raw.splitlines(keepends=True)
+        if not (line.startswith("apply ") and line[len("apply ") :].strip() in files)
+    ]
+    for relative, spec in files.items():
+        content = state.files.get(str(run_dir / WORKSPACE / relative))
+        if spec.after is not None and content == spec.after.encode():
+            kept.append(f"apply {relative}\n")
+    if not kept and effects_path not in state.world:
         return state
-    lines = raw.decode("utf-8", "replace").splitlines(keepends=True)
-    kept = []
-    for line in lines:
-        if line.startswith("apply "):
-            relative = line[len("apply ") :].strip()
-            spec = next((s for s in scenario.effects if s.path == relative), None)
-            content = state.files.get(str(run_dir / WORKSPACE / relative))
-            if spec is not None and spec.after is not None and content != spec.after.encode():
-                continue
-        kept.append(line)
     world = dict(state.world)
     world[effects_path] = "".join(kept).encode()
     return PowerState(state.files, state.dirs, world, state.lost, state.kind)
@@ -496,7 +500,7 @@ def _recover(
     options: PowerOptions,
     strict: bool,
 ) -> StateResult:
-    state = _world_after_disk(state, scenario, run_dir)
+    state = world_after_disk(state, scenario, run_dir)
     materialise(state, run_dir)
     (run_dir / "out").mkdir(exist_ok=True)
     pre = session_log(run_dir)
@@ -548,7 +552,7 @@ def _log(run_dir: Path) -> bytes:
 
 
 def _text(call: Call) -> str:
-    path = call.fd_path(0) or call.path_arg() or ""
+    path = call.path_arg() or call.fd_path(0) or ""
     parts = path.split("/")
     short = "/".join(parts[-2:]) if len(parts) > 2 else path
     return f"#{call.index} {call.name}({short})"

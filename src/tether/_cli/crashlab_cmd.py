@@ -126,6 +126,26 @@ def crashlab(
         bool,
         typer.Option("--no-fork", help="Start a fresh interpreter per process instead of forking."),
     ] = False,
+    io_errors: Annotated[
+        bool,
+        typer.Option(
+            "--io-errors",
+            help="Fail each of tether's own write/fsync/rename/open/SQLite calls in turn "
+            "(EIO, ENOSPC, EDQUOT, EROFS) under strace, then resume (a representative subset; "
+            "every call with --full).",
+        ),
+    ] = False,
+    full: Annotated[
+        bool, typer.Option("--full", help="With --io-errors: every hit of every call.")
+    ] = False,
+    site: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--site",
+            help="With --io-errors: fail only this call: SYSCALL[@N][:ERRNO] (repeatable).",
+            metavar="SYSCALL[@N][:ERRNO]",
+        ),
+    ] = None,
     store: Annotated[
         str | None,
         typer.Option(
@@ -166,6 +186,27 @@ def crashlab(
             return
         if list_scenarios:
             _list_scenarios(json_output)
+            return
+        if full and not io_errors:
+            raise InputError("--full needs --io-errors")
+        if site and not io_errors:
+            raise InputError("--site needs --io-errors")
+        if io_errors:
+            _io_errors_only(boundary, tool, store, durability)
+            from tether._cli.crashlab_io import run_io_errors
+
+            run_io_errors(
+                scenarios=scenario or [],
+                sites=site or [],
+                full=full,
+                jobs=jobs,
+                json_output=json_output,
+                verbose=verbose,
+                keep=keep,
+                workdir=workdir,
+                timeout=timeout,
+                no_fork=no_fork,
+            )
             return
         if durability not in ("durable", "process"):
             raise InputError(f"--durability must be durable or process, not {durability!r}")
@@ -221,6 +262,20 @@ def crashlab(
             render(result, console, verbose=verbose)
             typer.echo(summary_line(result))
         raise typer.Exit(EXIT_PASS if result.verdict == "PASS" else EXIT_FAIL)
+
+
+def _io_errors_only(
+    boundary: list[str] | None, tool: str | None, store: str | None, durability: str
+) -> None:
+    """Options of the crash matrix that mean nothing to the I/O-error lab are refused."""
+    for given, name in (
+        (boundary, "--boundary"),
+        (tool, "--tool"),
+        (store, "--store"),
+        (durability != "durable", "--durability"),
+    ):
+        if given:
+            raise InputError(f"--io-errors cannot be combined with {name}")
 
 
 def _list_boundaries(json_output: bool) -> None:

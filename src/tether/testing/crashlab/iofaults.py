@@ -50,6 +50,7 @@ from typing import Any
 from tether.testing.crashlab.child import (
     IO_PLANT_ENV,
     WORKSPACE,
+    apply_tamper,
     prepare_run_dir,
     session_log,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "call_path",
     "classify",
     "full_cases",
+    "parse_site_filter",
     "run_io_lab",
     "sites_from_calls",
     "strace_problem",
@@ -416,6 +418,9 @@ class IoCaseResult:
     tries: int
     aim: str = ""
     seconds: float = 0.0
+    outcome: str = ""
+    """How the faulted run ended: ``absorbed`` (exit 0), the typed error's name, or
+    ``exit N`` / ``timed out`` (a failure)."""
 
     @property
     def verdict(self) -> str:
@@ -433,6 +438,7 @@ class IoCaseResult:
             "tries": self.tries,
             "verdict": self.verdict,
             "seconds": round(self.seconds, 2),
+            "outcome": self.outcome,
         }
         if self.result is None:
             out["aim"] = self.aim
@@ -442,6 +448,7 @@ class IoCaseResult:
             out["duplicateEffects"] = self.result.duplicates
             out["runDir"] = self.result.run_dir
             out["reproduce"] = self.result.reproduce
+            out["childCommand"] = self.result.child_command
         return out
 
 
@@ -486,6 +493,7 @@ def run_case(
     strict: bool,
     timeout: float,
     plant: str | None,
+    reproduce: Callable[[IoCase], str] | None = None,
 ) -> IoCaseResult:
     started = time.perf_counter()
     site = case.site
@@ -522,6 +530,8 @@ def run_case(
         return IoCaseResult(case, None, None, tries, aim, time.perf_counter() - started)
     pre_log = _log_bytes(run_dir)
     acks = _acks(run_dir)
+    if scenario.tamper:
+        apply_tamper(run_dir, scenario)
     runner = workers.runner()
     out = run_dir / "out"
     resume1 = runner.run(
@@ -538,8 +548,8 @@ def run_case(
         fault=case.fault,
         run_dir=str(run_dir),
     )
-    result.reproduce = reproduce_command(case, run_dir, when, plant)
-    result.child_command = result.reproduce
+    result.child_command = reproduce_command(case, run_dir, when, plant)
+    result.reproduce = reproduce(case) if reproduce is not None else result.child_command
     evaluate(
         scenario,
         result,
@@ -552,7 +562,21 @@ def run_case(
         resume2=resume2,
         log2=log2,
     )
-    return IoCaseResult(case, result, when, tries, "; ".join(trail), time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    item = IoCaseResult(case, result, when, tries, "; ".join(trail), elapsed)
+    item.outcome = _outcome(run)
+    return item
+
+
+def _outcome(run: JobResult) -> str:
+    if run.timed_out:
+        return "timed out"
+    if run.returncode == 0:
+        return "absorbed"
+    error = (run.json() or {}).get("error")
+    if run.returncode == 3 and isinstance(error, dict):
+        return str(error.get("type"))
+    return f"exit {run.returncode}"
 
 
 def _log_bytes(run_dir: Path) -> bytes:
@@ -576,6 +600,10 @@ class IoLabOptions:
     """A planted bug for the child (``TETHER_LAB_IO_PLANT``), to show the lab catches it."""
     limit: int | None = None
     """Run at most this many cases per scenario (spread evenly over the selection)."""
+    sites: Sequence[tuple[str, int | None, str | None]] = ()
+    """Only these ``(syscall, N or every hit, errno or every errno)``; empty: the selection
+    (bounded or full). A named site is run with the errnos it names (all four if none)."""
+    reproduce: Callable[[IoCase], str] | None = None
 
 
 @dataclass
@@ -620,6 +648,39 @@ class IoLabResult:
         return "FAIL" if self.failures or broken or not self.ran else "PASS"
 
 
+def parse_site_filter(specs: Iterable[str]) -> list[tuple[str, int | None, str | None]]:
+    """``SYSCALL``, ``SYSCALL@N``, ``SYSCALL:ERRNO`` or ``SYSCALL@N:ERRNO`` (ValueError if bad)."""
+    out: list[tuple[str, int | None, str | None]] = []
+    for spec in specs:
+        head, colon, errno = spec.strip().partition(":")
+        name, at, count = head.partition("@")
+        if name not in SYSCALLS:
+            raise ValueError(
+                f"bad --site {spec!r}: {name!r} is not a traced call ({', '.join(SYSCALLS)})"
+            )
+        if at and (not count.isdigit() or int(count) < 1):
+            raise ValueError(f"bad --site {spec!r}: N must be a positive integer")
+        if colon and errno not in ERRNOS:
+            raise ValueError(f"bad --site {spec!r}: the errno must be one of {', '.join(ERRNOS)}")
+        out.append((name, int(count) if at else None, errno if colon else None))
+    return out
+
+
+def _select(
+    cases: list[IoCase], wanted: Sequence[tuple[str, int | None, str | None]]
+) -> list[IoCase]:
+    if not wanted:
+        return cases
+    return [
+        c
+        for c in cases
+        if any(
+            c.site.syscall == name and n in (None, c.site.hit) and e in (None, c.errno)
+            for name, n, e in wanted
+        )
+    ]
+
+
 def _spread(cases: list[IoCase], limit: int | None) -> list[IoCase]:
     if limit is None or len(cases) <= limit:
         return cases
@@ -652,9 +713,11 @@ def run_io_lab(options: IoLabOptions, progress: ProgressHook | None = None) -> I
             for s in options.scenarios
         ]
         discoveries = [f.result() for f in futures]
-        choose = full_cases if options.full else bounded_cases
+        choose = full_cases if options.full or options.sites else bounded_cases
         for d in discoveries:
-            d.cases = _spread(choose(d.scenario.name, d.sites), options.limit)
+            d.cases = _spread(
+                _select(choose(d.scenario.name, d.sites), options.sites), options.limit
+            )
             if d.error is None and not options.keep:
                 shutil.rmtree(base / d.scenario.name / "discover", ignore_errors=True)
         if progress is not None:
@@ -670,6 +733,7 @@ def run_io_lab(options: IoLabOptions, progress: ProgressHook | None = None) -> I
                 strict=strict,
                 timeout=options.timeout,
                 plant=options.plant,
+                reproduce=options.reproduce,
             )
             for d in discoveries
             for case in d.cases

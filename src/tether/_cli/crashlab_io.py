@@ -71,7 +71,7 @@ def run_io_errors(
         fork=fork,
         sites=wanted,
         plant=os.environ.get("TETHER_LAB_IO_PLANT") or None,
-        reproduce=_reproducer(full),
+        reproduce=_reproducer(os.environ.get("TETHER_LAB_IO_PLANT") or None),
     )
     err = Console(stderr=True, highlight=False, width=200)
     if not json_output:
@@ -158,11 +158,12 @@ def _scenarios(names: Sequence[str], full: bool) -> list[Scenario]:
     return chosen
 
 
-def _reproducer(full: bool) -> Any:
+def _reproducer(plant: str | None) -> Any:
     def reproduce(case: IoCase) -> str:
         site = f"{case.site.syscall}@{case.site.hit}:{case.errno}"
         argv = ["tether", "crashlab", "--io-errors", "--scenario", case.scenario]
-        return shlex.join([*argv, "--site", site, "--keep"])
+        env = f"TETHER_LAB_IO_PLANT={shlex.quote(plant)} " if plant else ""
+        return env + shlex.join([*argv, "--site", site, "--keep"])
 
     return reproduce
 

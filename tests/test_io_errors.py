@@ -250,8 +250,11 @@ def test_the_planted_bug_is_caught(tmp_path: Path) -> None:
     assert all("memory ran ahead of the disk" in " ".join(r.result.failures) for r in caught)  # type: ignore[union-attr]
     first = caught[0].result
     assert first is not None
-    assert "TETHER_LAB_IO_PLANT=ignore_write_errors" in first.child_command
-    assert "-e inject=write:error=ENOSPC:when=" in first.child_command
+    site = f"write@{caught[0].case.site.hit}:ENOSPC"
+    assert first.reproduce == (
+        "TETHER_LAB_IO_PLANT=ignore_write_errors tether crashlab --io-errors "
+        f"--scenario write --site {site} --keep"
+    )
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,6 @@ is in :mod:`tether._cli.crashlab_cmd`.
 from __future__ import annotations
 
 import os
-import shlex
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +20,6 @@ from tether.testing.crashlab.iofaults import (
     BOUNDED_SCENARIOS,
     ERRNOS,
     FULL_SCENARIOS,
-    IoCase,
     IoCaseResult,
     IoDiscovery,
     IoLabOptions,
@@ -71,7 +69,6 @@ def run_io_errors(
         fork=fork,
         sites=wanted,
         plant=os.environ.get("TETHER_LAB_IO_PLANT") or None,
-        reproduce=_reproducer(os.environ.get("TETHER_LAB_IO_PLANT") or None),
     )
     err = Console(stderr=True, highlight=False, width=200)
     if not json_output:
@@ -158,16 +155,6 @@ def _scenarios(names: Sequence[str], full: bool) -> list[Scenario]:
     return chosen
 
 
-def _reproducer(plant: str | None) -> Any:
-    def reproduce(case: IoCase) -> str:
-        site = f"{case.site.syscall}@{case.site.hit}:{case.errno}"
-        argv = ["tether", "crashlab", "--io-errors", "--scenario", case.scenario]
-        env = f"TETHER_LAB_IO_PLANT={shlex.quote(plant)} " if plant else ""
-        return env + shlex.join([*argv, "--site", site, "--keep"])
-
-    return reproduce
-
-
 def _print_case(console: Console, item: IoCaseResult, *, details: bool = False) -> None:
     case = item.case
     head = (
@@ -180,7 +167,8 @@ def _print_case(console: Console, item: IoCaseResult, *, details: bool = False) 
             console.print(f"    {printable(failure)}", markup=False)
         if item.verdict == "fail":
             console.print(f"    reproduce: {item.result.reproduce}", markup=False)
-            console.print(f"    by hand:   {item.result.child_command}", markup=False)
+            if item.result.child_command:
+                console.print(f"    by hand:   {item.result.child_command}", markup=False)
 
 
 def summary_line(result: IoLabResult) -> str:

@@ -80,6 +80,7 @@ __all__ = [
     "bounded_cases",
     "call_path",
     "classify",
+    "cli_command",
     "full_cases",
     "parse_site_filter",
     "run_io_lab",
@@ -452,6 +453,14 @@ class IoCaseResult:
         return out
 
 
+def cli_command(case: IoCase, plant: str | None = None) -> str:
+    """``tether crashlab --io-errors --scenario S --site SYSCALL@N:ERRNO --keep``."""
+    site = f"{case.site.syscall}@{case.site.hit}:{case.errno}"
+    argv = ["tether", "crashlab", "--io-errors", "--scenario", case.scenario]
+    env = f"{IO_PLANT_ENV}={shlex.quote(plant)} " if plant else ""
+    return env + shlex.join([*argv, "--site", site, "--keep"])
+
+
 def reproduce_command(case: IoCase, run_dir: Path, when: int, plant: str | None = None) -> str:
     """The case by hand: rebuild the run folder, fail the call, resume twice."""
     child = [shlex.join(_child_argv(case.scenario, run_dir, m)) for m in ("reset", "run", "resume")]
@@ -548,8 +557,10 @@ def run_case(
         fault=case.fault,
         run_dir=str(run_dir),
     )
-    result.child_command = reproduce_command(case, run_dir, when, plant)
-    result.reproduce = reproduce(case) if reproduce is not None else result.child_command
+    # By hand only where N counts from the interpreter's start (a forked job's N does not).
+    forked = isinstance(workers.runner(), ForkServerRunner)
+    result.child_command = "" if forked else reproduce_command(case, run_dir, when, plant)
+    result.reproduce = reproduce(case) if reproduce is not None else cli_command(case, plant)
     evaluate(
         scenario,
         result,

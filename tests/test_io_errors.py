@@ -172,6 +172,15 @@ def _job(code: int, stdout: str = "", stderr: str = "", timed_out: bool = False)
     "job, failure",
     [
         (_job(0), None),
+        (_job(0, stderr="Traceback (most recent call last):\n  ...\nOSError: x"), "traceback"),
+        (
+            _job(
+                3,
+                json.dumps({"mode": "run", "error": {"type": "X", "message": "m"}}),
+                "Traceback (most recent call last):\n  ...",
+            ),
+            "traceback",
+        ),
         (
             _job(3, json.dumps({"mode": "run", "error": {"type": "X", "message": "m"}})),
             None,

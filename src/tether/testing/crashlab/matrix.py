@@ -481,6 +481,9 @@ def judge_faulted_run(
             _fail(result, f"the run with {result.fault} exited 3 without a typed error line")
         elif "\n" in str(error["message"]) or "Traceback" in run.stderr:
             _fail(result, f"the run with {result.fault} printed a traceback for its error")
+    elif run.returncode == 0:
+        if "Traceback (most recent call last)" in run.stderr:
+            _fail(result, f"the run with {result.fault} printed a traceback {run.stderr_tail()}")
     elif run.returncode != 0:
         why = "was killed" if run.returncode < 0 else f"exit status {run.returncode}"
         _fail(

@@ -386,7 +386,8 @@ def evaluate(
                 result.lost_acknowledged += 1  # lost by recovery (not already by the run)
             _fail(
                 result,
-                f"the commit of seq {seq} was acknowledged before the crash but is not in the log",
+                f"the commit of seq {seq} was acknowledged before the "
+                f"{'fault' if result.fault is not None else 'crash'} but is not in the log",
             )
             break
 

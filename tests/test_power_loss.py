@@ -303,7 +303,9 @@ def test_a_planted_store_bug_is_reported_as_losing_acknowledged_facts(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--full"], "--full goes with --power-loss"),
+        (["--full"], "--full goes with --power-loss or --io-errors"),
+        (["--power-loss", "--io-errors"], "two labs: run one at a time"),
+        (["--plant", "skip_dir_sync"], "--plant goes with --power-loss"),
         (["--power-loss", "--plant", "nope"], "unknown --plant 'nope'"),
         (["--power-loss", "-s", "conflict"], "cannot run under --power-loss"),
         (["--power-loss", "-s", "bogus"], "unknown scenario 'bogus'"),

@@ -134,12 +134,21 @@ def crashlab(
             "calls and recover every on-disk state a power cut could leave (needs strace).",
         ),
     ] = False,
+    io_errors: Annotated[
+        bool,
+        typer.Option(
+            "--io-errors",
+            help="Fail each of tether's own write/fsync/rename/open/SQLite calls in turn "
+            "(EIO, ENOSPC, EDQUOT, EROFS) under strace, then resume (a representative subset; "
+            "every call with --full).",
+        ),
+    ] = False,
     full: Annotated[
         bool,
         typer.Option(
             "--full",
-            help="With --power-loss: every scenario it supports and up to 64 states per cut "
-            "(default: a bounded subset that takes about a minute).",
+            help="With --power-loss or --io-errors: the whole exploration (default: a bounded "
+            "subset that takes about a minute).",
         ),
     ] = False,
     plant: Annotated[
@@ -149,6 +158,14 @@ def crashlab(
             help="With --power-loss: run a store with a known durability bug "
             "(skip_dir_sync, skip_sync_before_effect) to see the lab catch it.",
             metavar="BUG",
+        ),
+    ] = None,
+    site: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--site",
+            help="With --io-errors: fail only this call: SYSCALL[@N][:ERRNO] (repeatable).",
+            metavar="SYSCALL[@N][:ERRNO]",
         ),
     ] = None,
     store: Annotated[
@@ -194,18 +211,26 @@ def crashlab(
         if list_scenarios:
             _list_scenarios(json_output)
             return
-        if power_loss or full or plant is not None:
-            _power(
-                power_loss=power_loss,
+        _below_the_process(
+            power_loss=power_loss,
+            io_errors=io_errors,
+            full=full,
+            plant=plant,
+            site=bool(site),
+            conflicts={
+                "--boundary": bool(boundary),
+                "--tool": tool is not None,
+                "--store": store is not None,
+                "--durability": durability != "durable",
+            },
+        )
+        if power_loss:
+            from tether._cli.crashlab_power import run_power
+
+            run_power(
+                names=list(scenario or []),
                 full=full,
                 plant=plant,
-                conflicts={
-                    "--boundary": bool(boundary),
-                    "--tool": tool is not None,
-                    "--store": store is not None,
-                    "--durability": durability != "durable",
-                },
-                names=list(scenario or []),
                 jobs=jobs,
                 json_output=json_output,
                 verbose=verbose,
@@ -213,6 +238,22 @@ def crashlab(
                 workdir=workdir,
                 timeout=timeout,
                 fork=not no_fork and fork_available(),
+            )
+            return
+        if io_errors:
+            from tether._cli.crashlab_io import run_io_errors
+
+            run_io_errors(
+                scenarios=scenario or [],
+                sites=site or [],
+                full=full,
+                jobs=jobs,
+                json_output=json_output,
+                verbose=verbose,
+                keep=keep,
+                workdir=workdir,
+                timeout=timeout,
+                no_fork=no_fork,
             )
             return
         if durability not in ("durable", "process"):
@@ -271,20 +312,35 @@ def crashlab(
         raise typer.Exit(EXIT_PASS if result.verdict == "PASS" else EXIT_FAIL)
 
 
-def _power(
-    *, power_loss: bool, full: bool, plant: str | None, conflicts: dict[str, bool], **rest: Any
+def _below_the_process(
+    *,
+    power_loss: bool,
+    io_errors: bool,
+    full: bool,
+    plant: str | None,
+    site: bool,
+    conflicts: dict[str, bool],
 ) -> None:
-    """``--power-loss`` (with ``--full`` / ``--plant``): a lab of its own."""
-    from tether._cli.crashlab_power import run_power
+    """The options of the two labs below the process (power loss, I/O errors), checked.
 
-    if not power_loss:
-        flag = "--full" if full else "--plant"
-        raise InputError(f"{flag} goes with --power-loss")
+    Their crash points are every recorded call, not boundaries; they test the file store
+    in durable mode (what a power cut or a failing disk threatens); a user tool's effects
+    cannot be rebuilt from a trace: so the matrix's own options are refused with them.
+    """
+    if power_loss and io_errors:
+        raise InputError("--power-loss and --io-errors are two labs: run one at a time")
+    if full and not (power_loss or io_errors):
+        raise InputError("--full goes with --power-loss or --io-errors")
+    if plant is not None and not power_loss:
+        raise InputError("--plant goes with --power-loss")
+    if site and not io_errors:
+        raise InputError("--site needs --io-errors")
+    lab = "--power-loss" if power_loss else "--io-errors" if io_errors else None
+    if lab is None:
+        return
     for flag, given in conflicts.items():
         if given:
-            # Durable mode is what a power cut tests; the crash points are every call.
-            raise InputError(f"--power-loss cannot be combined with {flag}")
-    run_power(full=full, plant=plant, **rest)
+            raise InputError(f"{lab} cannot be combined with {flag}")
 
 
 def _list_boundaries(json_output: bool) -> None:

@@ -82,7 +82,14 @@ EFFECTS_FILE = "effects.log"
 HITS_FILE = "hits.log"
 
 EXIT_USAGE = 2
+EXIT_TETHER_ERROR = 3
+"""``run`` stopped with a typed :class:`~tether.errors.TetherError` (the I/O-error lab
+injects failing system calls; a clear, typed error is an acceptable outcome of one)."""
 EXIT_INTERNAL = 70
+
+IO_PLANT_ENV = "TETHER_LAB_IO_PLANT"
+"""``ignore_write_errors``: a planted bug for the I/O-error lab to catch — the file store
+swallows a failing ``write(2)`` of a commit and acknowledges the commit anyway."""
 
 
 # =========================================================================== side channels
@@ -106,6 +113,27 @@ class _Appender:
             os.write(self._fd, data)
 
 
+def _plant_ignore_write_errors() -> None:
+    """The planted bug: every file store's write seam reports a failed write as done."""
+    from tether._stores.file import SessionStore
+
+    original = SessionStore.__init__
+
+    def __init__(store: SessionStore, **kwargs: Any) -> None:
+        original(store, **kwargs)
+        write = store._write
+
+        def swallowing_write(fd: int, data: bytes | memoryview) -> int:
+            try:
+                return write(fd, data)
+            except OSError:
+                return len(data)  # the bug: the error is dropped, the commit acknowledged
+
+        store._write = swallowing_write
+
+    setattr(SessionStore, "__init__", __init__)  # noqa: B010
+
+
 class _Instruments:
     """Monkeypatches installed in this (child) process only."""
 
@@ -120,6 +148,8 @@ class _Instruments:
         self._wrap_hit()
         self._wrap_commit()
         self._wrap_apply_change()
+        if os.environ.get(IO_PLANT_ENV) == "ignore_write_errors":
+            _plant_ignore_write_errors()
 
     def _wrap_hit(self) -> None:
         original = faults.hit
@@ -791,6 +821,8 @@ def _serve() -> int:
             code = EXIT_INTERNAL
             try:
                 _enter_job(job)
+                if job.get("strace"):
+                    _traced_job(job)  # does not return
                 code = main(list(job["argv"]))
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
@@ -816,7 +848,10 @@ def _serve() -> int:
                 os.close(pidfd)
             if not ready:
                 timed_out = True
-                os.kill(pid, signal.SIGKILL)
+                if job.get("strace"):
+                    os.killpg(pid, signal.SIGKILL)  # strace and the job it traces
+                else:
+                    os.kill(pid, signal.SIGKILL)
             _, status = os.waitpid(pid, 0)
         else:  # pragma: no cover - kernels without pidfd
             deadline = time.monotonic() + timeout
@@ -838,6 +873,50 @@ def _serve() -> int:
         stdout.write(json.dumps(answer) + "\n")
         stdout.flush()
     return 0
+
+
+def _traced_job(job: Mapping[str, Any]) -> None:
+    """Run the job under strace (the I/O-error lab): fork the job itself, become strace.
+
+    The forked job waits until strace has attached (``TracerPid`` in ``/proc/self/status``,
+    polled with ``pread`` on a descriptor opened before: no traced call), so strace counts
+    its calls from the first line of ``main``; this process execs ``strace … -p JOB``
+    (an ancestor may trace its descendant under Yama's default policy). strace's log ends
+    in ``+++ exited with N +++``: the job's exit status.
+    """
+    os.setsid()  # the fork server's timeout kills the group: strace and the job
+    job_pid = os.fork()
+    if job_pid == 0:
+        code = EXIT_INTERNAL
+        try:
+            status = os.open("/proc/self/status", os.O_RDONLY | os.O_CLOEXEC)
+            deadline = time.monotonic() + 30.0
+            while not _traced(os.pread(status, 4096, 0)):
+                if time.monotonic() > deadline:
+                    sys.stderr.write("strace did not attach to the job within 30 s\n")
+                    os._exit(EXIT_INTERNAL)
+                time.sleep(0.001)
+            os.close(status)
+            code = main(list(job["argv"]))
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+    argv = [str(a) for a in job["strace"]] + ["-p", str(job_pid)]
+    os.execvp(argv[0], argv)
+
+
+def _traced(status: bytes) -> bool:
+    for line in status.splitlines():
+        if line.startswith(b"TracerPid:"):
+            return line.split()[1:2] != [b"0"]
+    return False
 
 
 def _enter_job(job: Mapping[str, Any]) -> None:
@@ -881,8 +960,21 @@ def main(argv: list[str]) -> int:
         out = {"mode": "tamper", "files": sorted(scenario.tamper)}
     elif mode == "resume":
         out = _resume(scenario, run_dir, durability)
+    elif mode == "run":
+        from tether.errors import TetherError
+
+        try:
+            out = _run(scenario, run_dir, durability, discover=False)
+        except TetherError as exc:
+            # A typed error (e.g. a failed write of the session log): one line on stdout,
+            # its own exit status, so the I/O-error lab can tell it from a traceback.
+            message = " ".join(str(exc).split())
+            error = {"type": type(exc).__name__, "message": message}
+            sys.stdout.write(json.dumps({"mode": "run", "error": error}) + "\n")
+            sys.stdout.flush()
+            return EXIT_TETHER_ERROR
     else:
-        out = _run(scenario, run_dir, durability, discover=mode == "discover")
+        out = _run(scenario, run_dir, durability, discover=True)
     sys.stdout.write(json.dumps(out, default=str) + "\n")
     sys.stdout.flush()
     return 0

@@ -61,6 +61,7 @@ __all__ = [
     "LabResult",
     "effects_integrated",
     "evaluate",
+    "judge_faulted_run",
     "parse_boundary_filter",
     "prepare_run_dir",
     "run_lab",
@@ -157,27 +158,37 @@ class SpawnRunner:
 class ForkServerRunner:
     """Jobs forked from a ``tether.testing.crashlab.child serve`` process (all imported)."""
 
-    def __init__(self) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tether.testing.crashlab.child", "serve"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=child_environment(),
+            env={**child_environment(), **(env or {})},
             text=True,
             bufsize=1,
         )
 
     def run(
-        self, argv: Sequence[str], *, env: Mapping[str, str], out: Path, timeout: float
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        out: Path,
+        timeout: float,
+        strace: Sequence[str] | None = None,
     ) -> JobResult:
+        """``strace``: run the job under this strace command (``-p JOB`` is appended); the
+        return code is then strace's, the job's own is in strace's log."""
         stdout, stderr = out.with_suffix(".stdout"), out.with_suffix(".stderr")
-        job = {
+        job: dict[str, Any] = {
             "argv": list(argv),
             "env": dict(env),
             "stdout": str(stdout),
             "stderr": str(stderr),
             "timeout": timeout,
         }
+        if strace is not None:
+            job["strace"] = list(strace)
         pipe_in: IO[str] | None = self._proc.stdin
         pipe_out: IO[str] | None = self._proc.stdout
         assert pipe_in is not None and pipe_out is not None
@@ -275,6 +286,11 @@ class CaseResult:
     power: str | None = None
     """A power-loss state (:mod:`~tether.testing.crashlab.powerlab`): no process was
     killed, the disk was set to what a power cut leaves; the run is not judged."""
+    fault: str | None = None
+    """An injected I/O error (``SYSCALL@N:ERRNO path``) instead of a crash: the run is
+    judged by :func:`judge_faulted_run` rather than required to have been killed."""
+    lost_acknowledged: int = 0
+    """Commits the faulted run acknowledged that its log (or the recovered log) lacks."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -296,6 +312,11 @@ class CaseResult:
             "runDir": self.run_dir,
             "reproduce": self.reproduce,
             "childCommand": self.child_command,
+            **(
+                {"fault": self.fault, "lostAcknowledged": self.lost_acknowledged}
+                if self.fault is not None
+                else {}
+            ),
         }
 
 
@@ -324,6 +345,8 @@ def evaluate(
     case = result.case
     if result.power is not None:
         pass  # the recorded run finished; its disk was cut back to a power-loss state
+    elif result.fault is not None:
+        judge_faulted_run(result, run, pre_log, acks)
     elif result.crashed:
         if run.returncode != KILLED:
             why = "timed out" if run.timed_out else f"exit status {run.returncode}"
@@ -364,9 +387,12 @@ def evaluate(
     ids = after.ids_by_seq()
     for seq, fact_id in acks:
         if ids.get(seq) != fact_id:
+            if result.fault is not None and not result.lost_acknowledged:
+                result.lost_acknowledged += 1  # lost by recovery (not already by the run)
             _fail(
                 result,
-                f"the commit of seq {seq} was acknowledged before the crash but is not in the log",
+                f"the commit of seq {seq} was acknowledged before the "
+                f"{'fault' if result.fault is not None else 'crash'} but is not in the log",
             )
             break
 
@@ -436,6 +462,50 @@ def evaluate(
         if _counts(out2.get("probeAfter") or {}) != _counts(probe1):
             _fail(result, "the second resume changed an effect count")
     return _finish(result, scenario)
+
+
+EXIT_TETHER_ERROR = 3
+"""The child's ``run`` stopped with a typed TetherError (``child.EXIT_TETHER_ERROR``)."""
+
+
+def judge_faulted_run(
+    result: CaseResult, run: JobResult, pre_log: bytes, acks: Sequence[tuple[int, str]]
+) -> None:
+    """A run that got an injected I/O error must end one of two ways.
+
+    Either it finished normally (exit 0: the error was absorbed or retried), or it stopped
+    with a typed :class:`~tether.errors.TetherError`, reported in one line (exit status 3
+    and ``{"error": {"type", "message"}}``). A traceback, a hang, a crash or any other exit
+    is a failure. And what it acknowledged is what it left on disk: every acknowledged
+    commit is in the log as the faulted run left it (memory never ran ahead of the disk).
+    """
+    if run.timed_out:
+        _fail(result, f"the run with {result.fault} hung (timed out) {run.stderr_tail()}")
+    elif run.returncode == EXIT_TETHER_ERROR:
+        error = (run.json() or {}).get("error")
+        if not isinstance(error, dict) or not error.get("type") or not error.get("message"):
+            _fail(result, f"the run with {result.fault} exited 3 without a typed error line")
+        elif "\n" in str(error["message"]) or "Traceback" in run.stderr:
+            _fail(result, f"the run with {result.fault} printed a traceback for its error")
+    elif run.returncode == 0:
+        if "Traceback (most recent call last)" in run.stderr:
+            _fail(result, f"the run with {result.fault} printed a traceback {run.stderr_tail()}")
+    elif run.returncode != 0:
+        why = "was killed" if run.returncode < 0 else f"exit status {run.returncode}"
+        _fail(
+            result,
+            f"the run with {result.fault} did not stop with a typed error ({why}) "
+            f"{run.stderr_tail()}",
+        )
+    ids = LogFacts(pre_log).ids_by_seq()
+    missing = [seq for seq, fact_id in acks if ids.get(seq) != fact_id]
+    if missing:
+        result.lost_acknowledged += len(missing)
+        _fail(
+            result,
+            f"the run with {result.fault} acknowledged {len(missing)} commit(s) its log does "
+            f"not hold (first: seq {missing[0]}): memory ran ahead of the disk",
+        )
 
 
 def _counts(probe: Mapping[str, Any]) -> list[Any]:
@@ -692,9 +762,11 @@ def _select(cases: list[Case], wanted: list[tuple[str, int | None]]) -> list[Cas
 class _Workers:
     """A thread pool whose threads each own a runner (a fork server)."""
 
-    def __init__(self, jobs: int, fork: bool) -> None:
+    def __init__(self, jobs: int, fork: bool, env: Mapping[str, str] | None = None) -> None:
         self.jobs = jobs
         self.fork = fork and fork_available()
+        self.env = dict(env or {})
+        """Extra environment of the fork servers (and of spawned jobs' interpreters)."""
         self._local = threading.local()
         self._runners: list[Runner] = []
         self._lock = threading.Lock()
@@ -703,7 +775,7 @@ class _Workers:
     def runner(self) -> Runner:
         runner: Runner | None = getattr(self._local, "runner", None)
         if runner is None:
-            runner = ForkServerRunner() if self.fork else SpawnRunner()
+            runner = ForkServerRunner(self.env) if self.fork else SpawnRunner()
             self._local.runner = runner
             with self._lock:
                 self._runners.append(runner)

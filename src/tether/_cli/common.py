@@ -4,8 +4,9 @@ Every command body runs inside :func:`handle_errors`, which turns the errors a u
 can cause into one line on stderr and a distinct exit code:
 
 * :class:`~tether.errors.TetherError` subclasses → ``error: <message>``, ``exc.exit_code``
-  (a :class:`~tether.errors.SessionCorruption` reads ``error: session is corrupt: …`` and
-  exits 1; a :class:`~tether.errors.ConfigurationError` exits 2);
+  (the message is :func:`error_message`: a :class:`~tether.errors.SessionCorruption`
+  reads ``error: session is corrupt: …`` and exits 1; a session write that failed on a
+  full disk says so; a :class:`~tether.errors.ConfigurationError` exits 2);
 * unreadable, oversized or non-regular input files (:func:`read_input`, through
   :mod:`tether._inputs`) → exit 2;
 * anything else is a bug in tether → one line naming the exception, exit
@@ -16,6 +17,7 @@ Typer's own usage errors (unknown flag, missing argument) keep their exit code 2
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -32,7 +34,7 @@ from tether._credentials import Masker
 from tether._inputs import MAX_JSON_DEPTH, deeper_than, read_file
 from tether._project import find_workspace_root
 from tether._stores.file import sessions_dir_for
-from tether.errors import InputTooDeep, SessionCorruption, TetherError
+from tether.errors import InputTooDeep, SessionCorruption, SessionWriteError, TetherError
 
 EXIT_OK = 0
 EXIT_CORRUPT = 1
@@ -81,6 +83,28 @@ def fail(message: str, exit_code: int) -> NoReturn:
     raise typer.Exit(exit_code)
 
 
+FULL_DISK: dict[int, str] = {
+    errno.ENOSPC: "the disk is full; free some space on it first",
+    errno.EDQUOT: "the disk quota is used up; free some space first",
+}
+"""What a session write failed with (its ``errno``) says to a user, beyond the OS's text."""
+
+
+def error_message(exc: TetherError) -> str:
+    """The text after ``error:`` for ``exc``, the same for every command.
+
+    A session log that could not be written or created on a full disk (``ENOSPC``,
+    ``EDQUOT``) gets :data:`FULL_DISK`'s explanation appended; the exit code stays the
+    exception's (9).
+    """
+    if isinstance(exc, SessionCorruption):
+        return f"session is corrupt: {exc}"
+    message = str(exc)
+    if isinstance(exc, SessionWriteError) and exc.errno in FULL_DISK:
+        message += f" ({FULL_DISK[exc.errno]})"
+    return message
+
+
 @contextmanager
 def handle_errors() -> Iterator[None]:
     """Map every error raised by a command body to one stderr line and an exit code."""
@@ -88,10 +112,8 @@ def handle_errors() -> Iterator[None]:
         yield
     except typer.Exit:
         raise
-    except SessionCorruption as exc:
-        fail(f"session is corrupt: {exc}", exc.exit_code)
     except TetherError as exc:
-        fail(str(exc), exc.exit_code)
+        fail(error_message(exc), exc.exit_code)
     except BrokenPipeError:
         # The reader went away (e.g. `| head`); silence the flush at interpreter exit.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from tether._cli.common import WORKSPACE_HELP, handle_errors, one_line, workspace_root
+from tether._cli.common import (
+    WORKSPACE_HELP,
+    error_message,
+    handle_errors,
+    one_line,
+    workspace_root,
+)
 from tether._cli.progress import CallArguments, Progress, make_progress, resume_command
 from tether._cli.session_pick import (
     agent_sessions_dir,
@@ -42,7 +48,7 @@ from tether._credentials import (
     registered_secrets,
 )
 from tether._stores.file import Durability
-from tether.errors import ConfigurationError, SessionCorruption, TetherError
+from tether.errors import ConfigurationError, TetherError
 
 if TYPE_CHECKING:  # the runtime and the adapters pull in the model SDKs: import them lazily
     from tether._models import ModelAdapter, ModelRequest, ModelResponse
@@ -492,8 +498,7 @@ def call_agent(agent: Agent, progress: Progress, call: Callable[[], RunResult]) 
         progress.close()
         if progress.opened is None or isinstance(exc, ConfigurationError):
             raise  # nothing to resume: one error line
-        message = f"session is corrupt: {exc}" if isinstance(exc, SessionCorruption) else str(exc)
-        typer.echo(f"error: {one_line(agent.masker.text(message))}", err=True)
+        typer.echo(f"error: {one_line(agent.masker.text(error_message(exc)))}", err=True)
         progress.notice(f"resume with: {resume_command(progress.opened, progress.location)}")
         raise typer.Exit(exc.exit_code) from None
     finally:

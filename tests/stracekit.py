@@ -13,7 +13,6 @@ install it: ``apt-get install -y strace``).
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import subprocess
@@ -24,7 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from tether.testing.crashlab.strace import Call, parse, split_args, unescape, unescape_bytes
+from tether.testing.crashlab.strace import (
+    Call,
+    parse,
+    split_args,
+    strace_problem,
+    unescape,
+    unescape_bytes,
+)
 
 __all__ = [
     "Call",
@@ -49,24 +55,6 @@ TRACED = (
     "unlink,unlinkat,write,pwrite64"
 )
 """The calls the durability tests look at (the set the brief of issue 11 names)."""
-
-
-@functools.cache
-def strace_problem() -> str | None:
-    """Why strace cannot be used here (``None`` when it can)."""
-    exe = shutil.which("strace")
-    if exe is None:
-        return "strace is not installed (apt-get install -y strace)"
-    probe = subprocess.run(
-        [exe, "-f", "-qq", "-e", "trace=none", "true"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    if probe.returncode != 0:
-        return f"strace cannot trace here: {probe.stderr.strip().splitlines()[-1:]}"
-    return None
 
 
 def require_strace() -> str:

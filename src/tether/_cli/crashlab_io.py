@@ -26,10 +26,10 @@ from tether.testing.crashlab.iofaults import (
     IoLabResult,
     parse_site_filter,
     run_io_lab,
-    strace_problem,
 )
 from tether.testing.crashlab.matrix import fork_available
 from tether.testing.crashlab.scenarios import BUILTIN_SCENARIOS, Scenario, scenario_unavailable
+from tether.testing.crashlab.strace import strace_problem
 
 EXIT_PASS = 0
 EXIT_FAIL = 1

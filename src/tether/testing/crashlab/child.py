@@ -334,6 +334,12 @@ def session_log(run_dir: Path) -> tuple[str, bytes] | None:
         return rows[0].session_id, sessions.log_bytes(rows[0].session_id)
 
 
+def session_log_bytes(run_dir: Path) -> bytes:
+    """The committed lines of the run folder's session (empty when there is none)."""
+    log = session_log(run_dir)
+    return log[1] if log is not None else b""
+
+
 def expire_leases(run_dir: Path) -> None:
     """The crashed writer is dead: let its lease expire now rather than after its length."""
     store = lab_store(run_dir)

@@ -52,7 +52,7 @@ from tether.testing.crashlab.child import (
     WORKSPACE,
     apply_tamper,
     prepare_run_dir,
-    session_log,
+    session_log_bytes,
 )
 from tether.testing.crashlab.matrix import (
     Case,
@@ -85,7 +85,6 @@ __all__ = [
     "parse_site_filter",
     "run_io_lab",
     "sites_from_calls",
-    "strace_problem",
 ]
 
 ERRNOS = ("EIO", "ENOSPC", "EDQUOT", "EROFS")
@@ -121,24 +120,6 @@ _PATH_CALLS = frozenset(
 _SESSION_NAME = re.compile(r"\d{10,}_[0-9a-f]{8}-[0-9a-f-]{27}")
 _SESSION_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 _TEMP_NAME = re.compile(r"\.[0-9a-f]{8,}\.tether-tmp")
-
-
-def strace_problem() -> str | None:
-    """Why the lab cannot run here (``None`` when strace can trace and inject)."""
-    exe = shutil.which("strace")
-    if exe is None:
-        return "strace is not installed (apt-get install -y strace)"
-    probe = subprocess.run(
-        [exe, "-qq", "-e", "trace=none", "true"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    if probe.returncode != 0:
-        lines = probe.stderr.strip().splitlines()
-        return f"strace cannot trace here: {lines[-1] if lines else probe.returncode}"
-    return None
 
 
 # =========================================================================== sites
@@ -537,7 +518,7 @@ def run_case(
     if not aimed or run is None:
         aim = "; ".join(trail)
         return IoCaseResult(case, None, None, tries, aim, time.perf_counter() - started)
-    pre_log = _log_bytes(run_dir)
+    pre_log = session_log_bytes(run_dir)
     acks = _acks(run_dir)
     if scenario.tamper:
         apply_tamper(run_dir, scenario)
@@ -546,11 +527,11 @@ def run_case(
     resume1 = runner.run(
         [case.scenario, str(run_dir), "resume"], env={}, out=out / "resume1", timeout=timeout
     )
-    log1 = _log_bytes(run_dir)
+    log1 = session_log_bytes(run_dir)
     resume2 = runner.run(
         [case.scenario, str(run_dir), "resume"], env={}, out=out / "resume2", timeout=timeout
     )
-    log2 = _log_bytes(run_dir)
+    log2 = session_log_bytes(run_dir)
     result = CaseResult(
         Case(case.scenario, f"{site.syscall}:{case.errno}", site.hit),
         crashed=False,
@@ -588,11 +569,6 @@ def _outcome(run: JobResult) -> str:
     if run.returncode == 3 and isinstance(error, dict):
         return str(error.get("type"))
     return f"exit {run.returncode}"
-
-
-def _log_bytes(run_dir: Path) -> bytes:
-    log = session_log(run_dir)
-    return log[1] if log is not None else b""
 
 
 # =========================================================================== the lab

@@ -49,7 +49,7 @@ from tether.testing.crashlab.child import (
     LogFacts,
     apply_tamper,
     prepare_run_dir,
-    session_log,
+    session_log_bytes,
     session_log_path,
 )
 from tether.testing.crashlab.scenarios import EffectSpec, Scenario
@@ -223,11 +223,6 @@ def fork_available() -> bool:
 
 
 # =========================================================================== run folders
-
-
-def _log_bytes(run_dir: Path) -> bytes:
-    log = session_log(run_dir)
-    return log[1] if log is not None else b""
 
 
 def _acks(run_dir: Path) -> list[tuple[int, str]]:
@@ -836,7 +831,7 @@ def _execute(
             out=run_dir / "out" / "discover",
             timeout=options.timeout,
         )
-    pre_log = _log_bytes(run_dir)
+    pre_log = session_log_bytes(run_dir)
     acks = _acks(run_dir)
     if scenario.tamper:
         apply_tamper(run_dir, scenario)
@@ -846,14 +841,14 @@ def _execute(
         out=run_dir / "out" / "resume1",
         timeout=options.timeout,
     )
-    log1 = _log_bytes(run_dir)
+    log1 = session_log_bytes(run_dir)
     resume2 = runner.run(
         [name, str(run_dir), "resume"],
         env={},
         out=run_dir / "out" / "resume2",
         timeout=options.timeout,
     )
-    log2 = _log_bytes(run_dir)
+    log2 = session_log_bytes(run_dir)
     result = CaseResult(case, crashed=crash, run_dir=str(run_dir))
     result.reproduce = options.reproduce(case) if options.reproduce is not None else ""
     result.child_command = _child_command(case, run_dir, scenario) if crash else ""

@@ -69,14 +69,8 @@ class FileClass(Enum):
 
 Classify = Callable[[str], FileClass]
 
-# Calls that change what a file or directory holds; everything else in the trace is only
-# followed for descriptors (open, dup, close, clone) or not at all.
-_WRITES = ("write", "pwrite64")
-_SYNCS = ("fsync", "fdatasync")
-_RENAMES = ("rename", "renameat", "renameat2")
-_UNLINKS = ("unlink", "unlinkat", "rmdir")
-_MKDIRS = ("mkdir", "mkdirat")
-_UNFOLLOWED = ("writev", "pwritev", "pwritev2", "sendfile", "copy_file_range", "truncate")
+_CLONES = ("clone", "clone3", "fork", "vfork")
+"""Calls that make a process or thread: it shares (``CLONE_FILES``) or copies descriptors."""
 
 
 @dataclass
@@ -233,62 +227,62 @@ class Model:
 
     def apply(self, call: Call) -> bool:
         """Follow one completed call; whether it changed anything the model tracks."""
-        name = call.name
-        if name in ("clone", "clone3", "fork", "vfork"):
-            self._clone(call)
+        if call.name in _CLONES:
+            self._clone(call)  # the child's descriptors, whatever the parent's call returned
             return False
-        if not call.ok:
+        handler = _HANDLERS.get(call.name)
+        if handler is None or not call.ok:
+            return False  # a failed call changed nothing
+        return handler(self, call)
+
+    def _close(self, call: Call) -> bool:
+        fd = _fd_number(call)
+        if fd is not None:
+            self._table(call.pid).pop(fd, None)
+        return False
+
+    def _dup(self, call: Call) -> bool:
+        if call.name == "fcntl" and not _is_dupfd(call):
             return False
-        if name == "openat":
-            return self._open(call)
-        if name in ("close",):
-            fd = _fd_number(call)
-            if fd is not None:
-                self._table(call.pid).pop(fd, None)
+        fd = _fd_number(call)
+        table = self._table(call.pid)
+        if fd is not None and call.ret is not None and fd in table:
+            table[call.ret] = table[fd]  # one open file description, two descriptors
+        elif call.ret is not None:
+            table.pop(call.ret, None)
+        return False
+
+    def _lseek(self, call: Call) -> bool:
+        desc = self._desc(call)
+        if desc is not None and call.ret is not None:
+            desc.offset = call.ret
+        return False
+
+    def _ftruncate(self, call: Call) -> bool:
+        node = self._node_of(call)
+        if node is None or node.klass is FileClass.IGNORED:
             return False
-        if name in ("dup", "dup2", "dup3") or (name == "fcntl" and _is_dupfd(call)):
-            fd = _fd_number(call)
-            table = self._table(call.pid)
-            if fd is not None and call.ret is not None and fd in table:
-                table[call.ret] = table[fd]
-            elif call.ret is not None:
-                table.pop(call.ret, None)
+        self._data(node, ("trunc", _int(call.args[1]), b""))
+        return True
+
+    def _unlink(self, call: Call) -> bool:
+        path = call.path_arg()
+        if path is None or self._untracked(path):
             return False
-        if name == "lseek":
-            desc = self._desc(call)
-            if desc is not None and call.ret is not None:
-                desc.offset = call.ret
+        self._entry(path, None, f"{call.name} {_short(path)}")
+        return True
+
+    def _mkdir(self, call: Call) -> bool:
+        path = call.path_arg()
+        if path is None or self._untracked(path):
             return False
-        if name in _WRITES:
-            return self._write(call)
-        if name == "ftruncate":
-            node = self._node_of(call)
-            if node is None or node.klass is FileClass.IGNORED:
-                return False
-            self._data(node, ("trunc", _int(call.args[1]), b""))
-            return True
-        if name in _SYNCS:
-            return self._sync(call)
-        if name in _RENAMES:
-            return self._rename(call)
-        if name in ("link", "linkat"):
-            return self._link(call)
-        if name in _UNLINKS:
-            path = call.path_arg()
-            if path is None or self._untracked(path):
-                return False
-            self._entry(path, None, f"{name} {_short(path)}")
-            return True
-        if name in _MKDIRS:
-            path = call.path_arg()
-            if path is None or self._untracked(path):
-                return False
-            self._entry(path, DIR, f"mkdir {_short(path)}")
-            return True
-        if name in _UNFOLLOWED:
-            path = call.fd_path(0) if name != "truncate" else call.string(0)
-            if path is not None and not self._untracked(path):
-                raise TraceError(f"{name} on {path}: the power model does not follow it")
+        self._entry(path, DIR, f"mkdir {_short(path)}")
+        return True
+
+    def _unfollowed(self, call: Call) -> bool:
+        path = call.fd_path(0) if call.name != "truncate" else call.string(0)
+        if path is not None and not self._untracked(path):
+            raise TraceError(f"{call.name} on {path}: the power model does not follow it")
         return False
 
     def _untracked(self, path: str) -> bool:
@@ -498,6 +492,40 @@ class Model:
 
     def pending_bytes(self, node_id: int) -> int:
         return sum(len(op[2]) for op in self.nodes[node_id].pending)
+
+
+_HANDLERS: dict[str, Callable[[Model, Call], bool]] = {
+    "openat": Model._open,
+    "close": Model._close,
+    "dup": Model._dup,
+    "dup2": Model._dup,
+    "dup3": Model._dup,
+    "fcntl": Model._dup,  # F_DUPFD only
+    "lseek": Model._lseek,
+    "write": Model._write,
+    "pwrite64": Model._write,
+    "ftruncate": Model._ftruncate,
+    "fsync": Model._sync,
+    "fdatasync": Model._sync,
+    "rename": Model._rename,
+    "renameat": Model._rename,
+    "renameat2": Model._rename,
+    "link": Model._link,
+    "linkat": Model._link,
+    "unlink": Model._unlink,
+    "unlinkat": Model._unlink,
+    "rmdir": Model._unlink,
+    "mkdir": Model._mkdir,
+    "mkdirat": Model._mkdir,
+    # Calls that write in ways the model does not replay: refused on a followed file.
+    "writev": Model._unfollowed,
+    "pwritev": Model._unfollowed,
+    "pwritev2": Model._unfollowed,
+    "sendfile": Model._unfollowed,
+    "copy_file_range": Model._unfollowed,
+    "truncate": Model._unfollowed,
+}
+"""What each traced call does to the model (a call not named here changes nothing)."""
 
 
 def _content(node: _Node, keep: float) -> tuple[bytes, str]:

@@ -51,7 +51,7 @@ from tether.testing.crashlab.child import (
     HITS_FILE,
     WORKSPACE,
     prepare_run_dir,
-    session_log,
+    session_log_bytes,
 )
 from tether.testing.crashlab.matrix import (
     DEFAULT_TIMEOUT,
@@ -74,7 +74,7 @@ from tether.testing.crashlab.power import (
     explore,
 )
 from tether.testing.crashlab.scenarios import BASH_RUNS, MCP_EFFECTS, Scenario
-from tether.testing.crashlab.strace import Call, parse
+from tether.testing.crashlab.strace import Call, parse, strace_problem
 
 __all__ = [
     "BOUNDED_CAP",
@@ -108,24 +108,6 @@ TRACED = (
 )
 _WORLD_IN_WORKSPACE = (BASH_RUNS, MCP_EFFECTS)
 _WORLD_IN_RUN_DIR = (ACKS_FILE, EFFECTS_FILE, HITS_FILE)
-
-
-def strace_problem() -> str | None:
-    """Why the lab cannot record here (``None`` when it can)."""
-    exe = shutil.which("strace")
-    if exe is None:
-        return "strace is not installed (apt-get install strace)"
-    probe = subprocess.run(
-        [exe, "-f", "-qq", "-e", "trace=none", "true"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    if probe.returncode != 0:
-        lines = probe.stderr.strip().splitlines()
-        return f"strace cannot trace here: {lines[-1] if lines else probe.returncode}"
-    return None
 
 
 def classifier(run_dir: Path) -> Callable[[str], FileClass]:
@@ -503,8 +485,7 @@ def _recover(
     state = world_after_disk(state, scenario, run_dir)
     materialise(state, run_dir)
     (run_dir / "out").mkdir(exist_ok=True)
-    pre = session_log(run_dir)
-    pre_log = pre[1] if pre is not None else b""
+    pre_log = session_log_bytes(run_dir)
     acks = durable_acks(state, run_dir)
     name = scenario.name
 
@@ -517,9 +498,9 @@ def _recover(
         )
 
     resume1 = resume("resume1")
-    log1 = _log(run_dir)
+    log1 = session_log_bytes(run_dir)
     resume2 = resume("resume2")
-    log2 = _log(run_dir)
+    log2 = session_log_bytes(run_dir)
     result = CaseResult(
         Case(name, f"power:{cut}", number), crashed=False, run_dir=str(run_dir), power=state.kind
     )
@@ -544,11 +525,6 @@ def _recover(
         (copy / "state.json").write_text(json.dumps(out.to_json(), indent=1) + "\n")
         out.copy = str(copy)
     return out
-
-
-def _log(run_dir: Path) -> bytes:
-    log = session_log(run_dir)
-    return log[1] if log is not None else b""
 
 
 def _text(call: Call) -> str:

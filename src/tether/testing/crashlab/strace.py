@@ -6,16 +6,41 @@ touched without replaying ``openat`` results by hand. With ``-xx`` every byte of
 argument is printed as ``\\xNN``, so :meth:`Call.data` gives back the exact bytes a
 ``write`` carried (the power-loss lab rebuilds files from them).
 
+:func:`strace_problem` is the one impure helper here: it probes whether strace can run.
+
 Used by the crash lab's power-loss and I/O-error modes and by the durability tests
 (``tests/stracekit.py`` re-exports it with the pytest helpers).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 
-__all__ = ["Call", "parse", "split_args", "unescape", "unescape_bytes"]
+__all__ = ["Call", "parse", "split_args", "strace_problem", "unescape", "unescape_bytes"]
+
+
+@functools.cache
+def strace_problem() -> str | None:
+    """Why strace cannot trace (and inject into) processes here; ``None`` when it can."""
+    exe = shutil.which("strace")
+    if exe is None:
+        return "strace is not installed (apt-get install -y strace)"
+    probe = subprocess.run(
+        [exe, "-f", "-qq", "-e", "trace=none", "true"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    if probe.returncode != 0:
+        lines = probe.stderr.strip().splitlines()
+        return f"strace cannot trace here: {lines[-1] if lines else probe.returncode}"
+    return None
+
 
 _LINE = re.compile(r"^(?P<pid>\d+)\s+(?P<body>.*)$")
 _RESUMED = re.compile(r"^<\.\.\. (?P<name>\w+) resumed>(?P<rest>.*)$")

@@ -288,7 +288,7 @@ def test_a_planted_store_bug_is_reported_as_losing_acknowledged_facts(
     assert result.verdict == "FAIL"
     first = result.failures[0]
     assert any(
-        "was acknowledged before the crash but is not in the log" in f
+        "was acknowledged before the power cut but is not in the log" in f
         for f in first.result.failures
     ), first.result.failures
     assert any(lost in line for line in first.lost), first.lost

@@ -384,10 +384,11 @@ def evaluate(
         if ids.get(seq) != fact_id:
             if result.fault is not None and not result.lost_acknowledged:
                 result.lost_acknowledged += 1  # lost by recovery (not already by the run)
+            event = "fault" if result.fault else "power cut" if result.power else "crash"
             _fail(
                 result,
-                f"the commit of seq {seq} was acknowledged before the "
-                f"{'fault' if result.fault is not None else 'crash'} but is not in the log",
+                f"the commit of seq {seq} was acknowledged before the {event} "
+                "but is not in the log",
             )
             break
 

@@ -367,7 +367,7 @@ class PowerResult:
         return sum(
             1
             for r in self.results
-            if any("acknowledged before the crash" in f for f in r.result.failures)
+            if any("acknowledged before the power cut" in f for f in r.result.failures)
         )
 
     @property

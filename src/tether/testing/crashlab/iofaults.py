@@ -63,7 +63,7 @@ from tether.testing.crashlab.matrix import (
     _Workers,
     child_environment,
     effects_integrated,
-    evaluate,
+    resume_and_evaluate,
 )
 from tether.testing.crashlab.scenarios import BUILTIN_SCENARIOS, Scenario
 from tether.testing.crashlab.strace import Call, parse
@@ -523,15 +523,6 @@ def run_case(
     if scenario.tamper:
         apply_tamper(run_dir, scenario)
     runner = workers.runner()
-    out = run_dir / "out"
-    resume1 = runner.run(
-        [case.scenario, str(run_dir), "resume"], env={}, out=out / "resume1", timeout=timeout
-    )
-    log1 = session_log_bytes(run_dir)
-    resume2 = runner.run(
-        [case.scenario, str(run_dir), "resume"], env={}, out=out / "resume2", timeout=timeout
-    )
-    log2 = session_log_bytes(run_dir)
     result = CaseResult(
         Case(case.scenario, f"{site.syscall}:{case.errno}", site.hit),
         crashed=False,
@@ -539,20 +530,19 @@ def run_case(
         run_dir=str(run_dir),
     )
     # By hand only where N counts from the interpreter's start (a forked job's N does not).
-    forked = isinstance(workers.runner(), ForkServerRunner)
+    forked = isinstance(runner, ForkServerRunner)
     result.child_command = "" if forked else reproduce_command(case, run_dir, when, plant)
     result.reproduce = reproduce(case) if reproduce is not None else cli_command(case, plant)
-    evaluate(
+    resume_and_evaluate(
+        runner,
         scenario,
         result,
+        run_dir,
         strict=strict,
         run=run,
         pre_log=pre_log,
         acks=acks,
-        resume1=resume1,
-        log1=log1,
-        resume2=resume2,
-        log2=log2,
+        timeout=timeout,
     )
     elapsed = time.perf_counter() - started
     item = IoCaseResult(case, result, when, tries, "; ".join(trail), elapsed)

@@ -64,6 +64,7 @@ __all__ = [
     "judge_faulted_run",
     "parse_boundary_filter",
     "prepare_run_dir",
+    "resume_and_evaluate",
     "run_lab",
     "session_log_path",
 ]
@@ -836,23 +837,43 @@ def _execute(
     acks = _acks(run_dir)
     if scenario.tamper:
         apply_tamper(run_dir, scenario)
-    resume1 = runner.run(
-        [name, str(run_dir), "resume"],
-        env={},
-        out=run_dir / "out" / "resume1",
-        timeout=options.timeout,
-    )
-    log1 = session_log_bytes(run_dir)
-    resume2 = runner.run(
-        [name, str(run_dir), "resume"],
-        env={},
-        out=run_dir / "out" / "resume2",
-        timeout=options.timeout,
-    )
-    log2 = session_log_bytes(run_dir)
     result = CaseResult(case, crashed=crash, run_dir=str(run_dir))
     result.reproduce = options.reproduce(case) if options.reproduce is not None else ""
     result.child_command = _child_command(case, run_dir, scenario) if crash else ""
+    return resume_and_evaluate(
+        runner,
+        scenario,
+        result,
+        run_dir,
+        strict=strict,
+        run=run,
+        pre_log=pre_log,
+        acks=acks,
+        timeout=options.timeout,
+    )
+
+
+def resume_and_evaluate(
+    runner: Runner,
+    scenario: Scenario,
+    result: CaseResult,
+    run_dir: Path,
+    *,
+    strict: bool,
+    run: JobResult,
+    pre_log: bytes,
+    acks: Sequence[tuple[int, str]],
+    timeout: float,
+) -> CaseResult:
+    """Resume the run folder's session twice in fresh processes, then :func:`evaluate`.
+
+    The same for every lab: a killed run, a faulted run, a power-cut state.
+    """
+    argv = [scenario.name, str(run_dir), "resume"]
+    resume1 = runner.run(argv, env={}, out=run_dir / "out" / "resume1", timeout=timeout)
+    log1 = session_log_bytes(run_dir)
+    resume2 = runner.run(argv, env={}, out=run_dir / "out" / "resume2", timeout=timeout)
+    log2 = session_log_bytes(run_dir)
     return evaluate(
         scenario,
         result,

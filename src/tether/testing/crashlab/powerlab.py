@@ -63,8 +63,8 @@ from tether.testing.crashlab.matrix import (
     SpawnRunner,
     child_environment,
     effects_integrated,
-    evaluate,
     fork_available,
+    resume_and_evaluate,
 )
 from tether.testing.crashlab.power import (
     FileClass,
@@ -488,33 +488,19 @@ def _recover(
     pre_log = session_log_bytes(run_dir)
     acks = durable_acks(state, run_dir)
     name = scenario.name
-
-    def resume(tag: str) -> JobResult:
-        return runner.run(
-            [name, str(run_dir), "resume"],
-            env={},
-            out=run_dir / "out" / tag,
-            timeout=options.timeout,
-        )
-
-    resume1 = resume("resume1")
-    log1 = session_log_bytes(run_dir)
-    resume2 = resume("resume2")
-    log2 = session_log_bytes(run_dir)
     result = CaseResult(
         Case(name, f"power:{cut}", number), crashed=False, run_dir=str(run_dir), power=state.kind
     )
-    evaluate(
+    resume_and_evaluate(
+        runner,
         scenario,
         result,
+        run_dir,
         strict=strict,
         run=recorded,
         pre_log=pre_log,
         acks=acks,
-        resume1=resume1,
-        log1=log1,
-        resume2=resume2,
-        log2=log2,
+        timeout=options.timeout,
     )
     out = StateResult(name, number, cut, call, state.kind, state.lost, result)
     if out.failed:

@@ -373,6 +373,14 @@ class Reducer:
         self._pending: PendingTransaction | None = None
         self._state: SessionState | None = None
         self._last_finished: FinishedOperation | None = None
+        # Snapshot caches, keyed by everything the cached value is built from (so no
+        # undo step is needed): the executor reads the state after every commit, and
+        # the step and its configuration mostly have not changed since the last read.
+        self._frozen_configurations: dict[str, ConfigurationSnapshot] = {}
+        self._last_step: tuple[tuple[str, str, bool, str | None], Step] | None = None
+        # The totals list is replaced, never changed in place (_usage_fact, _restore):
+        # the same list object means the same counters.
+        self._last_usage: tuple[list[int], Usage] | None = None
 
     # ------------------------------------------------------------------ construction
 
@@ -1286,12 +1294,18 @@ class Reducer:
     # ------------------------------------------------------------------ snapshot
 
     def _snapshot(self) -> SessionState:
-        usage = self._usage
+        totals = self._usage
+        cached = self._last_usage
+        if cached is not None and cached[0] is totals:
+            usage = cached[1]
+        else:
+            usage = Usage(totals[0], totals[1], totals[2], totals[3])
+            self._last_usage = (totals, usage)
         return SessionState(
             header=self._header,
             transcript=FrozenView(self._transcript),
             active_context=FrozenView(self._context),
-            usage=Usage(usage[0], usage[1], usage[2], usage[3]),
+            usage=usage,
             operation=self._operation_snapshot(),
             repaired_length=self._length,
             context_boundary=self._boundary,
@@ -1342,6 +1356,10 @@ class Reducer:
         if op.attempt_id is None:
             return None
         attempt = self._attempts[op.attempt_id]
+        key = (op.id, op.attempt_id, attempt.failed, attempt.settled_by)
+        cached = self._last_step
+        if cached is not None and cached[0] == key:
+            return cached[1]
         if attempt.failed:
             status = StepStatus.FAILED
         elif attempt.settled_by is not None:
@@ -1351,7 +1369,12 @@ class Reducer:
         stop = None
         if attempt.settled_by is not None:
             stop = self._entries[attempt.settled_by].stop_reason
-        return Step(
+        # One digest names one canonical snapshot (checked when it was recorded).
+        configuration = self._frozen_configurations.get(attempt.digest)
+        if configuration is None:
+            configuration = _snapshot_value(attempt.snapshot)
+            self._frozen_configurations[attempt.digest] = configuration
+        step = Step(
             operation_id=op.id,
             step_id=attempt.step_id,
             attempt_id=op.attempt_id,
@@ -1359,11 +1382,13 @@ class Reducer:
             step_kind=attempt.kind,
             status=status,
             context_through_entry_id=attempt.context,
-            configuration_snapshot=_snapshot_value(attempt.snapshot),
+            configuration_snapshot=configuration,
             configuration_digest=attempt.digest,
             settled_entry_id=attempt.settled_by,
             stop_reason=stop,
         )
+        self._last_step = (key, step)
+        return step
 
 
 _RECORD_HANDLERS: dict[str, Callable[[Reducer, dict[str, Any], str, int], None]] = {

@@ -13,7 +13,7 @@ LINT_PATHS := $(wildcard src tests bench)
 
 help:
 	@echo "make demo       one agent crashed and recovered, then the crash lab at every boundary"
-	@echo "make test       ruff, mypy (strict) and the pytest suite"
+	@echo "make test       ruff, mypy (strict) and the pytest suite (on every core)"
 	@echo "make lint       ruff check + ruff format --check"
 	@echo "make bench      run bench/bench_*.py"
 	@echo "make clean      remove caches and build output (keeps .venv)"
@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml
 test: .venv
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto --dist loadgroup
 
 lint: .venv
 	$(BIN)/ruff check $(LINT_PATHS)

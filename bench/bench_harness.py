@@ -23,7 +23,10 @@ Printed (targets in brackets), each ratio measured in this run:
 * ``harness.store_commit`` — one store-only commit of a turn's transaction against a bare
   ``os.write`` + ``os.fdatasync`` of the same bytes [<= 1.2x];
 * ``harness.memory`` (``--long``): the reduced state the agent holds for the session,
-  object by object, against the log's size [<= 3x].
+  object by object, against the log's size [<= 3x];
+* ``harness.breakdown`` (``--process``, information): the durable turn split into the
+  time inside the log's ``fdatasync`` calls (the store's sync seam, timed) and the rest,
+  against the same turn in process mode (no syncs, the harness's work alone).
 
 Everything is measured on the same file system, so the baseline has the same disk. Other
 processes on the machine (a test run, a build) disturb the figures: the turn baseline is
@@ -103,15 +106,22 @@ def run_turns(
     model = ScriptedModel.from_json(script(turns))
     agent_turns: list[float] = []
     base_turns: list[float] = []
+    sync_turns: list[float] = []  # time inside the log's fdatasync calls, per turn
+    synced = [0.0]
     log_path: Path | None = None
     size = 0
     agent = Agent(model, workspace=workspace, durability=durability, read_agents_md=False)
     try:
         session: str | None = None
         for _ in range(turns):
+            synced[0] = 0.0
             t0 = time.perf_counter()
             result = agent.run(PROMPT, session=session)
             agent_turns.append(time.perf_counter() - t0)
+            sync_turns.append(synced[0])
+            if session is None and agent._held is not None:
+                # The store's sync seam, timed: what of a turn is the disk's, and what ours.
+                agent._held._sync = _timed(agent._held._sync, synced)  # type: ignore[attr-defined]
             if result.status is not RunStatus.COMPLETED:
                 raise SystemExit(f"benchmark turn did not complete: {result.to_json()}")
             session = result.session_id
@@ -134,9 +144,21 @@ def run_turns(
     return {
         "agent": agent_turns,
         "base": base_turns,
+        "sync": sync_turns,
         "log_bytes": log_path.stat().st_size,
         "held_bytes": held,
     }
+
+
+def _timed(sync: Any, total: list[float]) -> Any:
+    def timed(fd: int) -> None:
+        t0 = time.perf_counter()
+        try:
+            sync(fd)
+        finally:
+            total[0] += time.perf_counter() - t0
+
+    return timed
 
 
 def deep_size(root: object) -> int:
@@ -207,6 +229,19 @@ def report(turns: int, figures: dict[str, Any], durability: Durability) -> list[
     return lines
 
 
+def breakdown(durable: dict[str, Any], process: dict[str, Any]) -> str:
+    """Where a durable turn goes: the log's fdatasync calls, and the rest (the harness's
+    own work), against the same turn in process mode (no syncs: the work alone)."""
+    syncs = statistics.median(durable["sync"])
+    rest = statistics.median(t - s for t, s in zip(durable["agent"], durable["sync"], strict=True))
+    alone = statistics.median(process["agent"])
+    return (
+        f"harness.breakdown  (info)  durable turn = fdatasync {syncs * 1e3:.2f}ms + the rest "
+        f"{rest * 1e3:.2f}ms; the same turn in process mode {alone * 1e3:.2f}ms "
+        f"(the rest takes {rest / alone:.2f}x as long between syncs)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--turns", type=int, default=600, help="turns in the session (600)")
@@ -234,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.process:
             process = run_turns(root, turns, Durability.PROCESS)
             lines += report(turns, process, Durability.PROCESS)
+            lines.append(breakdown(figures, process))
         ours, theirs = store_commit(root)
         lines.append(
             f"harness.store_commit  ratio={ours / theirs:.2f}x  (commit {ours * 1e6:.1f}us, "

@@ -319,6 +319,8 @@ def test_sigterm_stops_after_the_current_step_and_releases_the_leases(
 CLUSTER_ENV = "TETHER_TEST_PG_CLUSTER"
 
 
+# Serial: it stops the server under every PostgreSQL test that would run beside it.
+@pytest.mark.serial
 def test_workers_survive_a_postgres_restart(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
     cluster = os.environ.get(CLUSTER_ENV)
     if not cluster:

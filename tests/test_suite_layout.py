@@ -1,35 +1,18 @@
-"""The suite's own collection rules (tests/conftest.py): under ``make test``'s pytest-xdist,
-every PostgreSQL test is in the ``postgres`` group (one worker, in order), because the
-restart test stops the server under any PostgreSQL test running beside it."""
+"""The split of ``make test`` (Makefile): the suite on every core with ``-m 'not serial'``,
+then ``-m serial`` alone. The serial part is exactly the tests that stop a service the others
+share, and every test is in one part or the other."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
-
-# Collected in a child pytest: a plugin writes each item's node id and its xdist group.
-PLUGIN = """
-import json, os
-
-def pytest_collection_finish(session):
-    rows = []
-    for item in session.items:
-        marks = [m.args[0] for m in item.iter_markers("xdist_group")]
-        rows.append([item.nodeid, marks])
-    with open(os.environ["LAYOUT_OUT"], "w") as out:
-        json.dump(rows, out)
-"""
+ROOT = Path(__file__).resolve().parent.parent
+RESTART = "tests/test_pg_workers.py::test_workers_survive_a_postgres_restart"
 
 
-def _groups(tmp_path: Path, *files: str) -> dict[str, list[str]]:
-    (tmp_path / "layout_plugin.py").write_text(PLUGIN)
-    out = tmp_path / "items.json"
-    env = {**os.environ, "PYTHONPATH": str(tmp_path), "LAYOUT_OUT": str(out)}
+def _collected(*options: str) -> set[str]:
     done = subprocess.run(
         [
             sys.executable,
@@ -38,31 +21,22 @@ def _groups(tmp_path: Path, *files: str) -> dict[str, list[str]]:
             "--collect-only",
             "-q",
             "-p",
-            "layout_plugin",
-            "-p",
             "no:cacheprovider",
-            *(str(TESTS / name) for name in files),
+            *options,
         ],
-        cwd=TESTS.parent,
-        env=env,
+        cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    return {nodeid: marks for nodeid, marks in json.loads(out.read_text())}
+    return {line for line in done.stdout.splitlines() if "::" in line}
 
 
-def test_postgres_tests_share_one_group_and_others_none(tmp_path: Path) -> None:
-    groups = _groups(tmp_path, "test_pg_workers.py", "test_seams.py", "test_framing.py")
-    restart = [n for n in groups if n.endswith("test_workers_survive_a_postgres_restart")]
-    assert restart and groups[restart[0]] == ["postgres"]
-    for nodeid, marks in groups.items():
-        if "test_pg_workers.py" in nodeid or "postgres" in nodeid:
-            assert marks == ["postgres"], nodeid
-        else:
-            assert marks == [], nodeid
-    # Both kinds exist in test_seams.py: the store/database parameters other than postgres
-    # stay free to run on any worker.
-    seams = [n for n in groups if "test_seams.py" in n]
-    assert any("postgres" in n for n in seams) and any("postgres" not in n for n in seams)
+def test_the_serial_part_is_the_restart_test_and_the_parts_cover_the_suite() -> None:
+    serial = _collected("-m", "serial")
+    parallel = _collected("-m", "not serial")
+    everything = _collected()
+    assert serial == {RESTART}
+    assert not serial & parallel
+    assert serial | parallel == everything

@@ -377,7 +377,7 @@ class Reducer:
         # undo step is needed): the executor reads the state after every commit, and
         # the step and its configuration mostly have not changed since the last read.
         self._frozen_configurations: dict[str, ConfigurationSnapshot] = {}
-        self._last_step: tuple[tuple[str, str, bool, str | None], Step] | None = None
+        self._last_step: tuple[tuple[str, bool, str | None], Step] | None = None
         # The totals list is replaced, never changed in place (_usage_fact, _restore):
         # the same list object means the same counters.
         self._last_usage: tuple[list[int], Usage] | None = None
@@ -1356,7 +1356,8 @@ class Reducer:
         if op.attempt_id is None:
             return None
         attempt = self._attempts[op.attempt_id]
-        key = (op.id, op.attempt_id, attempt.failed, attempt.settled_by)
+        # The attempt id names its operation too: an attempt belongs to one operation.
+        key = (op.attempt_id, attempt.failed, attempt.settled_by)
         cached = self._last_step
         if cached is not None and cached[0] == key:
             return cached[1]

@@ -26,7 +26,12 @@ Printed (targets in brackets), each ratio measured in this run:
   object by object, against the log's size [<= 3x];
 * ``harness.breakdown`` (``--process``, information): the durable turn split into the
   time inside the log's ``fdatasync`` calls (the store's sync seam, timed) and the rest,
-  against the same turn in process mode (no syncs, the harness's work alone).
+  against the same turn in process mode (no syncs, the harness's work alone);
+* ``harness.timeline`` (``--timeline``, information): a durable turn as the sequence of
+  its syncs and the agent's progress events (``ModelStarted`` just before the model
+  request, ``ToolStarted`` just before the tool runs), each segment's median in µs; and
+  ``harness.after_sync``, the work between each sync and the action it precedes: the most
+  of a turn that syncing on a background thread, waited for before the action, could hide.
 
 Everything is measured on the same file system, so the baseline has the same disk. Other
 processes on the machine (a test run, a build) disturb the figures: the turn baseline is
@@ -96,9 +101,14 @@ def split(data: bytes, parts: int) -> list[bytes]:
 
 
 def run_turns(
-    root: Path, turns: int, durability: Durability, *, memory: bool = False
+    root: Path,
+    turns: int,
+    durability: Durability,
+    *,
+    memory: bool = False,
+    timeline: bool = False,
 ) -> dict[str, Any]:
-    workspace = root / f"harness-{durability.value}-{turns}"
+    workspace = root / f"harness-{durability.value}-{turns}{'-timeline' if timeline else ''}"
     workspace.mkdir()
     (workspace / "data.txt").write_text(FILE_TEXT)
     scratch_path = workspace / "scratch.bin"
@@ -108,20 +118,37 @@ def run_turns(
     base_turns: list[float] = []
     sync_turns: list[float] = []  # time inside the log's fdatasync calls, per turn
     synced = [0.0]
+    marks: list[tuple[str, float]] = []  # --timeline: (what, when) of the current turn
+    timelines: list[list[tuple[str, float]]] = []
     log_path: Path | None = None
     size = 0
-    agent = Agent(model, workspace=workspace, durability=durability, read_agents_md=False)
+    agent = Agent(
+        model,
+        workspace=workspace,
+        durability=durability,
+        read_agents_md=False,
+        on_event=_marker(marks) if timeline else None,
+    )
     try:
         session: str | None = None
         for _ in range(turns):
             synced[0] = 0.0
+            marks.clear()
             t0 = time.perf_counter()
+            marks.append(("run", t0))
             result = agent.run(PROMPT, session=session)
             agent_turns.append(time.perf_counter() - t0)
+            marks.append(("returned", t0 + agent_turns[-1]))
             sync_turns.append(synced[0])
             if session is None and agent._held is not None:
                 # The store's sync seam, timed: what of a turn is the disk's, and what ours.
-                agent._held._sync = _timed(agent._held._sync, synced)  # type: ignore[attr-defined]
+                agent._held._sync = _timed(  # type: ignore[attr-defined]
+                    agent._held._sync,  # type: ignore[attr-defined]
+                    synced,
+                    marks if timeline else None,
+                )
+            elif timeline:
+                timelines.append(list(marks))
             if result.status is not RunStatus.COMPLETED:
                 raise SystemExit(f"benchmark turn did not complete: {result.to_json()}")
             session = result.session_id
@@ -147,18 +174,55 @@ def run_turns(
         "sync": sync_turns,
         "log_bytes": log_path.stat().st_size,
         "held_bytes": held,
+        "timelines": timelines,
     }
 
 
-def _timed(sync: Any, total: list[float]) -> Any:
+def _timed(sync: Any, total: list[float], marks: list[tuple[str, float]] | None) -> Any:
     def timed(fd: int) -> None:
         t0 = time.perf_counter()
         try:
             sync(fd)
         finally:
-            total[0] += time.perf_counter() - t0
+            t1 = time.perf_counter()
+            total[0] += t1 - t0
+            if marks is not None:
+                marks.extend((("sync", t0), ("synced", t1)))
 
     return timed
+
+
+# The events that mark a turn's progress (the others are emitted at the same moments).
+_MARKED = {"model_started": "model", "tool_started": "tool", "tool_finished": "tool done"}
+
+
+def _marker(marks: list[tuple[str, float]]) -> Any:
+    def on_event(event: Any) -> None:
+        what = _MARKED.get(event.kind)
+        if what is not None:
+            marks.append((what, time.perf_counter()))
+
+    return on_event
+
+
+def timeline(figures: dict[str, Any]) -> list[str]:
+    """The median of each segment of a durable turn, in the order the turn makes them."""
+    turns = figures["timelines"]
+    shape = [what for what, _ in turns[0]]
+    same = [t for t in turns if [what for what, _ in t] == shape]
+    parts: list[str] = []
+    after_sync = 0.0
+    for i in range(len(shape) - 1):
+        median = statistics.median(t[i + 1][1] - t[i][1] for t in same) * 1e6
+        label = "fdatasync" if shape[i] == "sync" else f"{shape[i]}->{shape[i + 1]}"
+        parts.append(f"{label} {median:.0f}")
+        if shape[i] == "synced":
+            after_sync += median
+    return [
+        f"harness.timeline  (info, median us, {len(same)} turns)  " + " | ".join(parts),
+        f"harness.after_sync  (info)  {after_sync:.0f}us a turn between the syncs and the "
+        "actions they precede: the most a background sync could overlap",
+    ]
 
 
 def deep_size(root: object) -> int:
@@ -250,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--process", action="store_true", help="also process durability")
     parser.add_argument("--dir", type=Path, default=None, help="where to put the sessions")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of the run")
+    parser.add_argument("--timeline", action="store_true", help="also time a turn's segments")
     args = parser.parse_args(argv)
     turns = 5000 if args.long else args.turns
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="tether-bench-") as tmp:
@@ -270,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
             process = run_turns(root, turns, Durability.PROCESS)
             lines += report(turns, process, Durability.PROCESS)
             lines.append(breakdown(figures, process))
+        if args.timeline:
+            lines += timeline(run_turns(root, turns, Durability.DURABLE, timeline=True))
         ours, theirs = store_commit(root)
         lines.append(
             f"harness.store_commit  ratio={ours / theirs:.2f}x  (commit {ours * 1e6:.1f}us, "

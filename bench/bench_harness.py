@@ -192,7 +192,8 @@ def _timed(sync: Any, total: list[float], marks: list[tuple[str, float]] | None)
     return timed
 
 
-# The events that mark a turn's progress (the others are emitted at the same moments).
+# The events that mark a turn's progress: model_started is emitted just before the model
+# request, tool_started just before the tool runs, tool_finished once its result is committed.
 _MARKED = {"model_started": "model", "tool_started": "tool", "tool_finished": "tool done"}
 
 
@@ -208,6 +209,8 @@ def _marker(marks: list[tuple[str, float]]) -> Any:
 def timeline(figures: dict[str, Any]) -> list[str]:
     """The median of each segment of a durable turn, in the order the turn makes them."""
     turns = figures["timelines"]
+    if not turns:
+        return ["harness.timeline  (info)  needs at least 2 turns (the first one sets it up)"]
     shape = [what for what, _ in turns[0]]
     same = [t for t in turns if [what for what, _ in t] == shape]
     parts: list[str] = []
@@ -317,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeline", action="store_true", help="also time a turn's segments")
     args = parser.parse_args(argv)
     turns = 5000 if args.long else args.turns
+    if turns < 1:
+        parser.error("--turns must be at least 1")
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="tether-bench-") as tmp:
         root = Path(tmp)
         print(f"# python {sys.version.split()[0]}, {turns} turns, directory {root}")

@@ -1,49 +1,144 @@
-"""The public agent: the composition root's parts, driven by the executor's loop."""
+"""The public agent: one settings value and the seams, composed, driven by the executor's loop.
+
+``Agent(model, tools, **options)``: each option is either a setting of the one settings
+table (:data:`tether._settings.SETTINGS`: ``workspace``, ``system_prompt``, ``durability``,
+``max_steps``, ``store``, …, the same names as the CLI's flags) or a seam
+(:class:`~tether._runtime.compose.Seams`: ``on_event``, ``authorize``, ``session_store``,
+``clock``, …). Options given here rank as flags do: above the environment variables and
+``tether.toml``. An unknown option is a :class:`~tether.errors.ConfigurationError`.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, TypedDict, Unpack
 
 from tether._clock import Clock
 from tether._ids import IdSource
 from tether._models.base import ModelAdapter
-from tether._project import BudgetConfig, ProjectConfig
-from tether._runtime.compose import compose
+from tether._project import (
+    BudgetConfig,
+    ProjectConfig,
+    find_workspace_root,
+    load_project_config,
+)
+from tether._runtime.compose import Seams, compose
 from tether._runtime.events import EventSink
 from tether._runtime.executor import Executor
 from tether._runtime.guards import Authorizer
-from tether._runtime.retry import RetryPolicy
+from tether._settings import SETTINGS, Settings, override_settings, resolve_settings
 from tether._stores.file import Durability
 from tether._stores.protocol import SessionOpener
 from tether._tools.base import Tool
 from tether._wsdb.protocol import WorkspaceDBOpener
 from tether.errors import ConfigurationError
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "AgentOptions"]
+
+
+class AgentOptions(TypedDict, total=False):
+    """The keyword options of :class:`Agent`: the settings (see :data:`tether._settings.SETTINGS`
+    for each one's meaning, environment variable and ``tether.toml`` key) and the seams
+    (:class:`~tether._runtime.compose.Seams`)."""
+
+    # Settings.
+    base_url: str | None
+    api_key: str | None
+    timeout: float | None
+    model_options: Sequence[str] | None
+    workspace: str | os.PathLike[str] | None
+    sessions_dir: str | os.PathLike[str] | None
+    durability: Durability | str | None
+    system_prompt: str | None
+    tool_timeout: float | None
+    require_verified: bool | None
+    assume_yes: bool | None
+    max_steps: int | None
+    max_tokens: int | None
+    max_seconds: float | None
+    store: str | None
+    store_url: str | None  # the name ``store`` had before the settings table; still accepted
+    lease_seconds: float | None
+    environment: str | None
+    # Seams.
+    on_event: EventSink | None
+    authorize: Authorizer | None
+    ask_by_default: bool | None
+    park_approvals: bool
+    read_agents_md: bool
+    project: ProjectConfig | None
+    budget: BudgetConfig | None
+    output_options: Mapping[str, Any] | None
+    wrap_model: Callable[[ModelAdapter], ModelAdapter] | None
+    secrets: Iterable[str]
+    session_store: SessionOpener | None
+    workspace_db: WorkspaceDBOpener | None
+    clock: Clock | None
+    ids: IdSource | None
+    model_retries: int | None
+    retry_base_delay: float
+
+
+_SETTING_NAMES = frozenset(row.name for row in SETTINGS)
+_SEAM_NAMES = frozenset(f.name for f in fields(Seams))
+_ALIASES = {"store_url": "store"}
+
+
+def split_options(
+    options: Mapping[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``options`` as (settings given, seams given); an unknown name is refused."""
+    given: dict[str, Any] = {}
+    seams: dict[str, Any] = {}
+    for name, value in options.items():
+        name = _ALIASES.get(name, name)
+        if name in _SETTING_NAMES:
+            given[name] = value
+        elif name in _SEAM_NAMES:
+            seams[name] = value
+        else:
+            raise ConfigurationError(f"Agent() got an unknown option {name!r}")
+    return given, seams
+
+
+def _checked_retries(seams: dict[str, Any]) -> None:
+    retries = seams.get("model_retries")
+    if retries is None:
+        return
+    if isinstance(retries, bool) or not isinstance(retries, int):
+        raise ConfigurationError("model_retries must be an integer")
+    if not 0 <= retries <= 10:
+        raise ConfigurationError("model_retries must be between 0 and 10")
 
 
 class Agent(Executor):
     """Runs an agent whose every step is written ahead to a session log.
 
-    ``model`` is a :class:`~tether._models.base.ModelAdapter`; ``tools`` defaults to the
-    built-ins (``read``, ``bash``, ``write``, ``edit``), plus ``verify`` when ``tether.toml``
-    configures a check command. ``AGENTS.md`` in the workspace is appended to the system
-    prompt. ``on_event`` receives progress events.
+    ``model`` is a :class:`~tether._models.base.ModelAdapter`, or a model string as
+    ``--model`` takes it (``openai/gpt-4o-mini``, ``anthropic:…``, ``scripted:PATH``), or
+    ``None`` for the model the settings name (``$TETHER_MODEL``, ``[model] model``).
+    ``tools`` defaults to the built-ins (``read``, ``bash``, ``write``, ``edit``), plus
+    ``verify`` when ``tether.toml`` configures a check command. ``AGENTS.md`` in the
+    workspace is appended to the system prompt.
 
-    ``project`` is the workspace's ``tether.toml`` (read from the workspace when omitted):
-    the check command, the authorization policy and the budgets (``budget`` overrides
-    them). ``authorize`` asks a person about calls the policy marks ``ask`` (without it
-    nobody can be asked: such calls are denied); ``assume_yes`` answers every ``ask`` with
-    yes. ``ask_by_default`` (default: whether ``authorize`` is given) makes ``ask`` the
-    default for side-effecting tools no rule names, as in the REPL. ``park_approvals``
-    parks an ``ask`` call nobody can be asked about instead of denying it: the run ends
+    The options (:class:`AgentOptions`) are the settings of the one settings table — the
+    same as the CLI's flags, ranked as flags are, above the environment and ``tether.toml``
+    — and the seams of :class:`~tether._runtime.compose.Seams`. ``settings`` passes a
+    resolved :class:`~tether._settings.Settings` value instead (what the CLI does); options
+    given beside it override it.
+
+    ``authorize`` asks a person about calls the policy marks ``ask`` (without it nobody can
+    be asked: such calls are denied); ``assume_yes`` answers every ``ask`` with yes.
+    ``ask_by_default`` (default: whether ``authorize`` is given) makes ``ask`` the default
+    for side-effecting tools no rule names, as in the REPL. ``park_approvals`` parks an
+    ``ask`` call nobody can be asked about instead of denying it: the run ends
     ``awaiting_approval`` until ``tether approve``/``deny`` decides (see
-    :mod:`tether._effects.approvals`). ``require_verified``
-    (default: ``[verify] required``) starts up to
-    :data:`~tether._runtime.executor.MAX_FOLLOW_UPS` follow-up runs asking the model to
-    verify when a run that changed files completes unverified.
+    :mod:`tether._effects.approvals`). ``require_verified`` (default: ``[verify] required``)
+    starts up to :data:`~tether._runtime.executor.MAX_FOLLOW_UPS` follow-up runs asking the
+    model to verify when a run that changed files completes unverified.
 
     Credentials never reach the log or ``on_event``: every exact occurrence of a secret
     registered with :func:`tether._credentials.register_secret` (the model adapter registers
@@ -54,72 +149,30 @@ class Agent(Executor):
     e.g. :class:`~tether._stores.memory.MemorySessions`), ``workspace_db`` opens the
     workspace database (:class:`~tether._wsdb.protocol.WorkspaceDBOpener`, e.g.
     :class:`~tether._wsdb.memory.MemoryWorkspace`), ``clock`` and ``ids`` are the time and id
-    sources of the loop. ``store_url`` (default: ``$TETHER_STORE_URL``, else ``[store] url``)
+    sources of the loop. ``store`` (default: ``$TETHER_STORE_URL``, else ``[store] url``)
     selects a shared PostgreSQL store instead of the file store (``docs/scale-out.md``).
-    Everything is read and built by
-    :func:`~tether._runtime.compose.compose`.
+    Everything is read and built by :func:`~tether._runtime.compose.compose`.
     """
 
     def __init__(
         self,
-        model: ModelAdapter,
+        model: ModelAdapter | str | None = None,
         tools: Sequence[Tool] | None = None,
         *,
-        workspace: str | os.PathLike[str] = ".",
-        system_prompt: str | None = None,
-        durability: Durability | str = Durability.DURABLE,
-        output_options: Mapping[str, Any] | None = None,
-        environment: str | None = None,
-        sessions_dir: str | os.PathLike[str] | None = None,
-        on_event: EventSink | None = None,
-        tool_timeout: float | None = None,
-        read_agents_md: bool = True,
-        project: ProjectConfig | None = None,
-        authorize: Authorizer | None = None,
-        assume_yes: bool = False,
-        ask_by_default: bool | None = None,
-        park_approvals: bool = False,
-        require_verified: bool | None = None,
-        budget: BudgetConfig | None = None,
-        secrets: Iterable[str] = (),
-        session_store: SessionOpener | None = None,
-        workspace_db: WorkspaceDBOpener | None = None,
-        clock: Clock | None = None,
-        ids: IdSource | None = None,
-        store_url: str | None = None,
-        model_retries: int = 0,
-        retry_base_delay: float = 1.0,
+        settings: Settings | None = None,
+        **options: Unpack[AgentOptions],
     ) -> None:
-        super().__init__(
-            compose(
-                model,
-                tools,
-                workspace=workspace,
-                system_prompt=system_prompt,
-                durability=durability,
-                output_options=output_options,
-                environment=environment,
-                sessions_dir=sessions_dir,
-                on_event=on_event,
-                tool_timeout=tool_timeout,
-                read_agents_md=read_agents_md,
-                project=project,
-                authorize=authorize,
-                assume_yes=assume_yes,
-                ask_by_default=ask_by_default,
-                park_approvals=park_approvals,
-                require_verified=require_verified,
-                budget=budget,
-                secrets=secrets,
-                session_store=session_store,
-                workspace_db=workspace_db,
-                clock=clock,
-                ids=ids,
-                store_url=store_url,
-            )
-        )
-        if isinstance(model_retries, bool) or not isinstance(model_retries, int):
-            raise ConfigurationError("model_retries must be an integer")
-        if not 0 <= model_retries <= 10:
-            raise ConfigurationError("model_retries must be between 0 and 10")
-        self.retry_policy = RetryPolicy(retries=model_retries, base_delay=float(retry_base_delay))
+        given, seam_values = split_options(options)
+        _checked_retries(seam_values)
+        if isinstance(model, str):
+            given["model"] = model
+            model = None
+        if settings is None:
+            if seam_values.get("project") is None:
+                workspace = given.get("workspace")
+                root = find_workspace_root(None if workspace is None else Path(workspace))
+                seam_values["project"] = load_project_config(root.path)
+            settings = resolve_settings(given, environ=os.environ, project=seam_values["project"])
+        else:
+            settings = override_settings(settings, given)
+        super().__init__(compose(settings, model, tools, Seams(**seam_values)))

@@ -1,36 +1,45 @@
 """The composition root: everything an agent is built from, read and built in one place.
 
+Every entry point — ``tether run``, the REPL, ``resume``, ``retry``, ``submit``, ``worker``,
+the crash lab and the library :class:`~tether.Agent` — builds its agent with :func:`compose`
+from one :class:`~tether._settings.Settings` value (the one settings table,
+:mod:`tether._settings`) and the :class:`Seams` it plugs in. So the same workspace and the
+same settings give the same configuration digest whichever way a session is driven.
+
 :func:`compose` is the only part of the runtime that reads the outside world to configure
-an agent — ``tether.toml``, the workspace's ``AGENTS.md``, the environment
-(``TETHER_ENVIRONMENT_IDENTITY``) — and that chooses implementations: the tool registry
-(the built-ins, plus ``verify`` when a check command is configured), the guards, the
-configuration snapshot, the session-store opener (the file store unless another is given),
-the workspace-database opener (``.tether/effects.db`` unless another is given), the clock
-and the id source. The executor (:mod:`tether._runtime.executor`) receives the result, a
-:class:`Composition`, and reads nothing else.
+an agent — ``tether.toml``, the workspace's ``AGENTS.md``, the model's key variable — and
+that chooses implementations: the model adapter (:func:`load_configured_model`), the tool
+registry (the built-ins, plus ``verify`` when a check command is configured), the guards,
+the configuration snapshot, the session-store opener (the file store unless a shared store
+is set), the workspace-database opener (``.tether/effects.db`` unless another is given),
+the clock and the id source. The executor (:mod:`tether._runtime.executor`) receives the
+result, a :class:`Composition`, and reads nothing else.
 
 Steps, in this order (so the first problem is the one reported):
 
-1. the workspace must be a directory; its real path is the tools' root;
-2. ``tether.toml`` (unless ``project`` is given), the budget and ``require_verified``
+1. the workspace (the setting, else the root found from the current folder) must be a
+   directory; its real path is the tools' root;
+2. ``tether.toml`` (unless the seams give it), the budget and ``require_verified``
    (which needs a check command);
 3. the guards, over the workspace database of this agent (:class:`SessionEvidence`);
-4. the tools: ``tools`` or the built-ins, plus ``verify`` for a configured check command,
-   plus the tools of the MCP servers of ``[mcp.servers]`` (started now if this process
-   has not started them yet, :mod:`tether._mcp`); names must be unique;
-5. the system prompt, with ``AGENTS.md`` appended (:func:`load_agents_md`);
-6. durability, output options, the sessions directory and the state the file tools must
-   never touch (:class:`~tether._tools.workspace.ProtectedState`);
-7. the environment identity and the configuration snapshot;
-8. the masker (a credential in the snapshot is refused) and the masked event sink;
-9. the session-store opener, the workspace-database opener, the clock and the ids.
+4. the model: the adapter the settings name (or the caller's), ``[model]``'s request
+   options and identity suffix, the retries;
+5. the tools: the caller's or the built-ins, plus ``verify`` for a configured check
+   command, plus the tools of the MCP servers of ``[mcp.servers]`` (started now if this
+   process has not started them yet, :mod:`tether._mcp`); names must be unique;
+6. the system prompt, with ``AGENTS.md`` appended (:func:`load_agents_md`);
+7. durability and the state the file tools must never touch
+   (:class:`~tether._tools.workspace.ProtectedState`);
+8. the environment identity and the configuration snapshot;
+9. the masker (a credential in the snapshot is refused) and the masked event sink;
+10. the session-store opener, the workspace-database opener, the clock and the ids.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,11 +50,21 @@ from tether._ids import IdSource, new_uuid7
 from tether._inputs import read_optional_file
 from tether._mcp.tools import mcp_tools
 from tether._models.base import ModelAdapter
-from tether._project import BudgetConfig, ProjectConfig, load_project_config
+from tether._models.options import (
+    ConfiguredModel,
+    ModelConfig,
+    identity_suffix,
+    merge,
+    output_options_for,
+    parse_model_options,
+)
+from tether._project import BudgetConfig, ProjectConfig, find_workspace_root, load_project_config
 from tether._runtime.events import EventSink
 from tether._runtime.evidence import SessionEvidence
 from tether._runtime.guards import Authorizer, Guards
 from tether._runtime.masking import masked_sink
+from tether._runtime.retry import RetryPolicy
+from tether._settings import Settings
 from tether._stores.file import Durability, FileSessions
 from tether._stores.protocol import SessionOpener
 from tether._tools.base import Tool, ToolRegistry
@@ -62,8 +81,13 @@ __all__ = [
     "ENVIRONMENT_VARIABLE",
     "MAX_AGENTS_BYTES",
     "Composition",
+    "LoadedModel",
+    "Seams",
     "compose",
     "load_agents_md",
+    "load_configured_model",
+    "model_config",
+    "system_prompt_for",
 ]
 
 DEFAULT_SYSTEM_PROMPT: Final = (
@@ -74,9 +98,6 @@ DEFAULT_SYSTEM_PROMPT: Final = (
 AGENTS_FILE: Final = "AGENTS.md"
 MAX_AGENTS_BYTES: Final = 64 * 1024
 ENVIRONMENT_VARIABLE: Final = "TETHER_ENVIRONMENT_IDENTITY"
-STORE_URL_ENV: Final = "TETHER_STORE_URL"
-"""A shared session store's URL (``postgresql://…``); ``[store] url`` in tether.toml too."""
-LEASE_ENV: Final = "TETHER_LEASE_SECONDS"
 
 
 @dataclass(frozen=True)
@@ -107,6 +128,10 @@ class Composition:
     owned_sessions: Any = None
     """The session opener compose made itself and the agent closes (a shared store's
     connections and lease renewal), or ``None``."""
+    settings: Settings = field(default_factory=Settings)
+    """The settings the agent was built from."""
+    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
+    """Automatic retries of a transient model failure."""
 
 
 def load_agents_md(workspace: Path) -> str | None:
@@ -130,53 +155,139 @@ def load_agents_md(workspace: Path) -> str | None:
     return text if text.strip() else None
 
 
-def compose(
-    model: ModelAdapter,
-    tools: Sequence[Tool] | None = None,
+@dataclass(frozen=True)
+class Seams:
+    """What an entry point plugs in besides its :class:`~tether._settings.Settings`: the
+    callbacks of its user interface and the implementations tests and embedders inject.
+
+    None of these enters the configuration digest: what shapes a model request is a setting.
+    """
+
+    on_event: EventSink | None = None
+    authorize: Authorizer | None = None
+    """Asks a person about a call the policy marks ``ask`` (none: nobody can be asked)."""
+    ask_by_default: bool | None = None
+    """``ask`` for side-effecting calls no rule names (default: whether ``authorize`` is
+    given), as in the REPL."""
+    park_approvals: bool = False
+    """Park an ``ask`` call nobody can be asked about, instead of denying it."""
+    read_agents_md: bool = True
+    project: ProjectConfig | None = None
+    """``tether.toml`` already read (default: read from the workspace)."""
+    budget: BudgetConfig | None = None
+    """The run budget instead of ``[budget]`` and the budget settings."""
+    output_options: Mapping[str, Any] | None = None
+    """The request options instead of those ``[model]`` and ``--model-option`` give."""
+    wrap_model: Callable[[ModelAdapter], ModelAdapter] | None = None
+    """Wraps the configured model (the CLI's progress display watches its answers); the
+    wrapper must keep the identities, so the configuration digest is unchanged."""
+    secrets: Iterable[str] = ()
+    session_store: SessionOpener | None = None
+    workspace_db: WorkspaceDBOpener | None = None
+    clock: Clock | None = None
+    ids: IdSource | None = None
+    model_retries: int | None = None
+    """Automatic retries of a transient model failure (default: ``[model] retries`` for a
+    model tether loads from the settings; 0 for an adapter the caller built, whose client
+    is the caller's to configure)."""
+    retry_base_delay: float = 1.0
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """The model an agent talks to, as the settings and ``[model]`` configure it."""
+
+    adapter: ModelAdapter
+    output_options: Mapping[str, Any]
+    retries: int
+    config: ModelConfig
+
+
+def model_config(settings: Settings, project: ProjectConfig) -> ModelConfig:
+    """``[model]`` of tether.toml with ``--model-option`` over it."""
+    return merge(project.model, parse_model_options(settings.model_options), "--model-option")
+
+
+def load_configured_model(
+    settings: Settings,
+    project: ProjectConfig,
+    given: ModelAdapter | None = None,
     *,
-    workspace: str | os.PathLike[str] = ".",
-    system_prompt: str | None = None,
-    durability: Durability | str = Durability.DURABLE,
-    output_options: Mapping[str, Any] | None = None,
-    environment: str | None = None,
-    sessions_dir: str | os.PathLike[str] | None = None,
-    on_event: EventSink | None = None,
-    tool_timeout: float | None = None,
-    read_agents_md: bool = True,
-    project: ProjectConfig | None = None,
-    authorize: Authorizer | None = None,
-    assume_yes: bool = False,
-    ask_by_default: bool | None = None,
-    park_approvals: bool = False,
-    require_verified: bool | None = None,
-    budget: BudgetConfig | None = None,
-    secrets: Iterable[str] = (),
-    session_store: SessionOpener | None = None,
-    workspace_db: WorkspaceDBOpener | None = None,
-    clock: Clock | None = None,
-    ids: IdSource | None = None,
-    store_url: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LoadedModel:
+    """The model of ``settings`` (or ``given``, an adapter the caller built), wrapped so that
+    its routing identity names the ``[model]`` key variable and extra headers, with the
+    request options ``[model]`` and ``--model-option`` give.
+
+    Everything that shapes the configuration digest on the model's side is decided here, for
+    every entry point alike.
+    """
+    from tether._models import load_model
+
+    env = os.environ if environ is None else environ
+    config = model_config(settings, project)
+    inner = given
+    if inner is None:
+        api_key = settings.api_key if (settings.api_key or "").strip() else None
+        if api_key is None and config.api_key_env:
+            api_key = env.get(config.api_key_env, "").strip() or None
+            if api_key is None:
+                raise ConfigurationError(
+                    f"[model] api_key_env names {config.api_key_env}, which is not set"
+                )
+        inner = load_model(
+            settings.model or config.model,
+            base_url=settings.base_url or config.base_url,
+            api_key=api_key,
+            timeout=settings.timeout if settings.timeout is not None else config.timeout,
+            idle_timeout=config.idle_timeout,
+            stream=config.stream,
+            extra_headers=config.extra_headers or None,
+            environ=env,
+        )
+    api = "anthropic" if inner.adapter_identity.startswith("anthropic:") else "chat-completions"
+    host = inner.routing_identity.split("/", 1)[0]
+    options = output_options_for(config, api=api, base_host=host)
+    retries = config.retries if given is None else 0
+    return LoadedModel(ConfiguredModel(inner, identity_suffix(config)), options, retries, config)
+
+
+def _budget(settings: Settings, project: ProjectConfig) -> BudgetConfig:
+    """The run budget: the budget settings (flags over ``[budget]``, which they default to)."""
+    return replace(
+        project.budget,
+        max_steps=settings.max_steps,
+        max_tokens=settings.max_tokens,
+        max_seconds=settings.max_seconds,
+    )
+
+
+def compose(
+    settings: Settings,
+    model: ModelAdapter | None = None,
+    tools: Sequence[Tool] | None = None,
+    seams: Seams = Seams(),
 ) -> Composition:
-    """Read the configuration and build everything an agent needs (the parameters are
-    :class:`~tether._runtime.agent.Agent`'s)."""
-    # 1. The workspace.
-    root = Path(workspace)
+    """Build everything an agent needs from one settings value (the module docstring gives
+    the steps). ``model`` is an adapter the caller built (default: the one ``settings``
+    names); ``tools`` replaces the built-ins."""
+    # 1. The workspace: the settings name it, or the one the current folder belongs to.
+    root = find_workspace_root(settings.workspace).path
     if not root.is_dir():
         raise ConfigurationError(f"workspace {str(root)!r} is not a directory")
     real = Path(os.path.realpath(root))
     # 2. tether.toml, the budget, require_verified.
-    config = project if project is not None else load_project_config(real)
-    limits = budget if budget is not None else config.budget
-    required = require_verified if require_verified is not None else config.verify.required
+    config = seams.project if seams.project is not None else load_project_config(real)
+    limits = seams.budget if seams.budget is not None else _budget(settings, config)
+    required = settings.require_verified or config.verify.required
     if required and config.verify.command is None:
         raise ConfigurationError(f"verification is required but {NO_COMMAND}")
     # 3. The guards, over this agent's workspace database: on a shared store its tables are
     # in the store's database, the file-change journal stays in .tether/effects.db.
-    if store_url is None and session_store is None:
-        store_url = os.environ.get(STORE_URL_ENV) or config.store.url
-    if workspace_db is not None:
-        opener = workspace_db
-    elif store_url and session_store is None:
+    store_url = settings.store if seams.session_store is None else None
+    if seams.workspace_db is not None:
+        opener = seams.workspace_db
+    elif store_url:
         opener = _shared_db_opener(real, store_url)
     else:
         opener = _effects_db_opener(real)
@@ -185,74 +296,65 @@ def compose(
         real,
         config,
         evidence.records,
-        authorize=authorize,
-        assume_yes=assume_yes,
-        ask_by_default=ask_by_default,
-        park=park_approvals,
+        authorize=seams.authorize,
+        assume_yes=settings.assume_yes,
+        ask_by_default=seams.ask_by_default,
+        park=seams.park_approvals,
     )
-    # 4. The tools.
+    # 4. The model, its request options and its retries.
+    loaded = load_configured_model(settings, config, model)
+    adapter = seams.wrap_model(loaded.adapter) if seams.wrap_model else loaded.adapter
+    options: Mapping[str, Any] = dict(
+        seams.output_options if seams.output_options is not None else loaded.output_options
+    )
+    retries = seams.model_retries if seams.model_retries is not None else loaded.retries
+    # 5. The tools.
     chosen = list(tools) if tools is not None else builtin_tools(pass_env=config.tools.pass_env)
     if config.verify.command is not None and all(t.name != "verify" for t in chosen):
         chosen.append(VerifyTool(lambda: guards.verifier))
     if config.mcp.servers:
         chosen.extend(mcp_tools(config.mcp, real))  # starts the servers not running yet
     registry = ToolRegistry(chosen)
-    # 5. The system prompt and AGENTS.md.
-    prompt = system_prompt if system_prompt is not None else DEFAULT_SYSTEM_PROMPT
-    agents = load_agents_md(real) if read_agents_md else None
-    if agents is not None:
-        prompt = f"{prompt}\n\n# {AGENTS_FILE}\n\n{agents}"
-    # 6. Durability, output options, the layout the file tools must never touch.
-    mode = Durability(durability)
-    options: Mapping[str, Any] = dict(output_options or {})
-    sessions_path = Path(sessions_dir) if sessions_dir is not None else None
+    # 6. The system prompt and AGENTS.md.
+    prompt = system_prompt_for(settings, real, read_agents_md=seams.read_agents_md)
+    # 7. Durability, the layout the file tools must never touch.
+    mode = Durability(settings.durability)
+    sessions_path = settings.sessions_dir
     protected = ProtectedState.for_workspace(real, sessions_path)
-    # 7. The environment identity and the configuration snapshot.
-    if environment is None:
-        environment = os.environ.get(ENVIRONMENT_VARIABLE)
-    identity = environment_identity(environment, str(real))
+    # 8. The environment identity and the configuration snapshot.
+    identity = environment_identity(settings.environment, str(real))
     configuration = AgentConfiguration.build(
-        model=model.model,
-        adapter_identity=model.adapter_identity,
-        routing_identity=model.routing_identity,
+        model=adapter.model,
+        adapter_identity=adapter.adapter_identity,
+        routing_identity=adapter.routing_identity,
         system_prompt=prompt,
         snapshot_tools=registry.snapshot_tools(),
         declarations=registry.declarations(),
         output_options=options,
         environment=identity,
     )
-    # 8. Credentials are masked in every fact and event; one in the configuration snapshot
+    # 9. Credentials are masked in every fact and event; one in the configuration snapshot
     # could not be, since the log records the snapshot's digest with it (the prompt itself
     # is only recorded as a digest).
-    masker = Masker.for_process(secrets)
+    masker = Masker.for_process(seams.secrets)
     if masker.contains(configuration.snapshot):
         raise ConfigurationError(
             "a credential occurs in the agent's configuration (model id, endpoint or tool "
             "declarations), which every model attempt records; remove it"
         )
-    # 9. Where sessions and evidence go, the clock and the ids.
-    time_source = clock if clock is not None else SYSTEM_CLOCK
-    id_source = ids if ids is not None else new_uuid7
+    # 10. Where sessions and evidence go, the clock and the ids.
+    time_source = seams.clock if seams.clock is not None else SYSTEM_CLOCK
+    id_source = seams.ids if seams.ids is not None else new_uuid7
     owned: Any = None
-    if session_store is not None:
-        sessions: SessionOpener = session_store
+    if seams.session_store is not None:
+        sessions: SessionOpener = seams.session_store
     elif store_url:
-        # A shared store (docs/scale-out.md); imported here: it needs tether[postgres].
-        from tether._stores.postgres import DEFAULT_LEASE_SECONDS, PostgresSessions, is_store_url
-
-        if not is_store_url(store_url):
-            raise ConfigurationError("a store URL must start with postgresql:// or postgres://")
-        lease = config.store.lease_seconds or float(
-            os.environ.get(LEASE_ENV) or DEFAULT_LEASE_SECONDS
-        )
-        sessions = owned = PostgresSessions(
-            store_url, str(real), lease_seconds=lease, clock=time_source.now_ms, ids=id_source
-        )
+        sessions = owned = _shared_sessions(settings, store_url, real, time_source, id_source)
     else:
         sessions = FileSessions(real, sessions_path, mode, clock=time_source.now_ms, ids=id_source)
     return Composition(
         workspace=real,
-        model=model,
+        model=adapter,
         project=config,
         budget=limits,
         require_verified=required,
@@ -263,17 +365,40 @@ def compose(
         output_options=options,
         sessions_dir=sessions_path,
         protected=protected,
-        tool_timeout=tool_timeout,
+        tool_timeout=settings.tool_timeout,
         environment=identity,
         configuration=configuration,
         masker=masker,
-        on_event=masked_sink(on_event, masker),
+        on_event=masked_sink(seams.on_event, masker),
         sessions=sessions,
         evidence=evidence,
         clock=time_source,
         ids=id_source,
         owned_sessions=owned,
+        settings=settings,
+        retry_policy=RetryPolicy(retries=retries, base_delay=float(seams.retry_base_delay)),
     )
+
+
+def system_prompt_for(settings: Settings, workspace: Path, *, read_agents_md: bool = True) -> str:
+    """The system prompt of ``settings`` (or tether's own) with ``AGENTS.md`` appended."""
+    prompt = settings.system_prompt if settings.system_prompt is not None else DEFAULT_SYSTEM_PROMPT
+    agents = load_agents_md(workspace) if read_agents_md else None
+    if agents is not None:
+        prompt = f"{prompt}\n\n# {AGENTS_FILE}\n\n{agents}"
+    return prompt
+
+
+def _shared_sessions(
+    settings: Settings, url: str, workspace: Path, clock: Clock, ids: IdSource
+) -> SessionOpener:
+    """A shared store's opener (docs/scale-out.md); imported here: it needs tether[postgres]."""
+    from tether._stores.postgres import DEFAULT_LEASE_SECONDS, PostgresSessions, is_store_url
+
+    if not is_store_url(url):
+        raise ConfigurationError("a store URL must start with postgresql:// or postgres://")
+    lease = settings.lease_seconds or DEFAULT_LEASE_SECONDS
+    return PostgresSessions(url, str(workspace), lease_seconds=lease, clock=clock.now_ms, ids=ids)
 
 
 def _shared_db_opener(workspace: Path, url: str) -> WorkspaceDBOpener:

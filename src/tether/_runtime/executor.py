@@ -45,7 +45,6 @@ from tether._runtime.results import RunResult, RunStatus, finished_details
 from tether._runtime.retry import (
     MAX_DELAY,
     REASONS,
-    RetryPolicy,
     RetryRecord,
     backoff,
     is_transient,
@@ -158,7 +157,7 @@ class Executor:
         # Whether a held session has any reasoning side record: most have none, and then a
         # request needs no walk over the whole context to find them (see _side_reasoning).
         self._has_side: dict[str, bool] = {}
-        self.retry_policy = RetryPolicy()
+        self.retry_policy = parts.retry_policy
         """Automatic retries of transient provider failures (:mod:`tether._runtime.retry`)."""
         # The session held open across calls (its lock held, its state kept by the store
         # incrementally), so a call on it costs no open, read or reduce (see _open).

@@ -1,0 +1,353 @@
+"""The one settings table: every option an agent is built from, declared once.
+
+Rules of this module:
+
+* :data:`SETTINGS` is the table. A row names a setting (an attribute of :class:`Settings`), its
+  type, its default, its ``tether.toml`` key, its environment variable, its command-line flag,
+  its help, whether it enters the configuration digest, and whether a session remembers it
+  (``.tether/settings/<id>.json``, see :mod:`tether._cli.session_pick`).
+* Every agent command's flags are generated from the table (:mod:`tether._cli.agent_flags`),
+  so a new option is one row here (and one field of :class:`Settings`, which a test keeps in
+  step) and every command has it; docs/config.md lists the table.
+* The value of a setting is the first of, highest first: the flag, the environment
+  variable, ``tether.toml``, the default. :func:`resolve_settings` is that rule; it reads
+  nothing itself (the environment and the parsed ``tether.toml`` are passed in), so the
+  precedence is testable as a pure function.
+* Only :class:`Settings` (with the workspace's files: ``tether.toml``'s tables, ``AGENTS.md``,
+  the tools) decides the configuration digest: every entry point (``tether run``, the REPL,
+  ``resume``, ``retry``, ``submit``, ``worker``, the crash lab, the library ``Agent``) builds
+  its agent from one :class:`Settings` value through the one composition
+  (:func:`tether._runtime.compose.compose`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from tether._stores.file import Durability
+from tether.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from tether._project import ProjectConfig
+
+__all__ = [
+    "SETTINGS",
+    "Durability",
+    "Setting",
+    "Settings",
+    "override_settings",
+    "resolve_settings",
+    "setting",
+]
+
+
+class Kind(StrEnum):
+    """How a setting's value is written on the command line and in the environment."""
+
+    TEXT = "text"
+    PATH = "path"
+    SECONDS = "seconds"  # a positive, finite number
+    COUNT = "count"  # a positive integer
+    FLAG = "flag"  # a boolean switch: given or not
+    CHOICE = "choice"  # one of Durability's values
+    LIST = "list"  # a repeatable flag
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One row of the table (see the module docstring)."""
+
+    name: str
+    kind: Kind
+    default: Any
+    help: str
+    flag: str
+    short: str | None = None
+    env: str | None = None
+    toml: str | None = None
+    """The ``tether.toml`` key, as the docs name it (``[model] base_url``)."""
+    from_toml: Callable[[ProjectConfig], Any] | None = None
+    digest: bool = False
+    """Whether the value enters the configuration digest (changing it meets the gate)."""
+    remembered: bool = False
+    """Whether a session remembers the value (never a credential)."""
+    metavar: str | None = None
+    fallback: str | None = None
+    """The default in words, for the help (``60``, ``unlimited``), when it is not nothing."""
+
+
+def _model(p: ProjectConfig) -> Any:
+    return p.model.model
+
+
+def _base_url(p: ProjectConfig) -> Any:
+    return p.model.base_url
+
+
+def _timeout(p: ProjectConfig) -> Any:
+    return p.model.timeout
+
+
+def _required(p: ProjectConfig) -> Any:
+    return p.verify.required or None
+
+
+def _max_steps(p: ProjectConfig) -> Any:
+    return p.budget.max_steps
+
+
+def _max_tokens(p: ProjectConfig) -> Any:
+    return p.budget.max_tokens
+
+
+def _max_seconds(p: ProjectConfig) -> Any:
+    return p.budget.max_seconds
+
+
+def _store(p: ProjectConfig) -> Any:
+    return p.store.url
+
+
+def _lease(p: ProjectConfig) -> Any:
+    return p.store.lease_seconds
+
+
+SETTINGS: Final[tuple[Setting, ...]] = (
+    Setting(
+        "model", Kind.TEXT, None, short="-m", flag="--model", env="TETHER_MODEL",
+        toml="[model] model", from_toml=_model, digest=True, remembered=True, metavar="MODEL",
+        help="Model id for the OpenAI-compatible endpoint (e.g. openai/gpt-4o-mini), "
+        "anthropic:MODEL, or scripted:PATH for a scripted model.",
+    ),
+    Setting(
+        "base_url", Kind.TEXT, None, flag="--base-url", env="TETHER_BASE_URL",
+        toml="[model] base_url", from_toml=_base_url, digest=True, remembered=True,
+        metavar="URL",
+        fallback="https://openrouter.ai/api/v1 for the OpenAI-compatible API",
+        help="Endpoint of the model API.",
+    ),
+    Setting(
+        # No variable here: each adapter reads its own provider's ($TETHER_API_KEY for the
+        # OpenAI-compatible API, $ANTHROPIC_API_KEY for anthropic:), so that a key only goes
+        # to the provider it was given for.
+        "api_key", Kind.TEXT, None, flag="--api-key", metavar="KEY",
+        fallback="$TETHER_API_KEY ($ANTHROPIC_API_KEY, else $TETHER_API_KEY, for "
+        "anthropic:), or the variable [model] api_key_env names",
+        help="API key. Never printed or logged. Prefer a variable: other local users can "
+        "read a flag in the process list.",
+    ),
+    Setting(
+        "timeout", Kind.SECONDS, None, flag="--timeout", toml="[model] timeout",
+        from_toml=_timeout, remembered=True, metavar="SECONDS",
+        fallback="60", help="Seconds one model request may take.",
+    ),
+    Setting(
+        "model_options", Kind.LIST, (), flag="--model-option", toml="[model]", digest=True,
+        metavar="KEY=VALUE",
+        help="A [model] setting of tether.toml for this run, as KEY=VALUE in TOML syntax "
+        "(repeatable): temperature=0.2, max_tokens=4096, reasoning_effort=high, "
+        "'provider={order=[\"anthropic\"]}', tool_choice=required, "
+        "parallel_tool_calls=false, idle_timeout=120, retries=0, stream=false, "
+        "api_key_env=MY_KEY. See docs/config.md.",
+    ),
+    Setting(
+        "workspace", Kind.PATH, None, short="-w", flag="--workspace", metavar="DIR",
+        fallback="the nearest folder at or above the current one holding tether.toml or "
+        ".tether/, no higher than a git top level; else the current folder",
+        help="Workspace the tools work in, whose tether.toml and .tether/ are used.",
+    ),
+    Setting(
+        "sessions_dir", Kind.PATH, None, flag="--sessions-dir", metavar="DIR",
+        fallback=".tether/sessions in the workspace", help="Folder of session logs.",
+    ),
+    Setting(
+        "durability", Kind.CHOICE, Durability.DURABLE, flag="--durability",
+        fallback="durable", help="durable: fdatasync every commit (survives power loss); process: "
+        "write only (survives a crash of tether, not of the machine).",
+    ),
+    Setting(
+        "system_prompt", Kind.TEXT, None, flag="--system-prompt", digest=True,
+        remembered=True, metavar="TEXT",
+        fallback="tether's own",
+        help="System prompt. AGENTS.md in the workspace is appended.",
+    ),
+    Setting(
+        "tool_timeout", Kind.SECONDS, None, flag="--tool-timeout", remembered=True,
+        metavar="SECONDS", help="Upper bound in seconds for one tool call (e.g. a bash command).",
+    ),
+    Setting(
+        "require_verified", Kind.FLAG, False, flag="--require-verified",
+        toml="[verify] required", from_toml=_required,
+        help="A run that changed files must end with a passing check of the files as they "
+        "are now ([verify] command of tether.toml): up to two follow-up runs ask the model "
+        "to verify; exit 66 if it is still unverified.",
+    ),
+    Setting(
+        "assume_yes", Kind.FLAG, False, short="-y", flag="--yes",
+        help="Allow every call the policy of tether.toml says to ask about (deny rules "
+        "still deny). The decision is recorded as '--yes'.",
+    ),
+    Setting(
+        "max_steps", Kind.COUNT, None, flag="--max-steps", toml="[budget] max_steps",
+        from_toml=_max_steps, metavar="N", fallback="unlimited",
+        help="Model steps a run may take.",
+    ),
+    Setting(
+        "max_tokens", Kind.COUNT, None, flag="--max-tokens", toml="[budget] max_tokens",
+        from_toml=_max_tokens, metavar="N",
+        fallback="unlimited", help="Input + output tokens a run may use.",
+    ),
+    Setting(
+        "max_seconds", Kind.SECONDS, None, flag="--max-seconds", toml="[budget] max_seconds",
+        from_toml=_max_seconds, metavar="SECONDS",
+        fallback="unlimited", help="Wall time of a run in seconds.",
+    ),
+    Setting(
+        "store", Kind.TEXT, None, flag="--store", env="TETHER_STORE_URL", toml="[store] url",
+        from_toml=_store, metavar="URL",
+        fallback="the local file store",
+        help="A shared session store, postgresql://… (see docs/scale-out.md).",
+    ),
+    Setting(
+        "lease_seconds", Kind.SECONDS, None, flag="--lease-seconds",
+        env="TETHER_LEASE_SECONDS", toml="[store] lease_seconds", from_toml=_lease,
+        metavar="SECONDS",
+        fallback="30", help="Length of a writer's lease on a session of a shared store.",
+    ),
+    Setting(
+        "environment", Kind.TEXT, None, flag="--environment",
+        env="TETHER_ENVIRONMENT_IDENTITY", metavar="ID",
+        fallback="the workspace path",
+        help="The environment identity. Replays of tools are "
+        "gated on it, and a worker only drives sessions recorded with its identity.",
+    ),
+)  # fmt: skip
+"""The table. The order is the order of the flags in ``--help``."""
+
+_BY_NAME: Final = {row.name: row for row in SETTINGS}
+
+
+def setting(name: str) -> Setting:
+    """The row named ``name``."""
+    return _BY_NAME[name]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One value of every setting of :data:`SETTINGS` (a test keeps the two in step)."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    timeout: float | None = None
+    model_options: tuple[str, ...] = ()
+    workspace: Path | None = None
+    sessions_dir: Path | None = None
+    durability: Durability = Durability.DURABLE
+    system_prompt: str | None = None
+    tool_timeout: float | None = None
+    require_verified: bool = False
+    assume_yes: bool = False
+    max_steps: int | None = None
+    max_tokens: int | None = None
+    max_seconds: float | None = None
+    store: str | None = None
+    lease_seconds: float | None = None
+    environment: str | None = None
+
+    def digest_inputs(self) -> dict[str, Any]:
+        """The settings that enter the configuration digest, by name."""
+        return {row.name: getattr(self, row.name) for row in SETTINGS if row.digest}
+
+
+def _parse_env(row: Setting, text: str) -> Any:
+    """A setting's value from its environment variable (blank means unset)."""
+    value = text.strip()
+    if row.kind is Kind.SECONDS:
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number) or number <= 0:
+            raise ConfigurationError(
+                f"{row.env} must be a positive number of seconds, got {text!r}"
+            )
+        return number
+    if row.kind is Kind.PATH:
+        return Path(value)
+    return value
+
+
+def _normal(row: Setting, value: Any) -> Any:
+    """A flag value in the type :class:`Settings` holds."""
+    if row.kind is Kind.LIST:
+        return tuple(value)
+    if row.kind is Kind.CHOICE:
+        return Durability(value)
+    if row.kind is Kind.PATH:
+        return Path(value)
+    if row.kind is Kind.TEXT and isinstance(value, str) and not value.strip():
+        return None  # an empty --model '' is no model, as an empty variable is
+    return value
+
+
+def _given(row: Setting, value: Any) -> bool:
+    if row.kind is Kind.FLAG:
+        return value is True
+    if row.kind is Kind.LIST:
+        return bool(value)
+    return value is not None
+
+
+def resolve_settings(
+    flags: Mapping[str, Any],
+    *,
+    environ: Mapping[str, str],
+    project: ProjectConfig | None,
+) -> Settings:
+    """Each setting from its flag, else its environment variable, else ``tether.toml``, else
+    its default. ``flags`` maps names to the values given (a ``None``, a ``False`` flag or an
+    empty list is "not given"); an unknown name is a :class:`ConfigurationError`."""
+    unknown = sorted(set(flags) - set(_BY_NAME))
+    if unknown:
+        raise ConfigurationError(f"unknown setting {unknown[0]!r}")
+    values: dict[str, Any] = {}
+    for row in SETTINGS:
+        flag = flags.get(row.name)
+        if _given(row, flag):
+            values[row.name] = _normal(row, flag)
+            continue
+        text = environ.get(row.env, "") if row.env else ""
+        if text.strip():
+            values[row.name] = _parse_env(row, text)
+            continue
+        if row.from_toml is not None and project is not None:
+            configured = row.from_toml(project)
+            if configured is not None:
+                values[row.name] = configured
+                continue
+        values[row.name] = row.default
+    return Settings(**values)
+
+
+def override_settings(settings: Settings, given: Mapping[str, Any]) -> Settings:
+    """``settings`` with the values ``given`` (as flags: those not given are kept)."""
+    unknown = sorted(set(given) - set(_BY_NAME))
+    if unknown:
+        raise ConfigurationError(f"unknown setting {unknown[0]!r}")
+    changes = {
+        name: _normal(_BY_NAME[name], value)
+        for name, value in given.items()
+        if _given(_BY_NAME[name], value)
+    }
+    return replace(settings, **changes) if changes else settings
+
+
+def settings_fields() -> tuple[str, ...]:
+    """The names of :class:`Settings`' fields (the table's names, in the table's order)."""
+    return tuple(f.name for f in fields(Settings))

@@ -92,7 +92,7 @@ def _root(
 ) -> None:
     """Run durable agents; inspect and plan recovery of tether session logs."""
     if ctx.invoked_subcommand is None:
-        repl.start_repl(run_cmd.AgentSettings())
+        repl.start_repl({})
 
 
 def main() -> None:

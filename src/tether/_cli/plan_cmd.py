@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import orjson
 import typer
 
+from tether._cli.agent_flags import Flags, agent_command, cli_settings
 from tether._cli.common import (
     InputError,
     emit_json,
@@ -22,14 +23,6 @@ from tether._cli.common import (
     read_input,
 )
 from tether._cli.inspect_cmd import session_file
-from tether._cli.run_cmd import (
-    AgentSessionsDirOption,
-    AgentSettings,
-    BaseUrlOption,
-    ModelOption,
-    SystemPromptOption,
-    WorkspaceOption,
-)
 from tether._cli.session_pick import LastOption, agent_sessions_dir, with_recorded
 from tether._inputs import MAX_CURRENT_BYTES, MAX_SESSION_FILE_BYTES
 from tether._loading import reduce_session
@@ -49,6 +42,7 @@ def register(app: typer.Typer) -> None:
     app.command("plan")(plan)
 
 
+@agent_command
 def plan(
     file: Annotated[
         Path | None,
@@ -70,14 +64,11 @@ def plan(
             show_default=False,
         ),
     ] = None,
-    model: ModelOption = None,
-    base_url: BaseUrlOption = None,
-    workspace: WorkspaceOption = None,
-    sessions_dir: AgentSessionsDirOption = None,
-    system_prompt: SystemPromptOption = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the plan as JSON (spec 14.2).")
     ] = False,
+    *,
+    flags: Flags,
 ) -> None:
     """Show the single next recovery action for a session (pure: nothing is written).
 
@@ -96,21 +87,14 @@ def plan(
     nested too deeply or malformed, or no model known for the session).
     """
     with handle_errors():
-        folder = agent_sessions_dir(sessions_dir, workspace)
+        folder = agent_sessions_dir(flags.get("sessions_dir"), flags.get("workspace"))
         path = session_file(file, last, folder)
         data = read_input(path, "session file", limit=MAX_SESSION_FILE_BYTES)
         state = reduce_session(data)
         if current is not None:
             configuration = load_current(current)
         else:
-            settings = AgentSettings(
-                model=model,
-                base_url=base_url,
-                workspace=workspace,
-                sessions_dir=sessions_dir,
-                system_prompt=system_prompt,
-            )
-            configuration = current_configuration(with_recorded(settings, str(path)))
+            configuration = current_configuration(flags, str(path))
         result = plan_recovery(state, configuration).to_json()
         if json_output:
             emit_json(result)
@@ -118,12 +102,13 @@ def plan(
             typer.echo(one_line(describe_plan(result, state)))
 
 
-def current_configuration(settings: AgentSettings) -> CurrentConfiguration:
-    """The configuration an agent built from ``settings`` would resume with."""
-    from tether._cli.progress import make_progress
-    from tether._cli.run_cmd import build_agent
+def current_configuration(flags: Flags, session: str) -> CurrentConfiguration:
+    """The configuration ``tether resume SESSION`` would resume with, given ``flags``."""
+    from tether._cli.agent_flags import quiet_agent
+    from tether._project import find_workspace_root, load_project_config
 
-    agent = build_agent(settings, make_progress(json_output=True))
+    project = load_project_config(find_workspace_root(flags.get("workspace")).path)
+    agent = quiet_agent(cli_settings(with_recorded(flags, session, project), project=project))
     try:
         return agent.configuration.current
     finally:

@@ -13,37 +13,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tether._cli.agent_flags import Flags, Interaction, agent_command
 from tether._cli.common import EXIT_USAGE, fail
-from tether._cli.progress import Progress, continue_lines, make_progress
-from tether._cli.run_cmd import (
-    AgentSessionsDirOption,
-    AgentSettings,
-    ApiKeyOption,
-    BaseUrlOption,
-    DurabilityChoice,
-    DurabilityOption,
-    JsonOption,
-    MaxSecondsOption,
-    MaxStepsOption,
-    MaxTokensOption,
-    ModelOption,
-    RequireVerifiedOption,
-    SystemPromptOption,
-    TimeoutOption,
-    ToolTimeoutOption,
-    WorkspaceOption,
-    YesOption,
-    agent_errors,
-    build_agent,
-    call_agent,
-    choose_session,
-)
-from tether._cli.session_pick import LastOption, with_recorded
+from tether._cli.progress import Progress, continue_lines
+from tether._cli.run_cmd import JsonOption, agent_errors, call_agent, prepare_agent
+from tether._cli.session_pick import LastOption
 
 if TYPE_CHECKING:
     from tether._runtime import Agent, RunResult
@@ -66,6 +44,7 @@ def register(app: typer.Typer) -> None:
     app.command("repl")(repl)
 
 
+@agent_command
 def repl(
     session: Annotated[
         str | None,
@@ -79,21 +58,9 @@ def repl(
         ),
     ] = None,
     last: LastOption = False,
-    model: ModelOption = None,
-    base_url: BaseUrlOption = None,
-    api_key: ApiKeyOption = None,
-    timeout: TimeoutOption = None,
-    workspace: WorkspaceOption = None,
-    sessions_dir: AgentSessionsDirOption = None,
-    durability: DurabilityOption = DurabilityChoice.durable,
-    system_prompt: SystemPromptOption = None,
-    tool_timeout: ToolTimeoutOption = None,
-    require_verified: RequireVerifiedOption = False,
-    assume_yes: YesOption = False,
-    max_steps: MaxStepsOption = None,
-    max_tokens: MaxTokensOption = None,
-    max_seconds: MaxSecondsOption = None,
     json_output: JsonOption = False,
+    *,
+    flags: Flags,
 ) -> None:
     """Chat with the agent: each line is a prompt, all in one session.
 
@@ -112,37 +79,20 @@ def repl(
     Exit status: 0 left normally, 2 usage error (e.g. no model), 130 a second
     Ctrl+C during a run.
     """
-    settings = AgentSettings(
-        model=model,
-        base_url=base_url,
-        api_key=api_key,
-        timeout=timeout,
-        workspace=workspace,
-        sessions_dir=sessions_dir,
-        durability=durability,
-        system_prompt=system_prompt,
-        tool_timeout=tool_timeout,
-        json_output=json_output,
-        require_verified=require_verified,
-        assume_yes=assume_yes,
-        max_steps=max_steps,
-        max_tokens=max_tokens,
-        max_seconds=max_seconds,
-    )
-    start_repl(settings, session=session, last=last)
+    start_repl(flags, json_output=json_output, session=session, last=last)
 
 
-def start_repl(settings: AgentSettings, *, session: str | None = None, last: bool = False) -> None:
+def start_repl(
+    flags: Flags, *, json_output: bool = False, session: str | None = None, last: bool = False
+) -> None:
     """Build the agent (errors exit as usual) and run the read-eval loop."""
     # With a terminal a person answers the policy's questions (ask is the REPL's default
     # for bash, write, edit and effect tools); piped input is a script, never asked.
-    settings = replace(settings, interactive=sys.stdin.isatty(), ask_by_default=True)
+    interaction = Interaction(interactive=sys.stdin.isatty(), ask_by_default=True)
     with agent_errors():
-        session = choose_session(settings, session, last)
-        if session is not None:
-            settings = with_recorded(settings, session)
-        progress = make_progress(settings.json_output)
-        agent = build_agent(settings, progress)
+        agent, progress, session = prepare_agent(
+            flags, json_output=json_output, interaction=interaction, session=session, last=last
+        )
     Repl(agent, progress, session=session).loop()
     raise typer.Exit(0)
 

@@ -6,29 +6,8 @@ from typing import Annotated
 
 import typer
 
-from tether._cli.run_cmd import (
-    AgentSessionsDirOption,
-    AgentSettings,
-    ApiKeyOption,
-    BaseUrlOption,
-    DurabilityChoice,
-    DurabilityOption,
-    JsonOption,
-    MaxSecondsOption,
-    MaxStepsOption,
-    MaxTokensOption,
-    ModelOption,
-    ModelOptionsOption,
-    RequireVerifiedOption,
-    StoreOption,
-    SystemPromptOption,
-    TimeoutOption,
-    ToolTimeoutOption,
-    WorkspaceOption,
-    YesOption,
-    run_agent_command,
-    terminal_attached,
-)
+from tether._cli.agent_flags import Flags, Interaction, agent_command
+from tether._cli.run_cmd import JsonOption, run_agent_command, terminal_attached
 from tether._cli.session_pick import LastOption
 from tether.errors import ConfigurationError
 
@@ -38,6 +17,7 @@ def register(app: typer.Typer) -> None:
     app.command("retry")(retry)
 
 
+@agent_command
 def resume(
     session: Annotated[
         str | None,
@@ -57,23 +37,9 @@ def resume(
             "calls aborted. Nothing is re-executed.",
         ),
     ] = False,
-    model: ModelOption = None,
-    base_url: BaseUrlOption = None,
-    api_key: ApiKeyOption = None,
-    timeout: TimeoutOption = None,
-    model_option: ModelOptionsOption = None,
-    workspace: WorkspaceOption = None,
-    sessions_dir: AgentSessionsDirOption = None,
-    durability: DurabilityOption = DurabilityChoice.durable,
-    system_prompt: SystemPromptOption = None,
-    tool_timeout: ToolTimeoutOption = None,
-    require_verified: RequireVerifiedOption = False,
-    assume_yes: YesOption = False,
-    max_steps: MaxStepsOption = None,
-    max_tokens: MaxTokensOption = None,
-    max_seconds: MaxSecondsOption = None,
     json_output: JsonOption = False,
-    store: StoreOption = None,
+    *,
+    flags: Flags,
 ) -> None:
     """Continue a session's unfinished operation exactly as its log says.
 
@@ -98,29 +64,11 @@ def resume(
     2 usage error; 3 no such session; 4 session busy; 5 corrupt log;
     65 blocked; 130 aborted by Ctrl+C.
     """
-    settings = AgentSettings(
-        model=model,
-        base_url=base_url,
-        api_key=api_key,
-        timeout=timeout,
-        model_options=tuple(model_option or ()),
-        workspace=workspace,
-        sessions_dir=sessions_dir,
-        durability=durability,
-        system_prompt=system_prompt,
-        tool_timeout=tool_timeout,
-        json_output=json_output,
-        require_verified=require_verified,
-        assume_yes=assume_yes,
-        max_steps=max_steps,
-        max_tokens=max_tokens,
-        max_seconds=max_seconds,
-        interactive=terminal_attached(),
-        store=store,
-    )
     run_agent_command(
-        settings,
+        flags,
         lambda agent, chosen: agent.resume(need_session(chosen), abort=abort),
+        json_output=json_output,
+        interaction=Interaction(interactive=terminal_attached()),
         session=session,
         last=last,
         require_session=True,
@@ -135,6 +83,7 @@ def need_session(chosen: str | None) -> str:
     return chosen
 
 
+@agent_command
 def retry(
     session: Annotated[
         str | None,
@@ -145,21 +94,9 @@ def retry(
         ),
     ] = None,
     last: LastOption = False,
-    model: ModelOption = None,
-    base_url: BaseUrlOption = None,
-    api_key: ApiKeyOption = None,
-    timeout: TimeoutOption = None,
-    workspace: WorkspaceOption = None,
-    sessions_dir: AgentSessionsDirOption = None,
-    durability: DurabilityOption = DurabilityChoice.durable,
-    system_prompt: SystemPromptOption = None,
-    tool_timeout: ToolTimeoutOption = None,
-    require_verified: RequireVerifiedOption = False,
-    assume_yes: YesOption = False,
-    max_steps: MaxStepsOption = None,
-    max_tokens: MaxTokensOption = None,
-    max_seconds: MaxSecondsOption = None,
     json_output: JsonOption = False,
+    *,
+    flags: Flags,
 ) -> None:
     """Run a failed (or aborted) last run again on its own prompt.
 
@@ -176,27 +113,11 @@ def retry(
     Exit status: as `tether run`; 2 also when the last run did not fail or
     the session has unfinished work (`tether resume` it first).
     """
-    settings = AgentSettings(
-        model=model,
-        base_url=base_url,
-        api_key=api_key,
-        timeout=timeout,
-        workspace=workspace,
-        sessions_dir=sessions_dir,
-        durability=durability,
-        system_prompt=system_prompt,
-        tool_timeout=tool_timeout,
-        json_output=json_output,
-        require_verified=require_verified,
-        assume_yes=assume_yes,
-        max_steps=max_steps,
-        max_tokens=max_tokens,
-        max_seconds=max_seconds,
-        interactive=terminal_attached(),
-    )
     run_agent_command(
-        settings,
+        flags,
         lambda agent, chosen: agent.retry(need_session(chosen)),
+        json_output=json_output,
+        interaction=Interaction(interactive=terminal_attached()),
         session=session,
         last=last,
         require_session=True,

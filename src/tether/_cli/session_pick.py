@@ -2,41 +2,52 @@
 
 * ``--last`` picks the session with the latest activity in the sessions folder; a session
   argument is a full id, a unique id prefix, a file name or a path (the store resolves it).
-* ``run``/``resume``/``repl``/``retry`` record the model, endpoint and options they used when
-  they make a model request with them, in ``.tether/settings/<session id>.json`` of the
-  workspace (never the API key; tether's own state: the file tools cannot touch it);
-  continuing the session later without those flags uses them again (an explicit flag wins; a changed
-  configuration still meets the configuration gate). A session without that record falls
-  back to the model its header names (not for scripted models: their file is unknown).
+* ``run``/``resume``/``repl``/``retry`` remember the model, endpoint and options they used
+  (the settings the table marks ``remembered``, never the API key, and only those given by
+  a flag or a variable) when they make a model request with them, in
+  ``.tether/settings/<session id>.json`` of the workspace. Continuing the session later
+  without those flags uses them again (a flag given now wins). A session without that
+  record falls back to the model its header names (not for scripted models: their file is
+  unknown).
+
+**The record is not trusted.** It lies in the workspace, where a command the agent runs can
+rewrite it (with the sandbox off), and it decides where the user's API key is sent. So it is
+bound to the session log: its model and endpoint are used only when they give the model and
+routing identity the log's last ``stepAttempt`` recorded, and its system prompt only when it
+gives the recorded ``systemPromptDigest`` (the log records both in every attempt's
+configuration snapshot). A value that does not match is ignored, with one warning line
+naming the record; and when the endpoint used comes from the record rather than from this
+process's flags, variables or tether.toml, one line says so before any request is sent.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
-from dataclasses import fields, replace
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
 from tether._project import find_workspace_root
+from tether._settings import SETTINGS, Settings, resolve_settings
 from tether._stores.file import find_session, list_sessions, sessions_dir_for
 from tether._stores.sidecar import FileSidecar
 from tether.errors import ConfigurationError, SessionNotFound, TetherError
 
 if TYPE_CHECKING:
-    from tether._cli.run_cmd import AgentSettings
+    from tether._project import ProjectConfig
     from tether._runtime import events
 
 __all__ = [
-    "RECORDED_SETTINGS",
+    "REMEMBERED",
     "SETTINGS_DIR",
     "LastOption",
     "agent_sessions_dir",
     "newest_session",
     "pick_session",
+    "recorded_snapshot",
     "recording_sink",
     "session_id_for",
     "settings_record",
@@ -46,9 +57,8 @@ __all__ = [
 SETTINGS_DIR: Final = "settings"
 """The folder of the records in the workspace's ``.tether/``: ``<session id>.json``."""
 
-RECORDED_SETTINGS: Final = ("model", "base_url", "timeout", "system_prompt", "tool_timeout")
-"""The :class:`~tether._cli.run_cmd.AgentSettings` fields a session remembers (never the
-API key)."""
+REMEMBERED: Final = tuple(row.name for row in SETTINGS if row.remembered)
+"""The settings a session remembers (the table's ``remembered`` rows; never a credential)."""
 
 LastOption = Annotated[
     bool,
@@ -102,19 +112,22 @@ def _scripted_absolute(model: str) -> str:
     return model
 
 
-def _effective(settings: AgentSettings) -> dict[str, Any]:
-    """What this call uses: the flags, else the variables the model loader reads."""
+def _remembered_values(flags: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
+    """What a session remembers of this call: the remembered settings given by a flag or a
+    variable (a value from tether.toml is read from there again next time)."""
     values: dict[str, Any] = {}
-    model = settings.model or os.environ.get("TETHER_MODEL", "").strip() or None
-    if model:
-        values["model"] = _scripted_absolute(model)
-    base_url = settings.base_url or os.environ.get("TETHER_BASE_URL", "").strip() or None
-    if base_url and not (model or "").startswith("scripted:"):
-        values["base_url"] = base_url
-    for name in ("timeout", "system_prompt", "tool_timeout"):
-        value = getattr(settings, name)
-        if value is not None:
-            values[name] = value
+    for row in SETTINGS:
+        if not row.remembered:
+            continue
+        given = flags.get(row.name) is not None
+        from_env = bool(row.env and os.environ.get(row.env, "").strip())
+        value = getattr(settings, row.name)
+        if (given or from_env) and value is not None:
+            values[row.name] = value
+    if "model" in values:
+        values["model"] = _scripted_absolute(values["model"])
+        if values["model"].startswith("scripted:"):
+            values.pop("base_url", None)
     return values
 
 
@@ -125,14 +138,14 @@ def settings_record(workspace: Path | None, session_id: str) -> FileSidecar:
 
 
 def recording_sink(
-    settings: AgentSettings, sink: Callable[[events.Event], None]
+    flags: Mapping[str, Any], settings: Settings, sink: Callable[[events.Event], None]
 ) -> Callable[[events.Event], None]:
     """``sink``, plus: record the settings used for a session once a model request is made
     with them (a resume refused by the configuration gate never replaces what the session
     was run with, and a session that could not be created leaves no record)."""
     from tether._runtime import events as runtime_events
 
-    values = _effective(settings)
+    values = _remembered_values(flags, settings)
     opened: list[str] = []
     written: set[str] = set()
 
@@ -164,33 +177,108 @@ def _header(path: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def with_recorded(settings: AgentSettings, session: str) -> AgentSettings:
-    """``settings`` with what the session recorded filled in where no flag was given."""
-    sessions_dir = agent_sessions_dir(settings.sessions_dir, settings.workspace)
+def recorded_snapshot(path: Path) -> Mapping[str, Any] | None:
+    """The configuration snapshot of the last ``stepAttempt`` in the log at ``path``, or
+    ``None`` (no attempt yet, or an unreadable log: then nothing is vouched for)."""
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if b'"stepAttempt"' not in line:
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        # A line is a transaction: one fact, or an array of facts (spec 5).
+        for fact in reversed(value if isinstance(value, list) else [value]):
+            record = fact.get("record") if isinstance(fact, dict) else None
+            if isinstance(record, dict) and record.get("type") == "stepAttempt":
+                snapshot = record.get("configurationSnapshot")
+                return snapshot if isinstance(snapshot, dict) else None
+    return None
+
+
+def _read_record(workspace: Path | None, session_id: str) -> dict[str, Any]:
+    data, _ = settings_record(workspace, session_id).read()
+    if data is None:
+        return {}
+    try:
+        loaded = json.loads(data)
+    except ValueError:
+        return {}
+    if not isinstance(loaded, dict):
+        return {}
+    return {k: v for k, v in loaded.items() if k in REMEMBERED and isinstance(v, (str, float, int))}
+
+
+def _mismatched(
+    candidate: Mapping[str, Any],
+    flags: Mapping[str, Any],
+    project: ProjectConfig,
+    snapshot: Mapping[str, Any] | None,
+) -> list[str]:
+    """The names of ``candidate`` (values from the record) that the log does not vouch for."""
+    from tether._runtime.compose import load_configured_model, system_prompt_for
+    from tether.core.canonical import system_prompt_digest
+
+    bad: list[str] = []
+    settings = resolve_settings({**flags, **candidate}, environ=os.environ, project=project)
+    connection = [name for name in ("model", "base_url") if name in candidate]
+    if connection:
+        try:
+            model = load_configured_model(settings, project).adapter
+        except TetherError:
+            model = None  # the build reports it, with the values it was given
+        if model is not None and (
+            snapshot is None
+            or model.model != snapshot.get("model")
+            or model.routing_identity != snapshot.get("routingIdentity")
+        ):
+            bad.extend(connection)
+    if "system_prompt" in candidate:
+        root = find_workspace_root(settings.workspace).path
+        digest = system_prompt_digest(system_prompt_for(settings, root))
+        if snapshot is None or digest != snapshot.get("systemPromptDigest"):
+            bad.append("system_prompt")
+    return bad
+
+
+def with_recorded(flags: Mapping[str, Any], session: str, project: ProjectConfig) -> dict[str, Any]:
+    """``flags`` with what the session remembered filled in where no flag was given, as far
+    as its log vouches for it (see the module docstring)."""
+    workspace = flags.get("workspace")
+    sessions_dir = agent_sessions_dir(flags.get("sessions_dir"), workspace)
     try:
         path = find_session(sessions_dir, session)
     except TetherError:
-        return settings  # the agent reports the same error when it opens the session
+        return dict(flags)  # the agent reports the same error when it opens the session
     header = _header(path)
     session_id = header.get("id")
-    recorded: dict[str, Any] = {}
-    if isinstance(session_id, str):
-        data, _ = settings_record(settings.workspace, session_id).read()
-        if data is not None:
-            try:
-                loaded = json.loads(data)
-            except ValueError:
-                loaded = {}
-            if isinstance(loaded, dict):
-                recorded = {k: v for k, v in loaded.items() if k in RECORDED_SETTINGS}
-    if "model" not in recorded and header.get("provider") != "scripted":
+    record = _read_record(workspace, session_id) if isinstance(session_id, str) else {}
+    candidate = {k: v for k, v in record.items() if flags.get(k) is None}
+    snapshot = recorded_snapshot(path) if candidate else None
+    bad = _mismatched(candidate, flags, project, snapshot) if candidate else []
+    if bad:
+        typer.echo(
+            f"warning: ignored {', '.join(bad)} of {SETTINGS_DIR}/{session_id}.json: the "
+            "session's log did not record them (the file was changed after the session "
+            "wrote it?)",
+            err=True,
+        )
+        for name in bad:
+            candidate.pop(name)
+    if "model" not in candidate and header.get("provider") != "scripted":
         model = header.get("model")
-        if isinstance(model, str) and model:
-            recorded["model"] = model
-    known = {f.name for f in fields(settings)}
-    changes = {
-        name: value
-        for name, value in recorded.items()
-        if name in known and getattr(settings, name) is None
-    }
-    return replace(settings, **changes) if changes else settings
+        if isinstance(model, str) and model and flags.get("model") is None:
+            candidate["model"] = model  # the log's own word: no record needed
+    if "base_url" in candidate:
+        own = resolve_settings(flags, environ=os.environ, project=project).base_url
+        if own != candidate["base_url"]:
+            typer.echo(
+                f"endpoint: {candidate['base_url']} (the one session {session_id} was run "
+                "with; --base-url chooses another)",
+                err=True,
+            )
+    return {**flags, **candidate}

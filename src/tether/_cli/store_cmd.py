@@ -25,27 +25,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from tether._cli.agent_flags import Flags, agent_command, cli_settings, quiet_agent
 from tether._cli.common import (
-    WORKSPACE_HELP,
     emit_json,
     handle_errors,
     printable,
     read_input,
-    workspace_root,
-)
-from tether._cli.run_cmd import (
-    AgentSettings,
-    ApiKeyOption,
-    BaseUrlOption,
-    ModelOption,
-    TimeoutOption,
-    ToolTimeoutOption,
-    YesOption,
 )
 from tether.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from tether._runtime import Agent
+    from tether._settings import Settings
     from tether._stores.postgres import PostgresSessions
 
 MAX_IMPORT_BYTES = 1 << 30
@@ -201,79 +191,22 @@ def import_(
             typer.echo(sessions.import_log(data))
 
 
-def _settings(
-    model: str | None,
-    base_url: str | None,
-    api_key: str | None,
-    timeout: float | None,
-    workspace: Path | None,
-    tool_timeout: float | None,
-    assume_yes: bool,
-    store: str | None,
-) -> AgentSettings:
-    return AgentSettings(
-        model=model,
-        base_url=base_url,
-        api_key=api_key,
-        timeout=timeout,
-        workspace=workspace,
-        tool_timeout=tool_timeout,
-        assume_yes=assume_yes,
-        store=store_url(store),
-    )
+def _store_settings(flags: Flags) -> Settings:
+    """The settings of ``submit`` and ``worker``: a shared store is required."""
+    settings = cli_settings(flags)
+    store_url(settings.store)  # exit 2 without one, or with another kind of URL
+    return settings
 
 
-def quiet_agent(settings: AgentSettings, environment: str | None = None) -> Agent:
-    """An agent for ``settings`` without progress output (submit, worker threads)."""
-    from tether._models import load_model
-    from tether._project import load_project_config
-    from tether._runtime import Agent
-
-    workspace = workspace_root(settings.workspace)
-    model = load_model(
-        settings.model,
-        base_url=settings.base_url,
-        api_key=settings.api_key,
-        timeout=settings.timeout,
-    )
-    return Agent(
-        model,
-        workspace=workspace,
-        tool_timeout=settings.tool_timeout,
-        project=load_project_config(workspace),
-        assume_yes=settings.assume_yes,
-        store_url=settings.store,
-        environment=environment,
-    )
-
-
-WorkspaceOpt = Annotated[
-    Path | None, typer.Option("--workspace", "-w", help=WORKSPACE_HELP, metavar="DIR")
-]
-EnvironmentOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--environment",
-        help="The environment identity (default: $TETHER_ENVIRONMENT_IDENTITY, else the "
-        "workspace path). A worker only drives sessions recorded with its identity.",
-        metavar="ID",
-        show_default=False,
-    ),
-]
-
-
+@agent_command
 def submit(
     prompt: Annotated[str, typer.Argument(help="What the agent should do.", metavar="PROMPT")],
     session: Annotated[
         str | None,
         typer.Option("--session", "-s", help="Add the run to this session.", metavar="ID"),
     ] = None,
-    store: StoreUrlOption = None,
-    model: ModelOption = None,
-    base_url: BaseUrlOption = None,
-    api_key: ApiKeyOption = None,
-    workspace: WorkspaceOpt = None,
-    environment: EnvironmentOpt = None,
+    *,
+    flags: Flags,
 ) -> None:
     """Accept PROMPT durably as a run (user entry + runStarted) and print the session id.
 
@@ -289,16 +222,15 @@ def submit(
     from tether._runtime.worker import submit as submit_prompt
 
     with handle_errors():
-        settings = _settings(model, base_url, api_key, None, workspace, None, False, store)
-        agent = quiet_agent(settings, environment)
+        agent = quiet_agent(_store_settings(flags))
         try:
             typer.echo(submit_prompt(agent, prompt, session))
         finally:
             agent.close()
 
 
+@agent_command
 def worker(
-    store: StoreUrlOption = None,
     concurrency: Annotated[
         int,
         typer.Option("--concurrency", "-c", help="Sessions driven at once.", min=1, metavar="N"),
@@ -310,23 +242,8 @@ def worker(
             help="Exit once no unfinished session of this environment is left.",
         ),
     ] = False,
-    lease_seconds: Annotated[
-        float | None,
-        typer.Option(
-            "--lease-seconds",
-            help="Length of this worker's leases (default: [store] lease_seconds, else 30).",
-            min=0.1,
-            metavar="SECONDS",
-        ),
-    ] = None,
-    model: ModelOption = None,
-    base_url: BaseUrlOption = None,
-    api_key: ApiKeyOption = None,
-    timeout: TimeoutOption = None,
-    workspace: WorkspaceOpt = None,
-    environment: EnvironmentOpt = None,
-    tool_timeout: ToolTimeoutOption = None,
-    assume_yes: YesOption = False,
+    *,
+    flags: Flags,
 ) -> None:
     """Drive the unfinished sessions of the store, CONCURRENCY at a time.
 
@@ -346,17 +263,13 @@ def worker(
     from tether._stores.postgres import DEFAULT_LEASE_SECONDS
 
     with handle_errors():
-        if lease_seconds is not None:
-            os.environ["TETHER_LEASE_SECONDS"] = repr(lease_seconds)
-        settings = _settings(
-            model, base_url, api_key, timeout, workspace, tool_timeout, assume_yes, store
-        )
+        settings = _store_settings(flags)
 
         def log(line: str) -> None:
             typer.echo(f"worker {os.getpid()}: {printable(line)}", err=True)
 
         work = Worker(
-            lambda: quiet_agent(settings, environment),
+            lambda: quiet_agent(settings),
             concurrency=concurrency,
             until_empty=until_empty,
             log=log,
@@ -367,7 +280,8 @@ def worker(
             work.stop()
 
         signal.signal(signal.SIGTERM, on_term)
-        log(f"started: concurrency {concurrency}, lease {lease_seconds or DEFAULT_LEASE_SECONDS} s")
+        lease = settings.lease_seconds or DEFAULT_LEASE_SECONDS
+        log(f"started: concurrency {concurrency}, lease {lease} s")
         report = work.run()
         if report.fenced is not None:
             raise report.fenced

@@ -3,7 +3,7 @@
 * :func:`tether.core.values.format_ms` is integer arithmetic, and agrees with the
   ``datetime`` formatting it replaced for every time tether records;
 * one usage type: ``tether._models.TokenUsage`` *is* :class:`tether.core.state.Usage`, with
-  the validation the adapters relied on;
+  the validation the adapters relied on, and one way to sum it (``+``, checked);
 * one safe-integer constant, one arguments digest;
 * the reducer's gc pause lives in the shell: the pure ``tether.core.reduce_session`` never
   touches the collector, ``tether._loading`` pauses it around a whole-log load and restores
@@ -76,6 +76,23 @@ def test_one_usage_type_with_the_adapters_validation() -> None:
         Usage(True)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         Usage(1.0)  # type: ignore[arg-type]
+
+
+def test_usage_sums_and_differences_are_checked_usages() -> None:
+    # The one summing function: the executor's run total, the timeline's step and
+    # operation totals and a run's share of the session total all use it.
+    from tether.core import timeline
+
+    a, b = Usage(1, 2, 3, 4), Usage(10, 20, 30, 40)
+    assert a + b == Usage(11, 22, 33, 44)
+    assert sum((a, b), Usage()) == a + b
+    assert (a + b) - a == b
+    assert Usage.from_json(b.to_json()) == b
+    with pytest.raises(ValueError, match="out of range"):
+        Usage(input=MAX_SAFE_INTEGER) + Usage(input=1)
+    with pytest.raises(ValueError, match="out of range"):
+        a - b  # a total never shrinks
+    assert not hasattr(timeline, "UsageView")
 
 
 def test_one_safe_integer_constant() -> None:

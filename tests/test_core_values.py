@@ -7,7 +7,8 @@
 * one safe-integer constant, one arguments digest;
 * the reducer's gc pause lives in the shell: the pure ``tether.core.reduce_session`` never
   touches the collector, ``tether._loading`` pauses it around a whole-log load and restores
-  it, and both give the same state.
+  it, and both give the same state; no other module of tether touches the collector's
+  switch.
 """
 
 from __future__ import annotations
@@ -157,3 +158,17 @@ def test_loading_restores_the_collector_when_the_log_is_corrupt() -> None:
     with pytest.raises(SessionCorruption):
         _loading.reduce_session(data)
     assert gc.isenabled()
+
+
+def test_only_loading_switches_the_collector() -> None:
+    from pathlib import Path
+
+    import tether
+
+    root = Path(tether.__file__).parent
+    switching = sorted(
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if "gc.disable(" in path.read_text() or "gc.freeze(" in path.read_text()
+    )
+    assert switching == ["_loading.py"]

@@ -40,6 +40,7 @@ from types import TracebackType
 from typing import Any, Final, Self
 
 from tether._ids import new_uuid7
+from tether._loading import load_reducer
 from tether._stores.transaction import encode_header, encode_transaction
 from tether.core.reducer import Reducer
 from tether.core.state import IdleOperation, SessionState
@@ -603,7 +604,7 @@ class PostgresSessions:
                     detail=f"{len(rows)} of {lines} lines present",
                 )
             try:
-                reducer = Reducer.load(data)
+                reducer = load_reducer(data)
             except SessionCorruption as exc:
                 raise CorruptSession.wrap(f"{self.where}/{session_id}", exc) from None
         except BaseException:
@@ -698,7 +699,7 @@ class PostgresSessions:
     def import_log(self, data: bytes) -> str:
         """Store a session-v2 log as a new session (idle or not); its id."""
         try:
-            reducer = Reducer.load(data)
+            reducer = load_reducer(data)
         except SessionCorruption as exc:
             raise CorruptSession.wrap("the imported file", exc) from None
         lines = data.split(b"\n")

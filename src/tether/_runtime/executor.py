@@ -347,7 +347,7 @@ class Executor:
                     retries=self.retry_policy.retries,
                 )
             )
-            if self._stopping() or (wait > 0 and self._cancel.wait(wait)):
+            if self._stopping() or (wait > 0 and self._clock.wait(self._cancel, wait)):
                 return replace(result, usage=usage)  # the schedule stays for resume
             operation_id = record.started_operation_id or self._ids()
             if record.started_operation_id is None:

@@ -6,7 +6,9 @@
 * the time budget: a model step during which the fake clock moves past ``max_seconds`` ends
   the run ``budget_exhausted`` before its tool call runs, with no real sleep;
 * the retry backoff: the executor waits for it on the clock, which records the delays the
-  policy asked for (``base * 2**(n-1)``), and the retry schedule's due time is the clock's.
+  policy asked for (``base * 2**(n-1)``), and the retry schedule's due time is the clock's;
+* the worker: its pauses between claims and the length of a store outage are the clock's
+  (it gives up after :data:`~tether._runtime.worker.UNREACHABLE_SECONDS` of fake time).
 
 No test here sleeps to let time pass.
 """
@@ -24,6 +26,9 @@ from tether._clock import SYSTEM_CLOCK, Clock, SystemClock
 from tether._project import BudgetConfig
 from tether._runtime import Agent, RunStatus
 from tether._runtime.retry import read_record
+from tether._runtime.worker import UNREACHABLE_SECONDS, Worker
+from tether._stores.memory import MemorySessions
+from tether.errors import StoreUnavailable
 from tether.testing.clock import START_MS, FakeClock
 from tether.testing.scripted import ScriptedModel
 
@@ -216,3 +221,38 @@ def test_the_retry_schedule_is_due_on_the_clock_and_abort_cuts_the_wait(
         agent.abort()
         runner.join(REAL_SECONDS)
         agent.close()
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+class _Unreachable(MemorySessions):
+    """A shared store whose database is away: every claim fails."""
+
+    def claim(self, environment: str) -> str | None:
+        raise StoreUnavailable("postgresql://db", "connection refused")
+
+    def waiting(self, environment: str) -> int:
+        raise StoreUnavailable("postgresql://db", "connection refused")
+
+
+def test_a_worker_gives_up_on_an_unreachable_store_after_its_clock_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _workspace(tmp_path, monkeypatch)
+    clock = FakeClock(autojump=True)
+    lines: list[str] = []
+
+    def make_agent() -> Agent:
+        model = ScriptedModel.from_json({"responses": [{"content": "Done."}]}, clock=clock)
+        return Agent(
+            model, workspace=root, read_agents_md=False, clock=clock, session_store=_Unreachable()
+        )
+
+    began = time.monotonic()
+    report = Worker(make_agent, log=lines.append).run()
+    assert time.monotonic() - began < REAL_SECONDS
+    assert isinstance(report.failed, StoreUnavailable)
+    # One pause of a second between claims, until more than UNREACHABLE_SECONDS had passed.
+    assert clock.waits == [1.0] * (int(UNREACHABLE_SECONDS) + 1)
+    assert lines == ["store unavailable, retrying: session postgresql://db: connection refused"]

@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from rich.console import Console
 
 import sessiongen
-from tether._show import parse_transactions, paused_gc
+from tether._loading import gc_paused
+from tether._show import parse_transactions
 from tether._show.page import page_html
 from tether._show.terminal import render_timeline
 from tether.core import reduce_session
@@ -64,7 +65,7 @@ def main() -> None:
     reduce_s, state = best(lambda: reduce_session(data), args.repeat)
 
     def timeline() -> Timeline:
-        with paused_gc():
+        with gc_paused():
             transactions = parse_transactions(data[: state.repaired_length])
             return build_timeline(state, transactions)
 

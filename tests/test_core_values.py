@@ -3,11 +3,12 @@
 * :func:`tether.core.values.format_ms` is integer arithmetic, and agrees with the
   ``datetime`` formatting it replaced for every time tether records;
 * one usage type: ``tether._models.TokenUsage`` *is* :class:`tether.core.state.Usage`, with
-  the validation the adapters relied on;
+  the validation the adapters relied on, and one way to sum it (``+``, checked);
 * one safe-integer constant, one arguments digest;
 * the reducer's gc pause lives in the shell: the pure ``tether.core.reduce_session`` never
   touches the collector, ``tether._loading`` pauses it around a whole-log load and restores
-  it, and both give the same state.
+  it, and both give the same state; no other module of tether touches the collector's
+  switch.
 """
 
 from __future__ import annotations
@@ -78,6 +79,23 @@ def test_one_usage_type_with_the_adapters_validation() -> None:
         Usage(1.0)  # type: ignore[arg-type]
 
 
+def test_usage_sums_and_differences_are_checked_usages() -> None:
+    # The one summing function: the executor's run total, the timeline's step and
+    # operation totals and a run's share of the session total all use it.
+    from tether.core import timeline
+
+    a, b = Usage(1, 2, 3, 4), Usage(10, 20, 30, 40)
+    assert a + b == Usage(11, 22, 33, 44)
+    assert sum((a, b), Usage()) == a + b
+    assert (a + b) - a == b
+    assert Usage.from_json(b.to_json()) == b
+    with pytest.raises(ValueError, match="out of range"):
+        Usage(input=MAX_SAFE_INTEGER) + Usage(input=1)
+    with pytest.raises(ValueError, match="out of range"):
+        a - b  # a total never shrinks
+    assert not hasattr(timeline, "UsageView")
+
+
 def test_one_safe_integer_constant() -> None:
     assert MAX_SAFE_INTEGER == 2**53 - 1
     assert models_base.MAX_SAFE_INTEGER is canonical.MAX_SAFE_INTEGER
@@ -140,3 +158,17 @@ def test_loading_restores_the_collector_when_the_log_is_corrupt() -> None:
     with pytest.raises(SessionCorruption):
         _loading.reduce_session(data)
     assert gc.isenabled()
+
+
+def test_only_loading_switches_the_collector() -> None:
+    from pathlib import Path
+
+    import tether
+
+    root = Path(tether.__file__).parent
+    switching = sorted(
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if "gc.disable(" in path.read_text() or "gc.freeze(" in path.read_text()
+    )
+    assert switching == ["_loading.py"]

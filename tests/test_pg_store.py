@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from tether.errors import (
     StoreSchemaError,
     StoreUnavailable,
 )
+from tether.testing.clock import FakeClock
 from tether.testing.scripted import ScriptedModel
 
 
@@ -201,17 +201,43 @@ def test_an_expired_lease_is_taken_over_and_the_old_writer_is_fenced(
         rival.close()
 
 
-def test_leases_are_renewed_while_the_store_is_open(
-    sessions: PostgresSessions,
-    pg_store: str,  # noqa: F811
-) -> None:
-    with _create(sessions) as store:
-        time.sleep(3)  # longer than the 2 s lease: the renewals keep it
-        with pytest.raises(SessionBusy):
-            PostgresSessions(pg_store).open(store.session_id)
-        store.check_lease()
-        _prompt(store)
-        assert sessions.renewals >= 1
+def _lease_left(url: str, session: str) -> float:
+    """Seconds the session's lease has left by the database's clock (which leases use)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT extract(epoch FROM lease_expires - now()) FROM tether_sessions "
+            "WHERE session_id = %s",
+            (session,),
+        ).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+def test_leases_are_renewed_while_the_store_is_open(pg_store: str) -> None:  # noqa: F811
+    # The renewal's period is waited on the opener's clock: a fake one here, advanced by a
+    # third of the lease instead of sleeping past the lease.
+    clock = FakeClock()
+    sessions = PostgresSessions(pg_store, "/w", lease_seconds=2, waits=clock)
+    try:
+        with _create(sessions) as store:
+            with psycopg.connect(pg_store, autocommit=True) as conn:
+                conn.execute(  # about to expire: only a renewal saves it
+                    "UPDATE tether_sessions SET lease_expires = now() + interval '0.5 second' "
+                    "WHERE session_id = %s",
+                    (store.session_id,),
+                )
+            assert clock.waiting_for(1)
+            assert clock.waits == [pytest.approx(2 / 3)]  # renewed every third of the lease
+            clock.advance(2 / 3)
+            assert clock.waiting_for(2)  # the renewer renewed and waits for the next period
+            assert sessions.renewals == 1
+            assert _lease_left(pg_store, store.session_id) > 1.5  # a whole lease ahead again
+            with pytest.raises(SessionBusy):
+                PostgresSessions(pg_store).open(store.session_id)
+            store.check_lease()
+            _prompt(store)
+    finally:
+        sessions.close()
 
 
 def test_the_queue_hands_each_session_to_one_worker(

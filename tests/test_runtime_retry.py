@@ -1,13 +1,15 @@
 """Honest automatic retry against the loopback provider: every request is an attempt in the
 log, a transient failure closes its run, a new run on the same input entry follows after the
-backoff (Retry-After honoured), permanent errors never retry."""
+backoff (Retry-After honoured), permanent errors never retry.
+
+The backoff is waited on the agent's clock: here a :class:`~tether.testing.clock.FakeClock`
+that records the waits asked and lets them pass at once (no test sleeps for a backoff)."""
 
 from __future__ import annotations
 
 import email.utils
 import io
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from tether._runtime.retry import RetryPolicy, backoff, is_transient
 from tether.core import reduce_session
 from tether.core.state import IdleOperation
 from tether.errors import ModelError
+from tether.testing.clock import FakeClock
 
 
 @pytest.fixture
@@ -45,9 +48,18 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return ws
 
 
-def agent(fake: FakeProvider, workspace: Path, retries: int = 2, **kw: Any) -> Agent:
+def agent(
+    fake: FakeProvider, workspace: Path, retries: int = 2, clock: FakeClock | None = None, **kw: Any
+) -> Agent:
     model = OpenAICompatibleModel("fake/model", base_url=fake.base_url, api_key="test", timeout=5)
-    return Agent(model, workspace=workspace, model_retries=retries, retry_base_delay=0.05, **kw)
+    return Agent(
+        model,
+        workspace=workspace,
+        model_retries=retries,
+        retry_base_delay=0.05,
+        clock=clock if clock is not None else FakeClock(autojump=True),
+        **kw,
+    )
 
 
 def answer(text: str = "Done.") -> Any:
@@ -104,10 +116,10 @@ class TestClassification:
 def test_rate_limit_then_success_is_a_second_run(fake: FakeProvider, workspace: Path) -> None:
     fake.enqueue(error(429, "slow down", headers={"Retry-After": "0.4"}), answer())
     seen: list[Event] = []
-    started = time.monotonic()
-    result = agent(fake, workspace, on_event=seen.append).run("hi")
+    clock = FakeClock(autojump=True)
+    result = agent(fake, workspace, clock=clock, on_event=seen.append).run("hi")
     assert result.status is RunStatus.COMPLETED and result.text == "Done."
-    assert time.monotonic() - started >= 0.4
+    assert clock.waits == [0.4]  # Retry-After, waited out on the clock
     assert len(fake.requests) == 2
     [retry] = [e for e in seen if isinstance(e, RetryScheduled)]
     assert (retry.reason, retry.delay, retry.retry, retry.retries) == ("rate limit", 0.4, 1, 2)
@@ -132,8 +144,10 @@ def test_rate_limit_then_success_is_a_second_run(fake: FakeProvider, workspace: 
 
 def test_retries_are_bounded(fake: FakeProvider, workspace: Path) -> None:
     fake.enqueue(*(error(503, "overloaded") for _ in range(3)))
-    result = agent(fake, workspace, retries=2).run("hi")
+    clock = FakeClock(autojump=True)
+    result = agent(fake, workspace, retries=2, clock=clock).run("hi")
     assert result.status is RunStatus.FAILED
+    assert clock.waits == [0.05, 0.1]  # base * 2**(n-1) before each retry
     assert len(fake.requests) == 3  # the first request and two retries
     data = result.session_path.read_bytes()
     reduce_session(data)

@@ -2,8 +2,11 @@
 
 :mod:`tether.core` is pure and never touches the interpreter's global state, so the one
 optimisation of a whole-log load that does lives here, in the shell: every place that folds a
-complete log into a state — the session stores, the CLI and the public
-``tether.reduce_session`` — goes through :func:`load_reducer` or :func:`reduce_session`.
+complete log into a state — the session stores (file, memory, PostgreSQL), the CLI,
+``tether show`` and the public ``tether.reduce_session`` — goes through :func:`load_reducer`
+or :func:`reduce_session`, and whatever else builds many long-lived objects from a whole log
+(``tether show``'s facts and timeline) pauses the collector with :func:`gc_paused`: this
+module is the one place that touches it.
 The result is exactly the pure reducer's (:meth:`tether.core.reducer.Reducer.load`,
 :func:`tether.core.reduce_session`); only the time differs.
 """

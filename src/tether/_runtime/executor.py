@@ -346,7 +346,7 @@ class Executor:
                     retries=self.retry_policy.retries,
                 )
             )
-            if self._stopping() or (wait > 0 and self._cancel.wait(wait)):
+            if self._stopping() or (wait > 0 and self._clock.wait(self._cancel, wait)):
                 return replace(result, usage=usage)  # the schedule stays for resume
             operation_id = record.started_operation_id or self._ids()
             if record.started_operation_id is None:
@@ -366,7 +366,7 @@ class Executor:
             )
             faults.hit(boundaries.RUN_ACCEPTED)
             result = self._drive(store, usage_before=before)
-            usage = _usage_sum(usage, result.usage)
+            usage += result.usage
 
     def _retry_pending(self, store: SessionStoreProtocol) -> RetryRecord | None:
         """The durable retry schedule, if it still applies to this log."""
@@ -433,7 +433,7 @@ class Executor:
             prompt = follow_up_prompt(result.verification)
             self._emit(events.FollowUpStarted(number=count, prompt=prompt))
             result = self._run_once(prompt, result.session_id, always_gate=True)
-            usage = _usage_sum(usage, result.usage)
+            usage += result.usage
         return replace(result, usage=usage, follow_ups=count)
 
     def _settle_unfinished(self, store: SessionStoreProtocol) -> RunResult | None:
@@ -545,7 +545,7 @@ class Executor:
             status=status,
             session_id=store.session_id,
             session_path=store.path,
-            usage=_usage_delta(usage, usage_before) if usage_before is not None else Usage(),
+            usage=usage - usage_before if usage_before is not None else Usage(),
             session_usage=usage,
             require_verified=self.require_verified,
             **details,
@@ -740,7 +740,7 @@ class Executor:
             steps = 0
         else:
             return None
-        used = _usage_delta(state.usage, drive.usage_before)
+        used = state.usage - drive.usage_before
         return budget_exhausted(
             steps=steps,
             tokens=used.input + used.output,
@@ -1458,21 +1458,3 @@ def _assistant_call(state: SessionState, entry_id: str, index: int) -> Mapping[s
             call: Mapping[str, Any] = state.transcript[position]["tool_calls"][index]
             return call
     raise LookupError(f"assistant entry {entry_id} is not in the transcript")
-
-
-def _usage_sum(first: Usage, second: Usage) -> Usage:
-    return Usage(
-        first.input + second.input,
-        first.output + second.output,
-        first.cache_read + second.cache_read,
-        first.cache_write + second.cache_write,
-    )
-
-
-def _usage_delta(after: Usage, before: Usage) -> Usage:
-    return Usage(
-        after.input - before.input,
-        after.output - before.output,
-        after.cache_read - before.cache_read,
-        after.cache_write - before.cache_write,
-    )

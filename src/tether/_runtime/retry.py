@@ -12,7 +12,9 @@ clock). A process that dies while waiting leaves it behind, and ``tether resume`
 next ``tether run`` on the session, before its new prompt) continues the schedule: waits out
 what is left, then starts the retry. The record is only acted on while the log's last
 finished operation is the failed one it names and the session is idle, so it can never
-start a second retry for one failure nor retry anything else.
+start a second retry for one failure nor retry anything else. The due time is the injected
+clock's wall time and the wait is the clock's (:mod:`tether._clock`), cut short by
+``abort()``: a test's fake clock records the backoff asked and lets it pass at once.
 
 Transient: HTTP 429, 5xx (and 408/409), connection errors (refused, reset, a stream cut
 short) and a timeout before the first byte. Permanent — never retried: 400, 401, 403, 404,

@@ -30,7 +30,6 @@ another environment identity is never claimed: it waits for a worker that serves
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -161,6 +160,7 @@ class Worker:
     def _loop(self, agent: Agent) -> None:
         sessions = _shared_store(agent)
         environment = agent.environment
+        clock = agent.parts.clock  # polls and the outage's length: the agent's injected clock
         unreachable_since: float | None = None
         while not self._stop.is_set():
             try:
@@ -169,7 +169,7 @@ class Worker:
                     if self.until_empty and sessions.waiting(environment) == 0:
                         return
                     unreachable_since = None
-                    self._stop.wait(POLL_SECONDS)
+                    clock.wait(self._stop, POLL_SECONDS)
                     continue
                 unreachable_since = None
                 self._drive(agent, sessions, session)
@@ -180,7 +180,7 @@ class Worker:
                 self._stop.set()
                 return
             except StoreUnavailable as exc:
-                now = time.monotonic()
+                now = clock.monotonic()
                 if unreachable_since is None:
                     unreachable_since = now
                     self.log(f"store unavailable, retrying: {exc}")
@@ -189,7 +189,7 @@ class Worker:
                         self.report.failed = exc
                     self._stop.set()
                     return
-                self._stop.wait(1.0)
+                clock.wait(self._stop, 1.0)
 
     def _drive(self, agent: Agent, sessions: Any, session: str) -> None:
         try:

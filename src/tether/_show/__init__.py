@@ -8,10 +8,8 @@ the workspace's ``effects.db`` knows about the session's calls, and the renderer
 
 from __future__ import annotations
 
-import gc
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,8 @@ from typing import Any
 import orjson
 
 from tether._inputs import MAX_SESSION_FILE_BYTES, read_file
-from tether.core import SessionState, reduce_session
+from tether._loading import gc_paused, reduce_session
+from tether.core import SessionState
 from tether.core.timeline import DEFAULT_PAUSE_MS, Evidence, Timeline, build_timeline
 
 __all__ = [
@@ -27,7 +26,6 @@ __all__ = [
     "gather_evidence",
     "load_log",
     "parse_transactions",
-    "paused_gc",
     "session_timeline",
 ]
 
@@ -42,19 +40,6 @@ class SessionLog:
     size: int
     state: SessionState
     transactions: tuple[Transaction, ...]
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """The collector off while many long-lived objects are made (as the reducer's loader
-    does): a whole log's facts would otherwise be scanned again and again."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def parse_transactions(data: bytes) -> tuple[Transaction, ...]:
@@ -83,7 +68,7 @@ def log_from_bytes(data: bytes, location: str) -> SessionLog:
     """Reduce and parse a log's bytes, from whichever store holds them (a file, or the
     committed lines a shared store hands over by session id)."""
     state = reduce_session(data)
-    with paused_gc():
+    with gc_paused():
         transactions = parse_transactions(data[: state.repaired_length])
     return SessionLog(location, len(data), state, transactions)
 
@@ -165,5 +150,5 @@ def session_timeline(
     and, for a session of a shared store, of that store's database."""
     root = workspace if workspace is not None else Path(log.state.header.cwd)
     evidence = gather_evidence(root, log.state.header.id, shared_url)
-    with paused_gc():
+    with gc_paused():
         return build_timeline(log.state, log.transactions, evidence, pause_ms=pause_ms)

@@ -15,12 +15,12 @@ from rich.color import ColorSystem
 from rich.console import Console
 from rich.style import Style
 
+from tether.core.state import Usage
 from tether.core.timeline import (
     Gap,
     OperationView,
     Timeline,
     ToolCallView,
-    UsageView,
     format_ms,
 )
 
@@ -85,7 +85,7 @@ def _duration(ms: int) -> str:
     return f"{ms // 60_000} min {ms % 60_000 // 1000} s"
 
 
-def _usage(usage: UsageView) -> str:
+def _usage(usage: Usage) -> str:
     text = f"in {usage.input:,} out {usage.output:,}"
     if usage.cache_read or usage.cache_write:
         text += f" cache read {usage.cache_read:,} write {usage.cache_write:,}"

@@ -23,7 +23,6 @@ import os
 import re
 import stat
 import threading
-import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import Any, NoReturn, Self
 import orjson
 
 from tether import _faults as faults
+from tether._clock import SYSTEM_CLOCK
 from tether._dirs import DirectoryError, ignore_in_git, make_directories, sync_directory
 from tether._ids import new_uuid7
 from tether._loading import load_reducer
@@ -116,10 +116,6 @@ def _strerror(errno_: int | None) -> str | None:
     """The text of ``errno_`` for a store error's message (``tether.errors`` is pure and
     cannot ask the operating system itself)."""
     return os.strerror(errno_) if errno_ else None
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class Durability(StrEnum):
@@ -564,7 +560,7 @@ class SessionStore:
         environment_identity: str,
         durability: Durability | str = Durability.DURABLE,
         sessions_dir: str | os.PathLike[str] | None = None,
-        clock: Callable[[], int] = _now_ms,
+        clock: Callable[[], int] = SYSTEM_CLOCK.now_ms,
         ids: Callable[[], str] = new_uuid7,
     ) -> SessionStore:
         """Create a new session log holding only its header and open it for writing.
@@ -668,7 +664,7 @@ class SessionStore:
         workspace: str | os.PathLike[str] | None = None,
         sessions_dir: str | os.PathLike[str] | None = None,
         durability: Durability | str = Durability.DURABLE,
-        clock: Callable[[], int] = _now_ms,
+        clock: Callable[[], int] = SYSTEM_CLOCK.now_ms,
         ids: Callable[[], str] = new_uuid7,
     ) -> SessionStore:
         """Open an existing log for writing.
@@ -805,7 +801,7 @@ class SessionStore:
             dir_fd=-1,
             lock=None,
             length=length,
-            clock=_now_ms,
+            clock=SYSTEM_CLOCK.now_ms,
             ids=new_uuid7,
             torn_tail=len(data) - length,
         )
@@ -1028,7 +1024,7 @@ class FileSessions:
     workspace: Path
     sessions_dir: Path | None = None
     durability: Durability = Durability.DURABLE
-    clock: Callable[[], int] = _now_ms
+    clock: Callable[[], int] = SYSTEM_CLOCK.now_ms
     ids: Callable[[], str] = new_uuid7
 
     def create(self, *, provider: str, model: str, environment_identity: str) -> SessionStore:

@@ -22,13 +22,13 @@ boundaries here (``store.*`` are the file store's).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
+from tether._clock import SYSTEM_CLOCK
 from tether._ids import new_uuid7
 from tether._loading import load_reducer
 from tether._stores.transaction import encode_header, encode_transaction
@@ -49,10 +49,6 @@ MEMORY_ROOT: Final = "memory:"
 """The prefix of the names an in-memory session is shown under (``memory:/<id>.jsonl``)."""
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class MemorySessions:
     """The fake disk and its opener: every session's committed bytes and sidecar records.
 
@@ -64,7 +60,7 @@ class MemorySessions:
         self,
         cwd: str = "/",
         *,
-        clock: Callable[[], int] = _now_ms,
+        clock: Callable[[], int] = SYSTEM_CLOCK.now_ms,
         ids: Callable[[], str] = new_uuid7,
     ) -> None:
         self.cwd = cwd

@@ -39,7 +39,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
 
+from tether._clock import SYSTEM_CLOCK, Clock
 from tether._ids import new_uuid7
+from tether._loading import load_reducer
 from tether._stores.transaction import encode_header, encode_transaction
 from tether.core.reducer import Reducer
 from tether.core.state import IdleOperation, SessionState
@@ -272,10 +274,6 @@ def init_schema(url: str) -> bool:
         return True
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _operation(state: SessionState) -> tuple[str, bool]:
     operation = state.operation
     return operation.kind, not isinstance(operation, IdleOperation)
@@ -348,7 +346,10 @@ class PostgresSessions:
 
     ``cwd`` is the header's ``cwd`` of the sessions it creates; ``owner`` names this writer
     in leases (default: host, pid and a random suffix); ``lease_seconds`` is the lease's
-    length, renewed every third of it while the store is open.
+    length, renewed every third of it while the store is open; ``clock`` gives the log's
+    timestamps and ``waits`` the renewal's pauses (a test's
+    :class:`~tether.testing.clock.FakeClock` renews when it is advanced; the lease's expiry
+    itself is always the database's clock).
     """
 
     def __init__(
@@ -358,8 +359,9 @@ class PostgresSessions:
         *,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         owner: str | None = None,
-        clock: Callable[[], int] = _now_ms,
+        clock: Callable[[], int] = SYSTEM_CLOCK.now_ms,
         ids: Callable[[], str] = new_uuid7,
+        waits: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not lease_seconds > 0:
             raise ConfigurationError(f"lease seconds must be positive, got {lease_seconds!r}")
@@ -370,6 +372,7 @@ class PostgresSessions:
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.clock = clock
         self.ids = ids
+        self.waits = waits
         self._lock = threading.Lock()
         self._conn = connect(url)
         try:
@@ -406,7 +409,7 @@ class PostgresSessions:
 
     def _renew_loop(self) -> None:
         conn: psycopg.Connection[Any] | None = None
-        while not self._stop.wait(self.lease_seconds / 3):
+        while not self.waits.wait(self._stop, self.lease_seconds / 3):
             with self._lock:
                 held = dict(self._held)
             if not held:
@@ -603,7 +606,7 @@ class PostgresSessions:
                     detail=f"{len(rows)} of {lines} lines present",
                 )
             try:
-                reducer = Reducer.load(data)
+                reducer = load_reducer(data)
             except SessionCorruption as exc:
                 raise CorruptSession.wrap(f"{self.where}/{session_id}", exc) from None
         except BaseException:
@@ -698,7 +701,7 @@ class PostgresSessions:
     def import_log(self, data: bytes) -> str:
         """Store a session-v2 log as a new session (idle or not); its id."""
         try:
-            reducer = Reducer.load(data)
+            reducer = load_reducer(data)
         except SessionCorruption as exc:
             raise CorruptSession.wrap("the imported file", exc) from None
         lines = data.split(b"\n")

@@ -337,6 +337,10 @@ class Usage:
     The four counters are disjoint: ``input`` counts only prompt tokens that were
     neither read from nor written to the provider's cache, so ``input + cache_read +
     cache_write`` is the whole prompt.
+
+    Sums are ``+`` (:meth:`__add__`, the one summing function: a run's usage over its
+    retries, a step's over its attempts and calls in the timeline) and a run's share of a
+    session total is ``after - before``; both give a checked :class:`Usage` again.
     """
 
     input: int = 0
@@ -361,6 +365,23 @@ class Usage:
             if not 0 <= value <= MAX_SAFE_INTEGER:
                 raise ValueError(f"Usage.{name} out of range: {value}")
 
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input + other.input,
+            self.output + other.output,
+            self.cache_read + other.cache_read,
+            self.cache_write + other.cache_write,
+        )
+
+    def __sub__(self, before: Usage) -> Usage:
+        """What was used since ``before`` (an earlier total of the same counters)."""
+        return Usage(
+            self.input - before.input,
+            self.output - before.output,
+            self.cache_read - before.cache_read,
+            self.cache_write - before.cache_write,
+        )
+
     def to_json(self) -> dict[str, int]:
         """The ``usage`` object of a usage fact (and of the serialized state)."""
         return {
@@ -369,6 +390,11 @@ class Usage:
             "cacheRead": self.cache_read,
             "cacheWrite": self.cache_write,
         }
+
+    @classmethod
+    def from_json(cls, usage: Mapping[str, Any]) -> Usage:
+        """The inverse of :meth:`to_json` (a usage fact's ``usage``, a serialized total)."""
+        return cls(usage["input"], usage["output"], usage["cacheRead"], usage["cacheWrite"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,7 +451,6 @@ class SessionState:
     def from_json(cls, data: Mapping[str, Any]) -> SessionState:
         """Rebuild a state from :meth:`to_json` output (the internal boundary is lost)."""
         header = data["header"]
-        usage = data["usage"]
         return cls(
             header=Header(
                 id=header["id"],
@@ -437,7 +462,7 @@ class SessionState:
             ),
             transcript=tuple(normalize_message(m) for m in data["transcript"]),
             active_context=tuple(normalize_message(m) for m in data["activeContext"]),
-            usage=Usage(usage["input"], usage["output"], usage["cacheRead"], usage["cacheWrite"]),
+            usage=Usage.from_json(data["usage"]),
             operation=_operation_from_json(data["operation"]),
             repaired_length=data["repairedLength"],
         )

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from tether.core.state import SessionState
+from tether.core.state import SessionState, Usage
 
 __all__ = [
     "DEFAULT_PAUSE_MS",
@@ -43,7 +43,6 @@ __all__ = [
     "StepView",
     "Timeline",
     "ToolCallView",
-    "UsageView",
     "VerificationView",
     "build_timeline",
     "format_ms",
@@ -83,38 +82,6 @@ class Evidence:
 
 
 @dataclass(frozen=True, slots=True)
-class UsageView:
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-
-    def plus(self, usage: Mapping[str, Any]) -> UsageView:
-        return UsageView(
-            self.input + int(usage.get("input", 0)),
-            self.output + int(usage.get("output", 0)),
-            self.cache_read + int(usage.get("cacheRead", 0)),
-            self.cache_write + int(usage.get("cacheWrite", 0)),
-        )
-
-    def add(self, other: UsageView) -> UsageView:
-        return UsageView(
-            self.input + other.input,
-            self.output + other.output,
-            self.cache_read + other.cache_read,
-            self.cache_write + other.cache_write,
-        )
-
-    def to_json(self) -> dict[str, int]:
-        return {
-            "input": self.input,
-            "output": self.output,
-            "cacheRead": self.cache_read,
-            "cacheWrite": self.cache_write,
-        }
-
-
-@dataclass(frozen=True, slots=True)
 class AttemptView:
     attempt_id: str
     attempt: int
@@ -128,7 +95,7 @@ class AttemptView:
     """Why this attempt happened (attempt 2 only)."""
     error: Mapping[str, Any] | None = None
     stop_reason: str | None = None
-    usage: UsageView = UsageView()
+    usage: Usage = field(default_factory=Usage)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -173,7 +140,7 @@ class ToolCallView:
     recovered_from_ledger: bool = False
     recovered: bool = False
     """Whether the result was recorded by a recovery (after a crash)."""
-    usage: UsageView = UsageView()
+    usage: Usage = field(default_factory=Usage)
     verification: VerificationView | None = None
     """The check this call ran (the ``verify`` tool), with its artifact versions."""
 
@@ -212,7 +179,7 @@ class StepView:
     """1-based index of the step in its operation."""
     attempts: tuple[AttemptView, ...]
     tool_calls: tuple[ToolCallView, ...]
-    usage: UsageView
+    usage: Usage
 
     @property
     def start_ms(self) -> int:
@@ -241,7 +208,7 @@ class OperationView:
     """``completed``, ``failed``, ``aborted`` or ``unfinished``."""
     seq: int
     steps: tuple[StepView, ...]
-    usage: UsageView
+    usage: Usage
     prompt: str | None = None
     """Preview of the user message a run answers."""
     completion: str | None = None
@@ -361,7 +328,7 @@ class Timeline:
     gaps: tuple[Gap, ...]
     messages: tuple[MessageView, ...]
     verifications: tuple[VerificationView, ...]
-    usage: UsageView
+    usage: Usage
     current: str
     """The operation in progress at the end of the log: ``idle``, ``run`` or
     ``compaction``."""
@@ -493,7 +460,7 @@ class _Call:
         self.start_seq: int | None = None
         self.result_seq: int | None = None
         self.recovered = False
-        self.usage = UsageView()
+        self.usage = Usage()
         self.assistant_entry_id = ""
 
 
@@ -508,7 +475,7 @@ class _Attempt:
         self.why: str | None = None
         self.error: Mapping[str, Any] | None = None
         self.stop_reason: str | None = None
-        self.usage = UsageView()
+        self.usage = Usage()
 
 
 class _Step:
@@ -534,7 +501,7 @@ class _Op:
         self.abort: dict[str, Any] | None = None
         self.prompt: str | None = None
         self.steps: list[_Step] = []
-        self.usage = UsageView()
+        self.usage = Usage()
 
 
 class _Builder:
@@ -865,15 +832,15 @@ class _Builder:
         return attempt
 
     def _usage(self, fact: Mapping[str, Any]) -> None:
-        usage = fact.get("usage") or {}
+        usage = Usage.from_json(fact["usage"])  # the log reduced: the four counters are there
         attempt_id = fact.get("attemptId")
         if isinstance(attempt_id, str) and attempt_id in self.attempts:
             attempt = self.attempts[attempt_id]
-            attempt.usage = attempt.usage.plus(usage)
+            attempt.usage += usage
         started = fact.get("toolStartedId")
         if isinstance(started, str) and started in self.calls_by_started:
             call = self.calls_by_started[started]
-            call.usage = call.usage.plus(usage)
+            call.usage += usage
 
     # ---- result
 
@@ -884,9 +851,6 @@ class _Builder:
         if self.active is not None:
             self._trailing_gaps(end)
         operations = tuple(self._operation(op) for op in self.ops)
-        total = UsageView(
-            state.usage.input, state.usage.output, state.usage.cache_read, state.usage.cache_write
-        )
         return Timeline(
             session_id=header.id,
             created_ms=header.created_at,
@@ -900,7 +864,7 @@ class _Builder:
             gaps=tuple(self.gaps),
             messages=tuple(self.messages),
             verifications=self.verifications,
-            usage=total,
+            usage=state.usage,
             current=state.operation.kind,
             evidence_note=self.evidence.note,
         )
@@ -956,9 +920,9 @@ class _Builder:
 
     def _operation(self, op: _Op) -> OperationView:
         steps = tuple(self._step(step) for step in op.steps)
-        usage = UsageView()
+        usage = Usage()
         for step in steps:
-            usage = usage.add(step.usage)
+            usage += step.usage
         return OperationView(
             operation_id=op.op_id,
             kind=op.kind,
@@ -992,11 +956,11 @@ class _Builder:
             for a in step.attempts
         )
         calls = tuple(self._call(c) for c in step.calls)
-        usage = UsageView()
+        usage = Usage()
         for attempt in attempts:
-            usage = usage.add(attempt.usage)
+            usage += attempt.usage
         for call in calls:
-            usage = usage.add(call.usage)
+            usage += call.usage
         return StepView(step.step_id, step.kind, step.number, attempts, calls, usage)
 
     def _call(self, c: _Call) -> ToolCallView:

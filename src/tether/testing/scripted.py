@@ -4,7 +4,8 @@
 assistant and compaction steps already settled in the session). Because the position is
 computed from the log, a process that resumes after a crash asks for the same position
 as the one that died and gets the same answer. The model is fully deterministic: no
-randomness, no clock in its output (``delay`` only waits).
+randomness, no clock in its output (``delay`` only waits, on the clock it was given: a
+test's :class:`~tether.testing.clock.FakeClock` lets a slow step pass in no real time).
 
 File format (see ``docs/models.md``)::
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
+from tether._clock import SYSTEM_CLOCK, Clock
 from tether._inputs import (
     MAX_JSON_DEPTH,
     MAX_SCRIPT_BYTES,
@@ -281,11 +283,20 @@ def _canonical_bytes(data: Mapping[str, Any]) -> bytes:
 class ScriptedModel:
     """A :class:`~tether._models.base.ModelAdapter` that replays a validated script."""
 
-    def __init__(self, steps: tuple[_Step, ...], *, model: str, digest: str, source: str) -> None:
+    def __init__(
+        self,
+        steps: tuple[_Step, ...],
+        *,
+        model: str,
+        digest: str,
+        source: str,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self._steps = steps
         self._model = model
         self._digest = digest
         self._source = source
+        self._clock = clock
 
     # -- loading ----------------------------------------------------------------------------
 
@@ -302,13 +313,18 @@ class ScriptedModel:
 
     @classmethod
     def from_json(
-        cls, data: bytes | str | Mapping[str, Any], *, source: str = "<script>"
+        cls,
+        data: bytes | str | Mapping[str, Any],
+        *,
+        source: str = "<script>",
+        clock: Clock = SYSTEM_CLOCK,
     ) -> ScriptedModel:
         """Build from the script's JSON text (bytes or str) or an already parsed object.
 
         The routing identity is ``scripted:`` + the first 16 hex digits of SHA-256 over
         the text as given (for a parsed object: over its sorted compact JSON), so any
-        edit of the script changes the configuration digest.
+        edit of the script changes the configuration digest. ``clock`` is what a step's
+        ``delay`` waits on.
         """
         if isinstance(data, (bytes, str)):
             raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
@@ -367,7 +383,7 @@ class ScriptedModel:
                 f"model script {source} at {where}: {problem.message}"
             ) from None
         digest = hashlib.sha256(raw).hexdigest()[:16]
-        return cls(steps, model=model, digest=digest, source=source)
+        return cls(steps, model=model, digest=digest, source=source, clock=clock)
 
     # -- identity ---------------------------------------------------------------------------
 
@@ -423,7 +439,7 @@ class ScriptedModel:
             delay = self._steps[position].delay
             if delay > 0:
                 waiter = cancel if cancel is not None else threading.Event()
-                if waiter.wait(delay):
+                if self._clock.wait(waiter, delay):
                     raise ModelError("aborted", "Operation aborted")
         outcome = self.response_at(position)
         if isinstance(outcome, ModelError):

@@ -118,9 +118,7 @@ _TEXT = st.text(alphabet="abcxyz/:-", min_size=1, max_size=8)
 
 @given(flag=st.none() | _TEXT, env=st.none() | _TEXT, toml=st.none() | _TEXT)
 def test_the_first_source_given_wins(flag: str | None, env: str | None, toml: str | None) -> None:
-    project = parse_project_config(
-        "" if toml is None else f"[model]\nmodel = {json.dumps(toml)}\n"
-    )
+    project = parse_project_config("" if toml is None else f"[model]\nmodel = {json.dumps(toml)}\n")
     environ = {} if env is None else {"TETHER_MODEL": env}
     got = resolve_settings({"model": flag}, environ=environ, project=project).model
     assert got == next((v for v in (flag, env, toml) if v is not None), None)

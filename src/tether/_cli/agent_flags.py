@@ -27,13 +27,21 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, get_type_hints
 import typer
 
 from tether._cli.common import workspace_root
-from tether._credentials import hide_from_process_listing, register_secret, registered_secrets
+from tether._credentials import (
+    Masker,
+    hide_from_process_listing,
+    register_secret,
+    registered_secrets,
+)
 from tether._project import find_workspace_root
 from tether._settings import SETTINGS, Kind, Setting, Settings, resolve_settings
 from tether._stores.file import Durability
 
 if TYPE_CHECKING:
-    from tether._cli.progress import Progress
+    import threading
+
+    from tether._cli.progress import CallArguments, Progress
+    from tether._models import ModelAdapter, ModelRequest, ModelResponse
     from tether._project import ProjectConfig
     from tether._runtime import Agent
 
@@ -42,6 +50,7 @@ __all__ = [
     "NO_INTERACTION",
     "Flags",
     "Interaction",
+    "ObservedModel",
     "agent_command",
     "cli_agent",
     "cli_settings",
@@ -142,6 +151,56 @@ class Interaction:
     """Ask about every side-effecting call no rule names (the REPL on a terminal)."""
 
 
+class ObservedModel:
+    """A model adapter that lets the progress display see the tool calls it returns.
+
+    Delegates everything (identity included, so the configuration digest is unchanged).
+    The arguments it passes on are masked with ``masker``, as the session log records
+    them.
+    """
+
+    def __init__(
+        self, inner: ModelAdapter, calls: CallArguments, masker: Masker | None = None
+    ) -> None:
+        self._inner = inner
+        self._calls = calls
+        self._masker = masker if masker is not None else Masker()
+
+    @property
+    def provider(self) -> str:
+        return self._inner.provider
+
+    @property
+    def model(self) -> str:
+        return self._inner.model
+
+    @property
+    def adapter_identity(self) -> str:
+        return self._inner.adapter_identity
+
+    @property
+    def routing_identity(self) -> str:
+        return self._inner.routing_identity
+
+    @property
+    def streaming(self) -> bool:
+        return bool(getattr(self._inner, "streaming", False))
+
+    def complete(
+        self,
+        request: ModelRequest,
+        *,
+        cancel: threading.Event | None = None,
+        on_delta: Callable[[Any], None] | None = None,
+    ) -> ModelResponse:
+        from tether._models.base import call_model
+
+        response = call_model(self._inner, request, cancel=cancel, on_delta=on_delta)
+        for call in response.tool_calls:
+            self._calls.remember(call.id, self._masker.text(call.arguments))
+        return response
+
+
 NO_INTERACTION: Final = Interaction()
 """Nobody can be asked (a pipe, CI, a worker): ``ask`` calls are parked."""
 
@@ -156,8 +215,6 @@ def cli_agent(
     """The agent of an interactive command: ``settings`` composed with the CLI's seams (the
     progress display, the terminal's questions or parked approvals)."""
     from tether._cli.authorize import terminal_authorizer
-    from tether._cli.run_cmd import ObservedModel
-    from tether._credentials import Masker
     from tether._runtime import Agent
 
     progress.location = location_flags(settings)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
@@ -34,7 +34,7 @@ from tether._cli.agent_flags import (
     cli_settings,
 )
 from tether._cli.common import error_message, handle_errors, one_line, workspace_root
-from tether._cli.progress import CallArguments, Progress, make_progress, resume_command
+from tether._cli.progress import Progress, make_progress, resume_command
 from tether._cli.session_pick import (
     agent_sessions_dir,
     pick_session,
@@ -45,7 +45,6 @@ from tether._credentials import Masker
 from tether.errors import ConfigurationError, TetherError
 
 if TYPE_CHECKING:  # the runtime and the adapters pull in the model SDKs: import them lazily
-    from tether._models import ModelAdapter, ModelRequest, ModelResponse
     from tether._runtime import Agent, RunResult
 
 EXIT_FAILED = 1
@@ -82,56 +81,6 @@ def exit_code_for(result: RunResult, *, abort_requested: bool = False) -> int:
     if status == "awaiting_approval":
         return EXIT_AWAITING_APPROVAL
     return 0 if abort_requested else EXIT_ABORTED
-
-
-class ObservedModel:
-    """A model adapter that lets the progress display see the tool calls it returns.
-
-    Delegates everything (identity included, so the configuration digest is unchanged).
-    The arguments it passes on are masked with ``masker``, as the session log records
-    them.
-    """
-
-    def __init__(
-        self, inner: ModelAdapter, calls: CallArguments, masker: Masker | None = None
-    ) -> None:
-        self._inner = inner
-        self._calls = calls
-        self._masker = masker if masker is not None else Masker()
-
-    @property
-    def provider(self) -> str:
-        return self._inner.provider
-
-    @property
-    def model(self) -> str:
-        return self._inner.model
-
-    @property
-    def adapter_identity(self) -> str:
-        return self._inner.adapter_identity
-
-    @property
-    def routing_identity(self) -> str:
-        return self._inner.routing_identity
-
-    @property
-    def streaming(self) -> bool:
-        return bool(getattr(self._inner, "streaming", False))
-
-    def complete(
-        self,
-        request: ModelRequest,
-        *,
-        cancel: threading.Event | None = None,
-        on_delta: Callable[[Any], None] | None = None,
-    ) -> ModelResponse:
-        from tether._models.base import call_model
-
-        response = call_model(self._inner, request, cancel=cancel, on_delta=on_delta)
-        for call in response.tool_calls:
-            self._calls.remember(call.id, self._masker.text(call.arguments))
-        return response
 
 
 # --------------------------------------------------------------------------- Ctrl+C
@@ -404,7 +353,6 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_UNVERIFIED",
     "JsonOption",
-    "ObservedModel",
     "agent_errors",
     "call_agent",
     "exit_code_for",

@@ -277,3 +277,21 @@ def test_a_killed_file_store_session_is_resumed_under_one_digest(ws: Path, bound
     log = session_logs(ws)[session]
     assert Reducer.load(log).state.transcript[-1]["content"] == "Done."
     assert set(attempt_digests(log)) == {library_digest(ws)}
+
+
+def test_docs_cli_lists_the_settings_table_as_the_code_has_it() -> None:
+    """docs/cli.md's "Common flags" table: one row per setting, with its variable, its
+    tether.toml key and its digest and remembered columns as the code declares them."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    section = text.split("### Common flags: the settings table", 1)[1].split("\n\n`run`", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `--")]
+    assert len(rows) == len(SETTINGS)
+    for row, line in zip(SETTINGS, rows, strict=True):
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        assert cells[0].startswith(f"`{row.flag}"), (row.name, cells[0])
+        if row.env:
+            assert cells[1] == f"`{row.env}`", (row.name, cells[1])
+        if row.toml:
+            assert cells[2] == f"`{row.toml}`", (row.name, cells[2])
+        assert cells[4] == ("yes" if row.digest else "no"), row.name
+        assert cells[5] in (("yes",) if row.remembered else ("no", "never")), row.name

@@ -69,6 +69,9 @@ def test_the_table_and_the_settings_value_name_the_same_settings() -> None:
     digest = {row.name for row in SETTINGS if row.digest}
     assert digest == {"model", "base_url", "model_options", "system_prompt"}
     assert not any(row.remembered for row in SETTINGS if row.name == "api_key")
+    # Every "[table] key" names an attribute of the parsed tether.toml.
+    for row in SETTINGS:
+        row.toml_value(PROJECT)
 
 
 @pytest.mark.parametrize("command", AGENT_COMMANDS)

@@ -23,9 +23,10 @@ Rules of this module:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from enum import StrEnum
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -70,8 +71,8 @@ class Setting:
     short: str | None = None
     env: str | None = None
     toml: str | None = None
-    """The ``tether.toml`` key, as the docs name it (``[model] base_url``)."""
-    from_toml: Callable[[ProjectConfig], Any] | None = None
+    """The ``tether.toml`` key, as the docs name it (``[model] base_url``); a table alone
+    (``[model]``) is read by the setting's own code, not by :func:`resolve_settings`."""
     digest: bool = False
     """Whether the value enters the configuration digest (changing it meets the gate)."""
     remembered: bool = False
@@ -80,53 +81,27 @@ class Setting:
     fallback: str | None = None
     """The default in words, for the help (``60``, ``unlimited``), when it is not nothing."""
 
+    def toml_value(self, project: ProjectConfig) -> Any:
+        """The value ``tether.toml`` gives (parsed and checked already), or ``None``.
 
-def _model(p: ProjectConfig) -> Any:
-    return p.model.model
-
-
-def _base_url(p: ProjectConfig) -> Any:
-    return p.model.base_url
-
-
-def _timeout(p: ProjectConfig) -> Any:
-    return p.model.timeout
-
-
-def _required(p: ProjectConfig) -> Any:
-    return p.verify.required or None
-
-
-def _max_steps(p: ProjectConfig) -> Any:
-    return p.budget.max_steps
-
-
-def _max_tokens(p: ProjectConfig) -> Any:
-    return p.budget.max_tokens
-
-
-def _max_seconds(p: ProjectConfig) -> Any:
-    return p.budget.max_seconds
-
-
-def _store(p: ProjectConfig) -> Any:
-    return p.store.url
-
-
-def _lease(p: ProjectConfig) -> Any:
-    return p.store.lease_seconds
+        ``[table] key`` is ``project.table.key``: the parsed configuration's attributes
+        are named as the file's tables and keys."""
+        if self.toml is None or " " not in self.toml:
+            return None
+        table, key = self.toml.split(" ", 1)
+        return attrgetter(f"{table.strip('[]')}.{key}")(project)
 
 
 SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         "model", Kind.TEXT, None, short="-m", flag="--model", env="TETHER_MODEL",
-        toml="[model] model", from_toml=_model, digest=True, remembered=True, metavar="MODEL",
+        toml="[model] model", digest=True, remembered=True, metavar="MODEL",
         help="Model id for the OpenAI-compatible endpoint (e.g. openai/gpt-4o-mini), "
         "anthropic:MODEL, or scripted:PATH for a scripted model.",
     ),
     Setting(
         "base_url", Kind.TEXT, None, flag="--base-url", env="TETHER_BASE_URL",
-        toml="[model] base_url", from_toml=_base_url, digest=True, remembered=True,
+        toml="[model] base_url", digest=True, remembered=True,
         metavar="URL",
         fallback="https://openrouter.ai/api/v1 for the OpenAI-compatible API",
         help="Endpoint of the model API.",
@@ -143,7 +118,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "timeout", Kind.SECONDS, None, flag="--timeout", toml="[model] timeout",
-        from_toml=_timeout, remembered=True, metavar="SECONDS",
+        remembered=True, metavar="SECONDS",
         fallback="60", help="Seconds one model request may take.",
     ),
     Setting(
@@ -182,7 +157,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "require_verified", Kind.FLAG, False, flag="--require-verified",
-        toml="[verify] required", from_toml=_required,
+        toml="[verify] required",
         help="A run that changed files must end with a passing check of the files as they "
         "are now ([verify] command of tether.toml): up to two follow-up runs ask the model "
         "to verify; exit 66 if it is still unverified.",
@@ -194,28 +169,28 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "max_steps", Kind.COUNT, None, flag="--max-steps", toml="[budget] max_steps",
-        from_toml=_max_steps, metavar="N", fallback="unlimited",
+        metavar="N", fallback="unlimited",
         help="Model steps a run may take.",
     ),
     Setting(
         "max_tokens", Kind.COUNT, None, flag="--max-tokens", toml="[budget] max_tokens",
-        from_toml=_max_tokens, metavar="N",
+        metavar="N",
         fallback="unlimited", help="Input + output tokens a run may use.",
     ),
     Setting(
         "max_seconds", Kind.SECONDS, None, flag="--max-seconds", toml="[budget] max_seconds",
-        from_toml=_max_seconds, metavar="SECONDS",
+        metavar="SECONDS",
         fallback="unlimited", help="Wall time of a run in seconds.",
     ),
     Setting(
         "store", Kind.TEXT, None, flag="--store", env="TETHER_STORE_URL", toml="[store] url",
-        from_toml=_store, metavar="URL",
+        metavar="URL",
         fallback="the local file store",
         help="A shared session store, postgresql://… (see docs/scale-out.md).",
     ),
     Setting(
         "lease_seconds", Kind.SECONDS, None, flag="--lease-seconds",
-        env="TETHER_LEASE_SECONDS", toml="[store] lease_seconds", from_toml=_lease,
+        env="TETHER_LEASE_SECONDS", toml="[store] lease_seconds",
         metavar="SECONDS",
         fallback="30", help="Length of a writer's lease on a session of a shared store.",
     ),
@@ -326,8 +301,8 @@ def resolve_settings(
         if text.strip():
             values[row.name] = _parse_env(row, text)
             continue
-        if row.from_toml is not None and project is not None:
-            configured = row.from_toml(project)
+        if project is not None:
+            configured = row.toml_value(project)
             if configured is not None:
                 values[row.name] = configured
                 continue

@@ -33,6 +33,7 @@ from tether._credentials import (
     register_secret,
     registered_secrets,
 )
+from tether._models.options import ConfiguredModel
 from tether._project import find_workspace_root
 from tether._settings import SETTINGS, Kind, Setting, Settings, resolve_settings
 from tether._stores.file import Durability
@@ -151,7 +152,7 @@ class Interaction:
     """Ask about every side-effecting call no rule names (the REPL on a terminal)."""
 
 
-class ObservedModel:
+class ObservedModel(ConfiguredModel):
     """A model adapter that lets the progress display see the tool calls it returns.
 
     Delegates everything (identity included, so the configuration digest is unchanged).
@@ -162,29 +163,9 @@ class ObservedModel:
     def __init__(
         self, inner: ModelAdapter, calls: CallArguments, masker: Masker | None = None
     ) -> None:
-        self._inner = inner
+        super().__init__(inner, "")
         self._calls = calls
         self._masker = masker if masker is not None else Masker()
-
-    @property
-    def provider(self) -> str:
-        return self._inner.provider
-
-    @property
-    def model(self) -> str:
-        return self._inner.model
-
-    @property
-    def adapter_identity(self) -> str:
-        return self._inner.adapter_identity
-
-    @property
-    def routing_identity(self) -> str:
-        return self._inner.routing_identity
-
-    @property
-    def streaming(self) -> bool:
-        return bool(getattr(self._inner, "streaming", False))
 
     def complete(
         self,
@@ -193,9 +174,7 @@ class ObservedModel:
         cancel: threading.Event | None = None,
         on_delta: Callable[[Any], None] | None = None,
     ) -> ModelResponse:
-        from tether._models.base import call_model
-
-        response = call_model(self._inner, request, cancel=cancel, on_delta=on_delta)
+        response = super().complete(request, cancel=cancel, on_delta=on_delta)
         for call in response.tool_calls:
             self._calls.remember(call.id, self._masker.text(call.arguments))
         return response

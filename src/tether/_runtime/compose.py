@@ -272,26 +272,16 @@ def compose(
     the steps). ``model`` is an adapter the caller built (default: the one ``settings``
     names); ``tools`` replaces the built-ins."""
     # 1. The workspace: the settings name it, or the one the current folder belongs to.
-    root = find_workspace_root(settings.workspace).path
-    if not root.is_dir():
-        raise ConfigurationError(f"workspace {str(root)!r} is not a directory")
-    real = Path(os.path.realpath(root))
+    real = Path(os.path.realpath(find_workspace_root(settings.workspace).path))
     # 2. tether.toml, the budget, require_verified.
     config = seams.project if seams.project is not None else load_project_config(real)
     limits = seams.budget if seams.budget is not None else _budget(settings, config)
     required = settings.require_verified or config.verify.required
     if required and config.verify.command is None:
         raise ConfigurationError(f"verification is required but {NO_COMMAND}")
-    # 3. The guards, over this agent's workspace database: on a shared store its tables are
-    # in the store's database, the file-change journal stays in .tether/effects.db.
+    # 3. The guards, over this agent's workspace database.
     store_url = settings.store if seams.session_store is None else None
-    if seams.workspace_db is not None:
-        opener = seams.workspace_db
-    elif store_url:
-        opener = _shared_db_opener(real, store_url)
-    else:
-        opener = _effects_db_opener(real)
-    evidence = SessionEvidence(opener)
+    evidence = SessionEvidence(_workspace_db(real, store_url, seams))
     guards = Guards(
         real,
         config,
@@ -302,26 +292,12 @@ def compose(
         park=seams.park_approvals,
     )
     # 4. The model, its request options and its retries.
-    loaded = load_configured_model(settings, config, model)
-    adapter = seams.wrap_model(loaded.adapter) if seams.wrap_model else loaded.adapter
-    options: Mapping[str, Any] = dict(
-        seams.output_options if seams.output_options is not None else loaded.output_options
-    )
-    retries = seams.model_retries if seams.model_retries is not None else loaded.retries
-    # 5. The tools.
-    chosen = list(tools) if tools is not None else builtin_tools(pass_env=config.tools.pass_env)
-    if config.verify.command is not None and all(t.name != "verify" for t in chosen):
-        chosen.append(VerifyTool(lambda: guards.verifier))
-    if config.mcp.servers:
-        chosen.extend(mcp_tools(config.mcp, real))  # starts the servers not running yet
-    registry = ToolRegistry(chosen)
-    # 6. The system prompt and AGENTS.md.
+    adapter, options, retries = _model(settings, config, model, seams)
+    # 5. The tools; 6. the system prompt and AGENTS.md.
+    registry = _registry(tools, config, real, guards)
     prompt = system_prompt_for(settings, real, read_agents_md=seams.read_agents_md)
-    # 7. Durability, the layout the file tools must never touch.
-    mode = Durability(settings.durability)
-    sessions_path = settings.sessions_dir
-    protected = ProtectedState.for_workspace(real, sessions_path)
-    # 8. The environment identity and the configuration snapshot.
+    # 7. The layout the file tools must never touch; 8. the configuration snapshot.
+    protected = ProtectedState.for_workspace(real, settings.sessions_dir)
     identity = environment_identity(settings.environment, str(real))
     configuration = AgentConfiguration.build(
         model=adapter.model,
@@ -332,26 +308,12 @@ def compose(
         declarations=registry.declarations(),
         output_options=options,
         environment=identity,
-    )
-    # 9. Credentials are masked in every fact and event; one in the configuration snapshot
-    # could not be, since the log records the snapshot's digest with it (the prompt itself
-    # is only recorded as a digest).
-    masker = Masker.for_process(seams.secrets)
-    if masker.contains(configuration.snapshot):
-        raise ConfigurationError(
-            "a credential occurs in the agent's configuration (model id, endpoint or tool "
-            "declarations), which every model attempt records; remove it"
-        )
-    # 10. Where sessions and evidence go, the clock and the ids.
+    )  # everything that shapes a model request; its digest gates retries after a crash
+    # 9. The masker; 10. where sessions go, the clock and the ids.
+    masker = _masker(configuration, seams.secrets)
     time_source = seams.clock if seams.clock is not None else SYSTEM_CLOCK
     id_source = seams.ids if seams.ids is not None else new_uuid7
-    owned: Any = None
-    if seams.session_store is not None:
-        sessions: SessionOpener = seams.session_store
-    elif store_url:
-        sessions = owned = _shared_sessions(settings, store_url, real, time_source, id_source)
-    else:
-        sessions = FileSessions(real, sessions_path, mode, clock=time_source.now_ms, ids=id_source)
+    sessions, owned = _sessions(settings, store_url, real, seams, time_source, id_source)
     return Composition(
         workspace=real,
         model=adapter,
@@ -361,9 +323,9 @@ def compose(
         registry=registry,
         guards=guards,
         system_prompt=prompt,
-        durability=mode,
+        durability=Durability(settings.durability),
         output_options=options,
-        sessions_dir=sessions_path,
+        sessions_dir=settings.sessions_dir,
         protected=protected,
         tool_timeout=settings.tool_timeout,
         environment=identity,
@@ -378,6 +340,72 @@ def compose(
         settings=settings,
         retry_policy=RetryPolicy(retries=retries, base_delay=float(seams.retry_base_delay)),
     )
+
+
+def _model(
+    settings: Settings, config: ProjectConfig, given: ModelAdapter | None, seams: Seams
+) -> tuple[ModelAdapter, Mapping[str, Any], int]:
+    """The model as the settings configure it (wrapped by the seam), its request options
+    (the seam's, else ``[model]``'s) and its automatic retries."""
+    loaded = load_configured_model(settings, config, given)
+    adapter = seams.wrap_model(loaded.adapter) if seams.wrap_model else loaded.adapter
+    options = seams.output_options if seams.output_options is not None else loaded.output_options
+    retries = seams.model_retries if seams.model_retries is not None else loaded.retries
+    return adapter, dict(options), retries
+
+
+def _workspace_db(workspace: Path, store_url: str | None, seams: Seams) -> WorkspaceDBOpener:
+    """The seam's opener, else: on a shared store its tables are in the store's database
+    (the file-change journal stays in .tether/effects.db); else .tether/effects.db."""
+    if seams.workspace_db is not None:
+        return seams.workspace_db
+    if store_url:
+        return _shared_db_opener(workspace, store_url)
+    return _effects_db_opener(workspace)
+
+
+def _registry(
+    tools: Sequence[Tool] | None, config: ProjectConfig, workspace: Path, guards: Guards
+) -> ToolRegistry:
+    """The caller's tools or the built-ins, plus ``verify`` for a configured check command,
+    plus the MCP servers' tools; names must be unique."""
+    chosen = list(tools) if tools is not None else builtin_tools(pass_env=config.tools.pass_env)
+    if config.verify.command is not None and all(t.name != "verify" for t in chosen):
+        chosen.append(VerifyTool(lambda: guards.verifier))
+    if config.mcp.servers:
+        chosen.extend(mcp_tools(config.mcp, workspace))  # starts the servers not running yet
+    return ToolRegistry(chosen)
+
+
+def _masker(configuration: AgentConfiguration, secrets: Iterable[str]) -> Masker:
+    """Credentials are masked in every fact and event; one in the configuration snapshot
+    could not be, since the log records the snapshot's digest with it (the prompt itself
+    is only recorded as a digest), so it is refused."""
+    masker = Masker.for_process(secrets)
+    if masker.contains(configuration.snapshot):
+        raise ConfigurationError(
+            "a credential occurs in the agent's configuration (model id, endpoint or tool "
+            "declarations), which every model attempt records; remove it"
+        )
+    return masker
+
+
+def _sessions(
+    settings: Settings,
+    store_url: str | None,
+    workspace: Path,
+    seams: Seams,
+    clock: Clock,
+    ids: IdSource,
+) -> tuple[SessionOpener, Any]:
+    """The session opener, and the one compose made itself that the agent closes."""
+    if seams.session_store is not None:
+        return seams.session_store, None
+    if store_url:
+        shared = _shared_sessions(settings, store_url, workspace, clock, ids)
+        return shared, shared
+    mode = Durability(settings.durability)
+    return FileSessions(workspace, settings.sessions_dir, mode, clock=clock.now_ms, ids=ids), None
 
 
 def system_prompt_for(settings: Settings, workspace: Path, *, read_agents_md: bool = True) -> str:

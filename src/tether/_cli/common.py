@@ -34,6 +34,7 @@ from tether._credentials import Masker
 from tether._inputs import MAX_JSON_DEPTH, deeper_than, read_file
 from tether._project import find_workspace_root
 from tether._stores.file import sessions_dir_for
+from tether._text import printable as printable  # the commands take it from here
 from tether.errors import InputTooDeep, SessionCorruption, SessionWriteError, TetherError
 
 EXIT_OK = 0
@@ -49,24 +50,6 @@ class InputError(TetherError):
     """A command-line input (a file, a flag value) is missing, unreadable or malformed."""
 
     exit_code = EXIT_USAGE
-
-
-def printable(text: str) -> str:
-    """``text`` with every non-printable character (ESC, C1 controls, …) escaped.
-
-    Session content is untrusted; escaping keeps it from driving the terminal.
-    """
-    if text.isprintable():
-        return text
-    out = []
-    for char in text:
-        if char.isprintable() or char == " ":
-            out.append(char)
-        elif ord(char) <= 0xFF:
-            out.append(f"\\x{ord(char):02x}")
-        else:
-            out.append(f"\\u{ord(char):04x}")
-    return "".join(out)
 
 
 def one_line(text: str) -> str:

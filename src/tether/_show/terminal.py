@@ -15,6 +15,7 @@ from rich.color import ColorSystem
 from rich.console import Console
 from rich.style import Style
 
+from tether._text import printable
 from tether.core.state import Usage
 from tether.core.timeline import (
     Gap,
@@ -28,22 +29,6 @@ __all__ = ["EDGE", "interesting", "render_timeline"]
 
 EDGE = 10
 """Operations shown at each end of a summarised session."""
-
-
-def printable(text: str) -> str:
-    """``text`` with every non-printable character escaped (session content is untrusted:
-    it must not drive the terminal); the same rule as ``tether._cli.common.printable``."""
-    if text.isprintable():
-        return text
-    out = []
-    for char in text:
-        if char.isprintable() or char == " ":
-            out.append(char)
-        elif ord(char) <= 0xFF:
-            out.append(f"\\x{ord(char):02x}")
-        else:
-            out.append(f"\\u{ord(char):04x}")
-    return "".join(out)
 
 
 OUTCOME_STYLE = {

@@ -28,8 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from types import TracebackType
-from typing import Any, NoReturn, Self
+from typing import Any, NoReturn
 
 import orjson
 
@@ -39,7 +38,7 @@ from tether._dirs import DirectoryError, ignore_in_git, make_directories, sync_d
 from tether._ids import new_uuid7
 from tether._loading import load_reducer
 from tether._stores.locking import LOCK_SUFFIX, WriterLock, record_locked
-from tether._stores.protocol import SessionStoreProtocol
+from tether._stores.protocol import ClosesOnExit, SessionStoreProtocol
 from tether._stores.sidecar import FileSidecar, sidecar_path
 from tether._stores.transaction import encode_header, encode_transaction
 from tether.core import facts
@@ -483,7 +482,7 @@ def _disown_writers_in_child() -> None:
 os.register_at_fork(after_in_child=_disown_writers_in_child)
 
 
-class SessionStore:
+class SessionStore(ClosesOnExit):
     """One session log, opened for writing (single writer) or read-only.
 
     Construct with :meth:`create`, :meth:`open` or :meth:`open_read_only`.
@@ -992,17 +991,6 @@ class SessionStore:
             if self._dir_fd >= 0:
                 os.close(self._dir_fd)
                 self._dir_fd = -1
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __del__(self) -> None:
         try:

@@ -25,12 +25,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 from tether._clock import SYSTEM_CLOCK
 from tether._ids import new_uuid7
 from tether._loading import load_reducer
+from tether._stores.protocol import ClosesOnExit
 from tether._stores.transaction import encode_header, encode_transaction
 from tether.core.reducer import Reducer
 from tether.core.state import SessionState
@@ -160,7 +160,7 @@ class MemorySidecar:
         self.disk._write_record((self.session_id, self.name), data)
 
 
-class MemorySessionStore:
+class MemorySessionStore(ClosesOnExit):
     """One session of a :class:`MemorySessions`, open for writing (the only writer)."""
 
     read_only: bool = False
@@ -220,17 +220,6 @@ class MemorySessionStore:
                 return
             self._closed = True
         self._disk._release(self.session_id)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"MemorySessionStore({str(self.path)!r}, closed={self._closed})"

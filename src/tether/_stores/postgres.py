@@ -36,12 +36,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 from tether._clock import SYSTEM_CLOCK, Clock
 from tether._ids import new_uuid7
 from tether._loading import load_reducer
+from tether._stores.protocol import ClosesOnExit
 from tether._stores.transaction import encode_header, encode_transaction
 from tether.core.reducer import Reducer
 from tether.core.state import IdleOperation, SessionState
@@ -341,7 +341,7 @@ class _Held:
     lines: int
 
 
-class PostgresSessions:
+class PostgresSessions(ClosesOnExit):
     """The opener over one database: creates, opens (leases) and lists sessions.
 
     ``cwd`` is the header's ``cwd`` of the sessions it creates; ``owner`` names this writer
@@ -722,17 +722,6 @@ class PostgresSessions:
         with self._lock:
             self._conn.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
 
 @dataclass(frozen=True, slots=True)
 class PostgresSidecar:
@@ -772,7 +761,7 @@ class PostgresSidecar:
             raise OSError(str(exc)) from None
 
 
-class PostgresSessionStore:
+class PostgresSessionStore(ClosesOnExit):
     """One session of a :class:`PostgresSessions`, open for writing under its lease."""
 
     read_only: bool = False
@@ -951,17 +940,6 @@ class PostgresSessionStore:
             self._closed = True
             self._conn.close()
         self._sessions._release(self.session_id, self.fencing_token)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"PostgresSessionStore({str(self.path)!r}, epoch={self.fencing_token})"

@@ -121,6 +121,25 @@ class SessionStoreProtocol(Protocol):
     ) -> None: ...
 
 
+class ClosesOnExit:
+    """``with x:`` closes ``x`` on the way out: the one ``__enter__``/``__exit__`` of the
+    stores and openers (each defines :meth:`close`)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
 class SessionOpener(Protocol):
     """Creates and opens the session logs of one agent (one workspace's sessions)."""
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from tether.core.state import SessionState
+from tether.core.values import format_ms
 
 __all__ = [
     "DEFAULT_PAUSE_MS",
@@ -400,32 +401,6 @@ def _plain(value: Any) -> Any:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _days_to_civil(days: int) -> tuple[int, int, int]:
-    """Year, month, day of ``days`` since 1970-01-01 (Howard Hinnant's algorithm)."""
-    z = days + 719468
-    era = (z if z >= 0 else z - 146096) // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    y = yoe + era * 400
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    d = doy - (153 * mp + 2) // 5 + 1
-    m = mp + 3 if mp < 10 else mp - 9
-    return (y + 1 if m <= 2 else y), m, d
-
-
-def format_ms(ms: int) -> str:
-    """ISO 8601 UTC text of a millisecond epoch timestamp, e.g. ``2024-03-09T16:00:00.000Z``."""
-    days, rest = divmod(ms, 86_400_000)
-    year, month, day = _days_to_civil(days)
-    if not 0 <= year <= 9999:
-        return f"{ms} ms since the epoch"
-    hours, rest = divmod(rest, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds, millis = divmod(rest, 1000)
-    return f"{year:04d}-{month:02d}-{day:02d}T{hours:02d}:{minutes:02d}:{seconds:02d}.{millis:03d}Z"
 
 
 def _flat(text: str, width: int) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from tether.core.canonical import arguments_digest, sha256_digest
 
@@ -67,16 +67,26 @@ def _civil_from_days(days: int) -> tuple[int, int, int]:
     return yoe + era * 400 + (month <= 2), month, day
 
 
+@overload
+def format_ms(ms: int) -> str: ...
+@overload
+def format_ms(ms: None) -> None: ...
+@overload
+def format_ms(ms: int | None) -> str | None: ...
 def format_ms(ms: int | None) -> str | None:
     """An epoch-millisecond time as ISO 8601 UTC text (``2024-05-01T12:00:00.000Z``).
 
-    Integer arithmetic only, so it is pure (no clock, no time zone database) and exact;
-    ``None`` stays ``None``.
+    The one time formatter of tether (the timeline, the CLI and every table's ``to_json``
+    use it). Integer arithmetic only, so it is pure (no clock, no time zone database) and
+    exact; ``None`` stays ``None``; a time outside years 0-9999, which ISO 8601's four year
+    digits cannot show, is the number itself (``"<ms> ms since the epoch"``).
     """
     if ms is None:
         return None
     days, rest = divmod(ms, _MS_PER_DAY)
     year, month, day = _civil_from_days(days)
+    if not 0 <= year <= 9999:
+        return f"{ms} ms since the epoch"
     seconds, milli = divmod(rest, 1000)
     hour, seconds = divmod(seconds, 3600)
     minute, second = divmod(seconds, 60)

@@ -112,6 +112,7 @@ from typing import Any, Final
 import orjson
 
 from tether._credentials import child_environment
+from tether.core.canonical import hasher_digest, sha256_digest
 from tether.core.values import ArtifactVersion
 from tether.errors import ArtifactError, ConfigurationError
 
@@ -142,7 +143,7 @@ RACY_MARGIN_NS: Final[int] = 2_000_000_000
 GIT_TIMEOUT: Final[float] = 60.0
 
 #: The version of a workspace without any file.
-EMPTY_DIGEST: Final[str] = "sha256:" + hashlib.sha256(b"").hexdigest()
+EMPTY_DIGEST: Final[str] = sha256_digest(b"")
 
 _CHUNK: Final = 1 << 20
 _NOT_CONTENT: Final = "-"  # cached "digest" of a FIFO, socket or device: not part of a version
@@ -274,7 +275,7 @@ def _listing_digest(files: Mapping[str, str]) -> str:
     if data is None:
         encoded = sorted((os.fsencode(path), digest) for path, digest in files.items())
         data = b"".join(path + b"\0" + digest.encode("ascii") + b"\n" for path, digest in encoded)
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    return sha256_digest(data)
 
 
 # --------------------------------------------------------------------------- ignore rules
@@ -609,7 +610,7 @@ def _hash_entry(root: str, rel: str, mode: int) -> str | None:
             if error.errno == errno.EINVAL:
                 return None  # no longer a symbolic link: changed under us
             raise _unreadable(root, rel, error) from error
-        return "sha256:" + hashlib.sha256(b"symlink\0" + target).hexdigest()
+        return sha256_digest(b"symlink\0" + target)
     if not stat.S_ISREG(mode):
         return _NOT_CONTENT
     try:
@@ -638,7 +639,7 @@ def _hash_entry(root: str, rel: str, mode: int) -> str | None:
         raise _unreadable(root, rel, error) from error
     finally:
         os.close(fd)
-    return "sha256:" + digest.hexdigest()
+    return hasher_digest(digest)
 
 
 # --------------------------------------------------------------------------- the scanner

@@ -32,6 +32,7 @@ from typing import Final
 from tether._completion.evidence import VerificationStatus, verification_status
 from tether._credentials import Masker, child_environment
 from tether._procs import Ending, Supervision, run_in_group
+from tether.core.canonical import hasher_digest
 from tether.errors import CheckCommandError, TetherError
 
 __all__ = [
@@ -132,7 +133,7 @@ class _Output:
         return _decode_tail(bytes(self.tail), complete=self.total == len(self.tail))
 
     def hexdigest(self) -> str:
-        return "sha256:" + self.digest.hexdigest()
+        return hasher_digest(self.digest)
 
 
 def _exit_status(returncode: int) -> int:

@@ -66,7 +66,7 @@ from tether._tools.workspace import (
 )
 from tether._wsdb.protocol import JournalTable
 from tether._wsdb.sqlite import EffectsDB, format_ms
-from tether.core.canonical import arguments_digest
+from tether.core.canonical import arguments_digest, hasher_digest
 from tether.core.reconcile import FileVerdict, Verdict, reconcile_file, reconciled_text, stale_text
 from tether.core.values import JOURNAL_TRANSITIONS, JournalRow, JournalStatus
 from tether.errors import EffectsDatabaseError, OperationIdConflict, StaleFileChange, ToolError
@@ -503,7 +503,7 @@ def _snapshot(workspace: Path, relative: str) -> tuple[str | None, bytes | None,
                 kept += chunk[:room]
     finally:
         os.close(fd)
-    return "sha256:" + hasher.hexdigest(), bytes(kept), size, size > len(kept)
+    return hasher_digest(hasher), bytes(kept), size, size > len(kept)
 
 
 def observe_file(

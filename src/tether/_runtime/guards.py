@@ -17,7 +17,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
-from tether import _faults as faults
+import tether._faults as faults
 from tether._completion.artifact import ArtifactScanner
 from tether._completion.failures import ToolFailure
 from tether._completion.verify import Verifier, workspace_scanner

@@ -34,7 +34,7 @@ from typing import Any, NoReturn, Self
 
 import orjson
 
-from tether import _faults as faults
+import tether._faults as faults
 from tether._dirs import DirectoryError, ignore_in_git, make_directories, sync_directory
 from tether._ids import new_uuid7
 from tether._loading import load_reducer

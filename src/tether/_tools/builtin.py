@@ -42,7 +42,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
-from tether import _faults as faults
+import tether._faults as faults
 from tether._credentials import child_environment
 from tether._procs import Ending, Supervision, run_in_group
 from tether._tools.base import RecoveryKind, Tool, ToolContext, ToolResult

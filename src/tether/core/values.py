@@ -27,9 +27,13 @@ __all__ = [
     "BINDING_FORMAT",
     "BINDING_VERSION",
     "JOURNAL_TRANSITIONS",
+    "ApprovalRequest",
     "ArtifactVersion",
+    "Authorization",
     "BindingState",
+    "CheckOutcome",
     "EvidenceCheck",
+    "EvidenceCopy",
     "JournalRow",
     "JournalStatus",
     "LookupResult",
@@ -39,9 +43,11 @@ __all__ = [
     "ReviewItem",
     "ReviewStatus",
     "SessionBinding",
+    "ToolFailure",
     "ToolResult",
     "Verification",
     "VerificationStatus",
+    "check_transition",
     "format_ms",
     "legacy_journal_digest",
     "verification_status",
@@ -281,6 +287,46 @@ class JournalRow:
         }
 
 
+def check_transition(operation_id: str, current: JournalStatus, new: JournalStatus) -> None:
+    """:class:`ValueError` unless a row may go from ``current`` to ``new``
+    (:data:`~tether.core.values.JOURNAL_TRANSITIONS`)."""
+    if new not in JOURNAL_TRANSITIONS[current]:
+        raise ValueError(
+            f"journal row {operation_id}: cannot go from {current.value} to {new.value}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceCopy:
+    """A copy of file content the action journal kept as evidence (table ``evidence``).
+
+    Named apart from :class:`tether.core.timeline.Evidence` (what the workspace database
+    knows about a session, for the timeline): a copy is one row, that is a whole view."""
+
+    id: int
+    operation_id: str
+    kind: str
+    path: str | None
+    content_hash: str | None
+    size: int | None
+    truncated: bool
+    content: bytes | None = field(repr=False)
+    created_at_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything but the bytes (which may be large and binary)."""
+        return {
+            "id": self.id,
+            "operationId": self.operation_id,
+            "kind": self.kind,
+            "path": self.path,
+            "contentHash": self.content_hash,
+            "size": self.size,
+            "truncated": self.truncated,
+            "createdAt": format_ms(self.created_at_ms),
+        }
+
+
 # =========================================================================== reviews
 
 
@@ -477,6 +523,140 @@ class Verification:
             "startedAt": format_ms(self.started_at_ms),
             "durationMs": self.duration_ms,
             "status": self.status.value,
+        }
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """What one run of the check command showed (see :func:`run_check`)."""
+
+    command: str
+    exit_status: int | None
+    timed_out: bool
+    error: str | None
+    output_digest: str
+    output_tail: str
+    version_start: str | None
+    version_end: str | None
+    started_at_ms: int
+    duration_ms: int
+
+    @property
+    def status(self) -> VerificationStatus:
+        return verification_status(
+            self.exit_status, self.timed_out, self.error, self.version_start, self.version_end
+        )
+
+
+# =========================================================================== decisions, failures
+
+
+@dataclass(frozen=True)
+class Authorization:
+    """One recorded decision on one tool call."""
+
+    id: int
+    session_id: str
+    call_key: str
+    tool_name: str
+    arguments_digest: str
+    summary: str
+    decision: str
+    who: str
+    rule: str
+    reason: str | None
+    decided_at_ms: int
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision == "allow"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "sessionId": self.session_id,
+            "callKey": self.call_key,
+            "toolName": self.tool_name,
+            "argumentsDigest": self.arguments_digest,
+            "summary": self.summary,
+            "decision": self.decision,
+            "who": self.who,
+            "rule": self.rule,
+            "reason": self.reason,
+            "decidedAtMs": self.decided_at_ms,
+            "decidedAt": format_ms(self.decided_at_ms),
+        }
+
+
+@dataclass(frozen=True)
+class ToolFailure:
+    """One failed tool call."""
+
+    tool_started_id: str
+    session_id: str
+    tool_name: str
+    arguments_digest: str
+    artifact_version: str | None
+    at_ms: int
+    result_entry_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "toolStartedId": self.tool_started_id,
+            "sessionId": self.session_id,
+            "toolName": self.tool_name,
+            "argumentsDigest": self.arguments_digest,
+            "artifactVersion": self.artifact_version,
+            "atMs": self.at_ms,
+            "at": format_ms(self.at_ms),
+            "resultEntryId": self.result_entry_id,
+        }
+
+
+# =========================================================================== parked approvals
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """One parked call and what was decided about it."""
+
+    id: int
+    session_id: str
+    call_key: str
+    tool_name: str
+    arguments: dict[str, Any]
+    arguments_digest: str
+    artifact_version: str | None
+    touched: dict[str, str | None]
+    """The files the call touches and their content hash when it was proposed (``None``: it
+    did not exist); empty when the call's files are unknown (then ``artifact_version``)."""
+    summary: str
+    rule: str
+    status: str
+    always: bool
+    decided_by: str | None
+    reason: str | None
+    proposed_at_ms: int
+    decided_at_ms: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "sessionId": self.session_id,
+            "callKey": self.call_key,
+            "toolName": self.tool_name,
+            "arguments": self.arguments,
+            "argumentsDigest": self.arguments_digest,
+            "artifactVersion": self.artifact_version,
+            "touched": self.touched,
+            "summary": self.summary,
+            "rule": self.rule,
+            "status": self.status,
+            "always": self.always,
+            "decidedBy": self.decided_by,
+            "reason": self.reason,
+            "proposedAt": format_ms(self.proposed_at_ms),
+            "decidedAt": format_ms(self.decided_at_ms) if self.decided_at_ms else None,
         }
 
 

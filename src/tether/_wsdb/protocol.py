@@ -39,10 +39,11 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # the value types are the core's (tether.core.values): no shell module
     from tether.core.values import (
+        ApprovalRequest,
         Authorization,
         CheckOutcome,
         EvidenceCopy,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:  # the value types are the core's (tether.core.values): no she
     )
 
 __all__ = [
+    "ApprovalTable",
     "AuthorizationTable",
     "FailureTable",
     "JournalTable",
@@ -245,6 +247,36 @@ class FailureTable(Protocol):
     def get(self, tool_started_id: str) -> ToolFailure | None: ...
 
     def by_result_entry(self, result_entry_id: str) -> ToolFailure | None: ...
+
+
+@runtime_checkable
+class ApprovalTable(Protocol):
+    """Parked approvals (what the runtime's authorization needs of them). Optional: a
+    workspace database that keeps them has an ``approvals`` attribute of this type (the
+    SQLite one, :class:`~tether._wsdb.sqlite_approvals.ApprovalStore`); without it a call
+    nobody can be asked about is denied instead of parked."""
+
+    def propose(
+        self,
+        *,
+        session_id: str,
+        call_key: str,
+        tool_name: str,
+        arguments: dict[str, Any],
+        arguments_digest: str,
+        artifact_version: str | None,
+        touched: dict[str, str | None],
+        summary: str,
+        rule: str,
+    ) -> ApprovalRequest: ...
+
+    def active(self, session_id: str, call_key: str) -> ApprovalRequest | None: ...
+
+    def void(self, request_id: int, why: str) -> None: ...
+
+    def grant(self, session_id: str, tool_name: str, rule: str, who: str) -> None: ...
+
+    def granted(self, session_id: str, tool_name: str, rule: str) -> str | None: ...
 
 
 class WorkspaceDB(Protocol):

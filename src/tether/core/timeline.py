@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from tether.core.state import SessionState
-from tether.core.values import format_ms
+from tether.core.values import format_duration, format_ms
 
 __all__ = [
     "DEFAULT_PAUSE_MS",
@@ -630,7 +630,7 @@ class _Builder:
             return
         if start - last < self.pause_ms:
             return
-        pause = _duration(start - last)
+        pause = format_duration(start - last)
         if self.active is None:
             self.gaps.append(
                 Gap(
@@ -1006,16 +1006,6 @@ class _Builder:
             usage=c.usage,
             verification=self.verification_of.get(started) if started else None,
         )
-
-
-def _duration(ms: int) -> str:
-    if ms < 1000:
-        return f"{ms} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    if ms < 3_600_000:
-        return f"{ms // 60_000} min {ms % 60_000 // 1000} s"
-    return f"{ms // 3_600_000} h {ms % 3_600_000 // 60_000} min"
 
 
 def _decision_text(name: str, decisions: Sequence[Mapping[str, Any]]) -> str:

@@ -48,6 +48,7 @@ __all__ = [
     "Verification",
     "VerificationStatus",
     "check_transition",
+    "format_duration",
     "format_ms",
     "legacy_journal_digest",
     "verification_status",
@@ -97,6 +98,18 @@ def format_ms(ms: int | None) -> str | None:
     hour, seconds = divmod(seconds, 3600)
     minute, second = divmod(seconds, 60)
     return f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}.{milli:03d}Z"
+
+
+def format_duration(ms: int) -> str:
+    """A span of milliseconds for people: ``850 ms``, ``12.3 s``, ``4 min 5 s``, ``2 h 3 min``
+    (the timeline's pauses, the show view's spans)."""
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    if ms < 3_600_000:
+        return f"{ms // 60_000} min {ms % 60_000 // 1000} s"
+    return f"{ms // 3_600_000} h {ms % 3_600_000 // 60_000} min"
 
 
 # =========================================================================== tool results

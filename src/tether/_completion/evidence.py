@@ -15,6 +15,9 @@ facts alone (:func:`~tether.core.values.verification_status`, pure, in the core 
 
 Only ``passed`` is ever treated as verified. Alongside a verification the manifest of its
 artifact version may be kept (table ``artifact_manifests``: opaque bytes, written once).
+
+The SQLite table is :class:`~tether._wsdb.sqlite_verification.VerificationStore` (beside the
+database, which makes it), re-exported here with :func:`~tether._wsdb.rules.new_verification`.
 """
 
 from __future__ import annotations

@@ -16,6 +16,11 @@ since it was proposed (the resume that notices proposes it again, as a new reque
 
 ``--always`` also records a *grant*: later calls of the same tool under the same rule in the
 same session are allowed without asking (the terminal's "always" answer records the same).
+
+The request value is :class:`~tether.core.values.ApprovalRequest` and the tables are
+:class:`~tether._wsdb.sqlite_approvals.ApprovalStore` (beside the SQLite database, which makes
+it); both are re-exported here. The runtime reaches them through
+:class:`~tether._wsdb.protocol.ApprovalTable`.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ session and a *call key* that identifies the call before it has a ``toolStarted`
 
 The first decision for a call wins: recording again (after a crash, on a retry) returns the
 existing row unchanged, so a call is never decided twice with different outcomes.
+
+The value is :class:`~tether.core.values.Authorization` and the SQLite table
+:class:`~tether._wsdb.sqlite_authorization.AuthorizationStore` (beside the database, which
+makes it); both are re-exported here.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ the recorded decision if the process dies in between (:mod:`tether._effects.reco
 At most one item per operation id is open at a time; opening it again returns the open
 item. Every reconciliation and decision is kept in ``reconciliations`` with its time and
 evidence (JSON).
+
+The values are in :mod:`tether.core.values` and the SQLite tables in
+:class:`~tether._wsdb.sqlite_review.ReviewStore` (beside the database, which makes it); all
+are re-exported here.
 """
 
 from __future__ import annotations

@@ -6,10 +6,15 @@ answers a lookup with a :class:`LookupResult`, the workspace database reads back
 hashes the workspace into an :class:`ArtifactVersion`) and the core decides on them
 (:mod:`tether.core.reconcile`, :mod:`tether.core.gate`). They live here so that a decision
 can be imported, tested and reasoned about without the code that gathers its inputs; each
-shell module that makes or stores one re-exports it under its old name.
+shell module that makes or stores one re-exports it under its old name. The values the
+workspace database stores live here too (not beside their SQLite tables), so that the
+database seam, its implementations and the effects and completion code share them without
+importing each other.
 
-Sections: times (:func:`format_ms`), tool results, effect lookups, the action journal,
-reviews, artifact versions, verifications, evidence binding.
+Sections: times (:func:`format_ms`, :func:`format_duration`), tool results, effect lookups,
+the action journal (rows, transitions, :class:`EvidenceCopy`), reviews, artifact versions,
+verifications (and :class:`CheckOutcome`), decisions and failures, parked approvals,
+evidence binding.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from rich.console import Console
 from fakeprovider import FakeProvider, chunk, error, streamed
 from tether._cli.inspect_cmd import render_state
 from tether._models import OpenAICompatibleModel
-from tether._models.openai_compat import _retry_after
+from tether._models.http_common import retry_after_seconds as _retry_after
 from tether._runtime import Agent, RunStatus
 from tether._runtime.events import Event, RetryScheduled
 from tether._runtime.retry import RetryPolicy, backoff, is_transient

@@ -1,12 +1,15 @@
 """Commands in their own process group that never outlive tether (:func:`run_in_group`).
 
-One runner serves the ``bash`` tool (:class:`tether._tools.builtin.BashTool`) and the check
-command (:func:`tether._completion.check.run_check`); each caller keeps its own output
-handling and result texts, and chooses the few timings that differ (:class:`Supervision`).
+One runner serves every child process tether starts: the ``bash`` tool
+(:class:`tether._tools.builtin.BashTool`), the check command
+(:func:`tether._completion.check.run_check`) and ``git ls-files`` for the artifact scanner
+(:mod:`tether._completion.artifact`); each caller keeps its own output handling and result
+texts, and chooses the few timings that differ (:class:`Supervision`).
 
 A command is started in a **new session** (so it leads its own process group, whose id is
 its pid), stdin from ``/dev/null``, stdout and stderr merged into one pipe that is read
-incrementally. It ends in one of three ways (:class:`Ending`):
+incrementally (or stderr discarded, for a caller that parses the output: ``merge_stderr``).
+It ends in one of three ways (:class:`Ending`):
 
 * it **exits**: the rest of its group (``sleep 100 &``) is ended right away, or after
   ``linger`` seconds of waiting for the pipe to close;
@@ -158,12 +161,14 @@ def run_in_group(
     on_output: Callable[[bytes], None],
     cancel: threading.Event | None = None,
     supervision: Supervision = Supervision(),
+    merge_stderr: bool = True,
 ) -> Finished:
     """Run ``argv`` (``argv[0]`` an absolute path) in its own process group.
 
     Output (stdout and stderr, merged) is handed to ``on_output`` as it arrives. Returns
     when the command exited, the ``timeout`` expired or ``cancel`` was set, and the whole
-    group is gone (see the module docstring). Raises :class:`OSError` when the command
+    group is gone (see the module docstring). ``merge_stderr=False`` sends stderr to
+    ``/dev/null`` instead. Raises :class:`OSError` when the command
     cannot be started (``argv[0]`` missing or not executable, no ``/bin/sh``, ``cwd``
     missing).
     """
@@ -177,7 +182,7 @@ def run_in_group(
             cwd=cwd,
             stdin=gate_read,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.DEVNULL,
             start_new_session=True,
             close_fds=True,
             env=dict(env),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,6 +34,7 @@ from tether.core.state import (
     ToolCallState,
     ToolStatus,
 )
+from tether.core.values import format_ms
 from tether.errors import ConfigurationError
 
 RECENT_MESSAGES = 5
@@ -133,13 +133,9 @@ def session_file(file: Path | None, last: bool, sessions_dir: Path | None) -> Pa
 # --------------------------------------------------------------------------- rendering
 
 
-def format_timestamp(ms: int) -> str:
-    """ISO 8601 UTC text of a millisecond epoch timestamp (the raw number if out of range)."""
-    try:
-        moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    except (OverflowError, OSError, ValueError):
-        return f"{ms} ms since the epoch"
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+# The CLI's name for the one time formatter, tether.core.values.format_ms (out-of-range
+# times are "<ms> ms since the epoch" there too).
+format_timestamp = format_ms
 
 
 def abbreviate(text: str, width: int = PREVIEW_WIDTH) -> str:

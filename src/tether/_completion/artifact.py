@@ -9,7 +9,8 @@ Which files matter
 * **Git mode.** When the workspace is inside a git work tree (and ``use_git`` is true),
   the files are those ``git ls-files -z --cached --others --exclude-standard`` lists:
   tracked files plus untracked files that git does not ignore. A tracked file that was
-  deleted is simply absent. Git runs with a timeout and ``GIT_OPTIONAL_LOCKS=0`` (so it
+  deleted is simply absent. Git runs through tether's process runner
+  (:func:`tether._procs.run_in_group`), with a timeout and ``GIT_OPTIONAL_LOCKS=0`` (so it
   never takes the index lock), with ``GIT_DIR``/``GIT_WORK_TREE``/``GIT_INDEX_FILE``
   removed from its environment. Whether the workspace is in a work tree is decided by git
   itself (``ls-files`` fails outside one, as ``rev-parse --is-inside-work-tree`` would say
@@ -99,10 +100,10 @@ import fnmatch
 import hashlib
 import os
 import re
+import shutil
 import stat
-import subprocess
 import sys
-import tempfile
+import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -112,6 +113,8 @@ from typing import Any, Final
 import orjson
 
 from tether._credentials import child_environment
+from tether._procs import Ending, Finished, Supervision, run_in_group
+from tether.core.canonical import hasher_digest, sha256_digest
 from tether.core.values import ArtifactVersion
 from tether.errors import ArtifactError, ConfigurationError
 
@@ -142,7 +145,7 @@ RACY_MARGIN_NS: Final[int] = 2_000_000_000
 GIT_TIMEOUT: Final[float] = 60.0
 
 #: The version of a workspace without any file.
-EMPTY_DIGEST: Final[str] = "sha256:" + hashlib.sha256(b"").hexdigest()
+EMPTY_DIGEST: Final[str] = sha256_digest(b"")
 
 _CHUNK: Final = 1 << 20
 _NOT_CONTENT: Final = "-"  # cached "digest" of a FIFO, socket or device: not part of a version
@@ -274,7 +277,7 @@ def _listing_digest(files: Mapping[str, str]) -> str:
     if data is None:
         encoded = sorted((os.fsencode(path), digest) for path, digest in files.items())
         data = b"".join(path + b"\0" + digest.encode("ascii") + b"\n" for path, digest in encoded)
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    return sha256_digest(data)
 
 
 # --------------------------------------------------------------------------- ignore rules
@@ -468,71 +471,77 @@ def _maybe_in_git(root: str) -> bool:
         path = parent
 
 
-_GitRun = tuple["subprocess.Popen[bytes]", int]
+_GIT_SUPERVISION: Final = Supervision(kill_grace=0.5, final_drain=0.2, poll=0.05)
+"""``git ls-files`` changes nothing: a short grace when it must be ended (timeout, abort)."""
+
+
+class _GitRun:
+    """``git ls-files`` on the workspace, run through tether's one process runner
+    (:func:`tether._procs.run_in_group`: its own process group, reaped even if tether dies)
+    on a thread, so that git lists while this thread stats the previous listing
+    (:meth:`ArtifactScanner._list`). The thread reads git's output as it comes, so git
+    never waits on a full pipe."""
+
+    def __init__(self, git: str, root: str) -> None:
+        self._chunks: list[bytes] = []
+        self._cancel = threading.Event()
+        self._finished: Finished | None = None
+        command = [git, "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+        self._thread = threading.Thread(
+            target=self._run, args=(command, root), name="tether-git-ls-files", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, command: list[str], root: str) -> None:
+        try:
+            self._finished = run_in_group(
+                command,
+                cwd=root,
+                env=_git_env(),
+                timeout=GIT_TIMEOUT,
+                on_output=self._chunks.append,
+                cancel=self._cancel,
+                supervision=_GIT_SUPERVISION,
+                merge_stderr=False,
+            )
+        except OSError:
+            self._finished = None  # git could not be started: the walk answers instead
+
+    def abort(self) -> None:
+        """End git (if still running) and wait for it."""
+        self._cancel.set()
+        self._thread.join()
+
+    def output(self) -> bytes | None:
+        """Git's listing once it is done, or None if it failed (not a work tree, timeout,
+        could not start)."""
+        self._thread.join()
+        done = self._finished
+        if done is None or done.ending is not Ending.EXITED or done.returncode != 0:
+            return None
+        return b"".join(self._chunks)
 
 
 def _start_git(root: str) -> _GitRun | None:
-    """Start ``git ls-files`` on the workspace; None when git surely cannot answer.
-
-    Its output goes to an anonymous file, not a pipe, so that git runs to the end on its
-    own while this process does other work (see :meth:`ArtifactScanner._list`).
-    """
+    """Start ``git ls-files`` on the workspace; None when git surely cannot answer (no
+    ``.git`` above the workspace, no ``git`` on the ``PATH``)."""
     if not _maybe_in_git(root):
         return None
-    command = ["git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
-    try:
-        if hasattr(os, "memfd_create"):
-            fd = os.memfd_create("tether-git-ls-files", os.MFD_CLOEXEC)
-        else:  # pragma: no cover - not Linux
-            fd, name = tempfile.mkstemp(prefix="tether-git-")
-            os.unlink(name)
-    except OSError:
+    git = shutil.which("git", path=_git_env().get("PATH"))
+    if git is None:
         return None
-    try:
-        proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=fd,
-            stderr=subprocess.DEVNULL,
-            env=_git_env(),
-        )
-    except (OSError, subprocess.SubprocessError):
-        os.close(fd)
-        return None
-    return proc, fd
+    return _GitRun(os.path.abspath(git), root)
 
 
 def _abort_git(run: _GitRun) -> None:
-    proc, fd = run
-    try:
-        proc.kill()
-        proc.wait()
-    finally:
-        os.close(fd)
+    run.abort()
 
 
 def _finish_git(run: _GitRun) -> list[str] | None:
     """The paths git listed, or None if it failed (not a work tree, timeout, error)."""
-    proc, fd = run
-    try:
-        try:
-            code = proc.wait(GIT_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            return None
-        if code != 0:
-            return None
-        size = os.lseek(fd, 0, os.SEEK_END)
-        os.lseek(fd, 0, os.SEEK_SET)
-        chunks = []
-        while block := os.read(fd, max(size, _CHUNK)):
-            chunks.append(block)
-        data = b"".join(chunks)
-    except OSError:
+    data = run.output()
+    if data is None:
         return None
-    finally:
-        os.close(fd)
     if _UTF8_FS:
         paths = data.decode("utf-8", "surrogateescape").split("\0")
     else:
@@ -609,7 +618,7 @@ def _hash_entry(root: str, rel: str, mode: int) -> str | None:
             if error.errno == errno.EINVAL:
                 return None  # no longer a symbolic link: changed under us
             raise _unreadable(root, rel, error) from error
-        return "sha256:" + hashlib.sha256(b"symlink\0" + target).hexdigest()
+        return sha256_digest(b"symlink\0" + target)
     if not stat.S_ISREG(mode):
         return _NOT_CONTENT
     try:
@@ -638,7 +647,7 @@ def _hash_entry(root: str, rel: str, mode: int) -> str | None:
         raise _unreadable(root, rel, error) from error
     finally:
         os.close(fd)
-    return "sha256:" + digest.hexdigest()
+    return hasher_digest(digest)
 
 
 # --------------------------------------------------------------------------- the scanner

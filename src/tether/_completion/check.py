@@ -25,13 +25,13 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from tether._completion.evidence import VerificationStatus, verification_status
 from tether._credentials import Masker, child_environment
 from tether._procs import Ending, Supervision, run_in_group
+from tether.core.canonical import hasher_digest
+from tether.core.values import CheckOutcome
 from tether.errors import CheckCommandError, TetherError
 
 __all__ = [
@@ -55,28 +55,6 @@ _SHELL: Final = "/bin/sh"
 
 _NOT_FOUND = re.compile(r"([^:\n]+): (?:command )?not found\s*$", re.MULTILINE)
 _NOT_EXECUTABLE = re.compile(r"([^:\n]+): (?:Permission denied|cannot execute)", re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    """What one run of the check command showed (see :func:`run_check`)."""
-
-    command: str
-    exit_status: int | None
-    timed_out: bool
-    error: str | None
-    output_digest: str
-    output_tail: str
-    version_start: str | None
-    version_end: str | None
-    started_at_ms: int
-    duration_ms: int
-
-    @property
-    def status(self) -> VerificationStatus:
-        return verification_status(
-            self.exit_status, self.timed_out, self.error, self.version_start, self.version_end
-        )
 
 
 def _one_line(exc: BaseException) -> str:
@@ -132,7 +110,7 @@ class _Output:
         return _decode_tail(bytes(self.tail), complete=self.total == len(self.tail))
 
     def hexdigest(self) -> str:
-        return "sha256:" + self.digest.hexdigest()
+        return hasher_digest(self.digest)
 
 
 def _exit_status(returncode: int) -> int:

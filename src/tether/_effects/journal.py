@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
 
-from tether import _faults as faults
+import tether._faults as faults
 from tether._tools.base import RecoveryKind, Tool, ToolResult
 from tether._tools.builtin import (
     ApplyOutcome,
@@ -65,10 +65,11 @@ from tether._tools.workspace import (
     stat_entry,
 )
 from tether._wsdb.protocol import JournalTable
-from tether._wsdb.sqlite import EffectsDB, format_ms
-from tether.core.canonical import arguments_digest
+from tether._wsdb.rules import check_same_call, check_session
+from tether._wsdb.sqlite_journal import ActionJournal
+from tether.core.canonical import arguments_digest, hasher_digest
 from tether.core.reconcile import FileVerdict, Verdict, reconcile_file, reconciled_text, stale_text
-from tether.core.values import JOURNAL_TRANSITIONS, JournalRow, JournalStatus
+from tether.core.values import EvidenceCopy, JournalRow, JournalStatus, check_transition
 from tether.errors import EffectsDatabaseError, OperationIdConflict, StaleFileChange, ToolError
 
 __all__ = [
@@ -77,7 +78,7 @@ __all__ = [
     "INTENT_PREPARED",
     "INTENT_RECORDED",
     "ActionJournal",
-    "Evidence",
+    "EvidenceCopy",
     "FileVerdict",
     "JournalRow",
     "JournalStatus",
@@ -120,344 +121,12 @@ EVIDENCE_MAX_BYTES: Final = 16 * 1024 * 1024
 _CHUNK: Final = 64 * 1024
 
 
-def check_transition(operation_id: str, current: JournalStatus, new: JournalStatus) -> None:
-    """:class:`ValueError` unless a row may go from ``current`` to ``new``
-    (:data:`~tether.core.values.JOURNAL_TRANSITIONS`)."""
-    if new not in JOURNAL_TRANSITIONS[current]:
-        raise ValueError(
-            f"journal row {operation_id}: cannot go from {current.value} to {new.value}"
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Evidence:
-    """A copy of file content kept as evidence (table ``evidence``)."""
-
-    id: int
-    operation_id: str
-    kind: str
-    path: str | None
-    content_hash: str | None
-    size: int | None
-    truncated: bool
-    content: bytes | None = field(repr=False)
-    created_at_ms: int
-
-    def to_json(self) -> dict[str, Any]:
-        """Everything but the bytes (which may be large and binary)."""
-        return {
-            "id": self.id,
-            "operationId": self.operation_id,
-            "kind": self.kind,
-            "path": self.path,
-            "contentHash": self.content_hash,
-            "size": self.size,
-            "truncated": self.truncated,
-            "createdAt": format_ms(self.created_at_ms),
-        }
-
-
-_COLUMNS: Final = (
-    "operation_id, session_id, tool_name, path, before_hash, after_hash, arguments_digest, "
-    "status, detail, planned_result, result, result_is_error, created_at_ms, updated_at_ms"
-)
-
-
-def _row(data: Any) -> JournalRow:
-    return JournalRow(
-        operation_id=data["operation_id"],
-        session_id=data["session_id"],
-        tool_name=data["tool_name"],
-        path=data["path"],
-        before_hash=data["before_hash"],
-        after_hash=data["after_hash"],
-        arguments_digest=data["arguments_digest"],
-        status=JournalStatus(data["status"]),
-        detail=data["detail"],
-        planned_result=data["planned_result"],
-        result=data["result"],
-        result_is_error=bool(data["result_is_error"]),
-        created_at_ms=int(data["created_at_ms"]),
-        updated_at_ms=int(data["updated_at_ms"]),
-    )
-
-
-class ActionJournal:
-    """The ``journal`` table of an :class:`~tether._wsdb.sqlite.EffectsDB`."""
-
-    def __init__(self, db: EffectsDB) -> None:
-        self.db = db
-
-    def record_intent(
-        self,
-        session_id: str,
-        operation_id: str,
-        path: str,
-        before_hash: str | None,
-        after_hash: str,
-        arguments_digest: str,
-        *,
-        tool_name: str = "",
-        planned_result: str = "",
-        status: JournalStatus = JournalStatus.STARTED,
-    ) -> JournalRow:
-        """Durably record the intent of a file change (one transaction, fsynced).
-
-        Idempotent: when ``operation_id`` is already recorded for the same session with the
-        same ``arguments_digest`` the existing row is returned unchanged. With a different
-        session or digest, :class:`~tether.errors.OperationIdConflict` is raised and nothing
-        is recorded.
-        """
-        return self.insert(
-            session_id,
-            operation_id,
-            path,
-            before_hash,
-            after_hash,
-            arguments_digest,
-            tool_name=tool_name,
-            planned_result=planned_result,
-            status=status,
-        )[0]
-
-    @property
-    def location(self) -> str:
-        """Where the journal is, for messages (the database's path)."""
-        return str(self.db.path)
-
-    def insert(
-        self,
-        session_id: str,
-        operation_id: str,
-        path: str,
-        before_hash: str | None,
-        after_hash: str,
-        digest: str,
-        *,
-        tool_name: str,
-        planned_result: str,
-        status: JournalStatus,
-        result: str | None = None,
-        detail: str | None = None,
-    ) -> tuple[JournalRow, bool]:
-        """Record a row unless ``operation_id`` has one: ``(row, created)``.
-
-        An existing row of another session or digest raises
-        :class:`~tether.errors.OperationIdConflict`. ``result`` (an error) only with status
-        ``failed``. Durable on return.
-        """
-        status = JournalStatus(status)
-        if result is not None and status is not JournalStatus.FAILED:
-            raise ValueError("only a failed row is recorded with a result")
-        is_error = result is not None
-        now = self.db.now_ms()
-        with self.db.transaction() as conn:
-            found = conn.execute(
-                f"SELECT {_COLUMNS} FROM journal WHERE operation_id = ?", (operation_id,)
-            ).fetchone()
-            if found is not None:
-                row = _row(found)
-                check_same_call(row, session_id, digest, self.location, tool_name)
-                return row, False
-            conn.execute(
-                f"INSERT INTO journal ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    operation_id,
-                    session_id,
-                    tool_name,
-                    path,
-                    before_hash,
-                    after_hash,
-                    digest,
-                    status.value,
-                    detail,
-                    planned_result,
-                    result,
-                    int(is_error),
-                    now,
-                    now,
-                ),
-            )
-            conn.execute(
-                "INSERT INTO journal_history (operation_id, status, detail, at_ms) "
-                "VALUES (?,?,?,?)",
-                (operation_id, status.value, detail or "intent recorded", now),
-            )
-        return (
-            JournalRow(
-                operation_id,
-                session_id,
-                tool_name,
-                path,
-                before_hash,
-                after_hash,
-                digest,
-                status,
-                detail,
-                planned_result,
-                result,
-                is_error,
-                now,
-                now,
-            ),
-            True,
-        )
-
-    def mark(
-        self,
-        operation_id: str,
-        status: JournalStatus,
-        detail: str | None = None,
-        *,
-        result: str | None = None,
-        result_is_error: bool = False,
-    ) -> JournalRow:
-        """Move a row to ``status`` (fsynced); ``result`` is kept with terminal statuses.
-
-        Raises :class:`LookupError` for an unknown operation id and :class:`ValueError` for a
-        transition the journal does not allow (a terminal status never changes, except to
-        itself).
-        """
-        status = JournalStatus(status)
-        now = self.db.now_ms()
-        with self.db.transaction() as conn:
-            found = conn.execute(
-                f"SELECT {_COLUMNS} FROM journal WHERE operation_id = ?", (operation_id,)
-            ).fetchone()
-            if found is None:
-                raise LookupError(f"no journal row for operation id {operation_id}")
-            row = _row(found)
-            check_transition(operation_id, row.status, status)
-            if status is row.status and status.terminal:
-                return row  # idempotent: a terminal status is recorded once
-            keep_result = result if result is not None else row.result
-            keep_error = result_is_error if result is not None else row.result_is_error
-            conn.execute(
-                "UPDATE journal SET status = ?, detail = ?, result = ?, result_is_error = ?, "
-                "updated_at_ms = ? WHERE operation_id = ?",
-                (status.value, detail, keep_result, int(keep_error), now, operation_id),
-            )
-            conn.execute(
-                "INSERT INTO journal_history (operation_id, status, detail, at_ms) "
-                "VALUES (?,?,?,?)",
-                (operation_id, status.value, detail, now),
-            )
-        return JournalRow(
-            row.operation_id,
-            row.session_id,
-            row.tool_name,
-            row.path,
-            row.before_hash,
-            row.after_hash,
-            row.arguments_digest,
-            status,
-            detail,
-            row.planned_result,
-            keep_result,
-            keep_error,
-            row.created_at_ms,
-            now,
-        )
-
-    def get(self, operation_id: str) -> JournalRow | None:
-        """The row of ``operation_id``, or ``None``."""
-        found = self.db.query_one(
-            f"SELECT {_COLUMNS} FROM journal WHERE operation_id = ?", (operation_id,)
-        )
-        return None if found is None else _row(found)
-
-    def rows(self, session_id: str | None = None) -> list[JournalRow]:
-        """Every row (of one session), oldest first."""
-        if session_id is None:
-            found = self.db.query(f"SELECT {_COLUMNS} FROM journal ORDER BY created_at_ms, rowid")
-        else:
-            found = self.db.query(
-                f"SELECT {_COLUMNS} FROM journal WHERE session_id = ? "
-                "ORDER BY created_at_ms, rowid",
-                (session_id,),
-            )
-        return [_row(item) for item in found]
-
-    def history(self, operation_id: str) -> list[tuple[JournalStatus, str | None, int]]:
-        """``(status, detail, at_ms)`` of every status the row went through, in order."""
-        found = self.db.query(
-            "SELECT status, detail, at_ms FROM journal_history WHERE operation_id = ? ORDER BY id",
-            (operation_id,),
-        )
-        return [(JournalStatus(r["status"]), r["detail"], int(r["at_ms"])) for r in found]
-
-    # ------------------------------------------------------------------ evidence
-
-    def keep_evidence(
-        self,
-        operation_id: str,
-        kind: str,
-        *,
-        path: str | None,
-        content: bytes | None,
-        content_hash: str | None,
-        size: int | None = None,
-        truncated: bool = False,
-    ) -> int:
-        """Store a content copy as evidence; returns its id."""
-        now = self.db.now_ms()
-        with self.db.transaction() as conn:
-            cursor = conn.execute(
-                "INSERT INTO evidence (operation_id, kind, path, content_hash, size, truncated, "
-                "content, created_at_ms) VALUES (?,?,?,?,?,?,?,?)",
-                (
-                    operation_id,
-                    kind,
-                    path,
-                    content_hash,
-                    size if size is not None else (len(content) if content is not None else None),
-                    int(truncated),
-                    content,
-                    now,
-                ),
-            )
-            rowid = cursor.lastrowid
-        assert rowid is not None
-        return int(rowid)
-
-    def evidence(self, evidence_id: int) -> Evidence | None:
-        """A kept evidence copy, or ``None``."""
-        found = self.db.query_one("SELECT * FROM evidence WHERE id = ?", (evidence_id,))
-        if found is None:
-            return None
-        return Evidence(
-            id=int(found["id"]),
-            operation_id=found["operation_id"],
-            kind=found["kind"],
-            path=found["path"],
-            content_hash=found["content_hash"],
-            size=found["size"],
-            truncated=bool(found["truncated"]),
-            content=found["content"],
-            created_at_ms=int(found["created_at_ms"]),
-        )
-
-
-def check_same_call(
-    row: JournalRow, session_id: str, digest: str, where: str, tool_name: str = ""
-) -> None:
-    """:class:`~tether.errors.OperationIdConflict` unless ``row`` is the same call: the same
-    session, tool and arguments digest (an operation id names one call, forever)."""
-    _check_session(row, session_id, where)
-    if row.tool_name and tool_name and row.tool_name != tool_name:
-        raise OperationIdConflict(
-            row.operation_id, f"tool {row.tool_name}", f"tool {tool_name}", where
-        )
-    if row.arguments_digest != digest:
-        raise OperationIdConflict(row.operation_id, row.arguments_digest, digest, where)
-
-
 def _check_call(
     row: JournalRow, session_id: str, tool_name: str, arguments: Mapping[str, Any], where: str
 ) -> None:
     """The row of an operation id is this call (rows of older databases included, see
     :meth:`~tether.core.values.JournalRow.records_call`), else a conflict."""
-    _check_session(row, session_id, where)
+    check_session(row, session_id, where)
     if not row.records_call(tool_name, arguments):
         given = arguments_digest(arguments)
         if row.tool_name and row.tool_name != tool_name:
@@ -465,13 +134,6 @@ def _check_call(
                 row.operation_id, f"tool {row.tool_name}", f"tool {tool_name}", where
             )
         raise OperationIdConflict(row.operation_id, row.arguments_digest, given, where)
-
-
-def _check_session(row: JournalRow, session_id: str, where: str) -> None:
-    if row.session_id != session_id:
-        raise OperationIdConflict(
-            row.operation_id, f"session {row.session_id}", f"session {session_id}", where
-        )
 
 
 # =========================================================================== reconcile
@@ -503,7 +165,7 @@ def _snapshot(workspace: Path, relative: str) -> tuple[str | None, bytes | None,
                 kept += chunk[:room]
     finally:
         os.close(fd)
-    return "sha256:" + hasher.hexdigest(), bytes(kept), size, size > len(kept)
+    return hasher_digest(hasher), bytes(kept), size, size > len(kept)
 
 
 def observe_file(

@@ -4,7 +4,10 @@
   official ``openai`` SDK (OpenRouter by default; OpenAI, vLLM, Ollama, llama.cpp, …).
 * :class:`~tether._models.anthropic_native.AnthropicModel` — Anthropic's Messages API via the
   official ``anthropic`` SDK (``--model anthropic:MODEL``; extra ``tether[anthropic]``).
-* :class:`~tether.testing.scripted.ScriptedModel` — answers from a JSON file, by position.
+* :class:`~tether._models.scripted.ScriptedModel` — answers from a JSON file, by position
+  (public as ``tether.testing.scripted.ScriptedModel``).
+* :mod:`.http_common` — what the two HTTP adapters share (base URLs, error texts,
+  ``Retry-After``).
 
 :func:`load_model` turns a ``--model`` value into an adapter.
 """
@@ -25,8 +28,8 @@ from tether._models.base import (
     stop_reason_for,
     validate_output_options,
 )
+from tether._models.scripted import ScriptedModel
 from tether.errors import ConfigurationError, ModelError
-from tether.testing.scripted import ScriptedModel
 
 if TYPE_CHECKING:
     from tether._models.openai_compat import OpenAICompatibleModel

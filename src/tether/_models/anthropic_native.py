@@ -52,7 +52,7 @@ from tether._models.base import (
     stop_reason_for,
     validate_output_options,
 )
-from tether._models.openai_compat import _parse_base_url, _plain, _provider_message, _retry_after
+from tether._models.http_common import parse_base_url, plain, provider_message, retry_after_seconds
 from tether._models.streaming import (
     ConnectionTracker,
     DeltaSink,
@@ -108,7 +108,7 @@ class MessagesStreamAccumulator:
             block = data.get("content_block")
             if not isinstance(index, int) or not isinstance(block, Mapping):
                 raise _bad("a content_block_start without index or block")
-            self.blocks[index] = _plain(block)
+            self.blocks[index] = plain(block)
         elif kind == "content_block_delta":
             index = data.get("index")
             delta = data.get("delta")
@@ -142,7 +142,7 @@ class MessagesStreamAccumulator:
 
     def response(self, position: int) -> ModelResponse:
         if self.error is not None:
-            said = _provider_message({"error": self.error}) or "unspecified error"
+            said = provider_message({"error": self.error}) or "unspecified error"
             raise ModelError("provider_error", f"provider reported an error: {said}")
         texts: list[str] = []
         calls: list[ToolCallOut] = []
@@ -250,7 +250,7 @@ def build_messages(request: ModelRequest, *, cache: bool = True) -> list[dict[st
         role = message.get("role")
         content = message.get("content")
         if role == "user":
-            text = content if isinstance(content, str) else json.dumps(_plain(content))
+            text = content if isinstance(content, str) else json.dumps(plain(content))
             user_blocks().append({"type": "text", "text": text})
         elif role == "tool":
             user_blocks().append(
@@ -264,7 +264,7 @@ def build_messages(request: ModelRequest, *, cache: bool = True) -> list[dict[st
             blocks: list[dict[str, Any]] = []
             side = reasoning[index] if index < len(reasoning) else None
             if side is not None and side.format == "anthropic":
-                blocks.extend(_plain(d) for d in side.details)
+                blocks.extend(plain(d) for d in side.details)
             if isinstance(content, str) and content:
                 blocks.append({"type": "text", "text": content})
             for call in message.get("tool_calls") or ():
@@ -295,7 +295,7 @@ def build_tools(request: ModelRequest, *, cache: bool = True) -> list[dict[str, 
         {
             "name": tool.get("name"),
             "description": tool.get("description", ""),
-            "input_schema": _plain(tool.get("parameters") or {"type": "object"}),
+            "input_schema": plain(tool.get("parameters") or {"type": "object"}),
         }
         for tool in request.tools
     ]
@@ -341,7 +341,7 @@ class AnthropicModel:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
             raise ConfigurationError("max_tokens must be a positive integer")
         url = (base_url or DEFAULT_BASE_URL).strip()
-        endpoint = _parse_base_url(url, "the Anthropic base URL")
+        endpoint = parse_base_url(url, "the Anthropic base URL")
         if endpoint.identity_path.endswith("/v1/messages"):
             raise ConfigurationError(
                 "the Anthropic base URL ends in /v1/messages, which the SDK appends itself: "
@@ -419,7 +419,7 @@ class AnthropicModel:
 
     def build_request(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``messages.create`` (without ``stream``)."""
-        options = _plain(request.output_options)
+        options = plain(request.output_options)
         max_tokens = options.pop("max_tokens", self._max_tokens)
         body: dict[str, Any] = {
             "model": self._model,
@@ -518,8 +518,8 @@ class AnthropicModel:
             return ModelError("connection", clean(f"cannot reach {where}: {detail}"))
         if isinstance(exc, anthropic.APIStatusError):
             status = exc.status_code
-            said = _provider_message(exc.body) or f"HTTP {status}"
-            retry_after = _retry_after(exc.response.headers)
+            said = provider_message(exc.body) or f"HTTP {status}"
+            retry_after = retry_after_seconds(exc.response.headers)
             if isinstance(exc, anthropic.RateLimitError):
                 return ModelError(
                     "rate_limited",

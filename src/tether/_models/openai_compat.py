@@ -31,17 +31,13 @@ server that speaks ``POST {base_url}/chat/completions``.
 
 from __future__ import annotations
 
-import email.utils
-import ipaddress
 import json
 import math
 import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final, cast
-from urllib.parse import urlsplit
 
 import httpx2
 import openai
@@ -61,6 +57,14 @@ from tether._models.base import (
     validate_output_options,
 )
 from tether._models.chat_stream import ChatStreamAccumulator
+from tether._models.http_common import (
+    DEFAULT_BASE_URL,
+    ENV_API_KEY,
+    parse_base_url,
+    plain,
+    provider_message,
+    retry_after_seconds,
+)
 from tether._models.streaming import (
     ConnectionTracker,
     DeltaSink,
@@ -85,11 +89,9 @@ __all__ = [
     "usage_from_json",
 ]
 
-DEFAULT_BASE_URL: Final = "https://openrouter.ai/api/v1"
 DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_IDLE_TIMEOUT: Final = 60.0
 ENV_BASE_URL: Final = "TETHER_BASE_URL"
-ENV_API_KEY: Final = "TETHER_API_KEY"
 ENV_MODEL: Final = "TETHER_MODEL"
 ADAPTER_IDENTITY: Final = "openai-compatible:chat-completions:v1"
 
@@ -111,64 +113,6 @@ _KNOWN_PROVIDERS: Final = {
     "api.mistral.ai": "mistral",
     "generativelanguage.googleapis.com": "google",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class _Endpoint:
-    host: str  # hostname only, lower case
-    netloc: str  # host[:port], no user info
-    display: str  # scheme://host[:port]/path, no user info, query or fragment
-    identity_path: str  # host[:port]/path without trailing slash
-    is_local: bool
-
-
-def _parse_base_url(base_url: str, source: str) -> _Endpoint:
-    try:
-        parts = urlsplit(base_url.strip())
-        port = parts.port
-    except ValueError:
-        raise ConfigurationError(f"{source} is not a valid http(s) URL") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigurationError(
-            f"{source} must be an http:// or https:// URL with a host "
-            f"(for example {DEFAULT_BASE_URL})"
-        )
-    if "@" in parts.netloc:
-        # Never echo the URL here: the user info is a credential.
-        raise ConfigurationError(
-            f"{source} must not contain user info (user:password@host): give the key "
-            f"with {ENV_API_KEY} instead"
-        )
-    host = parts.hostname.lower()
-    shown_host = f"[{host}]" if ":" in host else host
-    netloc = shown_host if port is None else f"{shown_host}:{port}"
-    path = parts.path.rstrip("/")
-    if path.endswith("/chat/completions"):
-        root = path[: -len("/chat/completions")]
-        raise ConfigurationError(
-            f"{source} ends in /chat/completions, which tether appends itself: use "
-            f"{parts.scheme}://{netloc}{root}"
-        )
-    return _Endpoint(
-        host=host,
-        netloc=netloc,
-        display=f"{parts.scheme}://{netloc}{path}",
-        identity_path=f"{netloc}{path}",
-        is_local=_is_local_host(host),
-    )
-
-
-def _is_local_host(host: str) -> bool:
-    """Loopback, private or link-local addresses and ``localhost`` names."""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return (
-        address.is_loopback or address.is_private or address.is_link_local or address.is_unspecified
-    )
 
 
 class OpenAICompatibleModel:
@@ -208,7 +152,7 @@ class OpenAICompatibleModel:
             or idle_timeout <= 0
         ):
             raise ConfigurationError("the model idle timeout must be a positive number of seconds")
-        endpoint = _parse_base_url(base_url or DEFAULT_BASE_URL, "the model base URL")
+        endpoint = parse_base_url(base_url or DEFAULT_BASE_URL, "the model base URL")
         key = (api_key or "").strip()
         if not key:
             if not endpoint.is_local:
@@ -286,7 +230,7 @@ class OpenAICompatibleModel:
         chosen_url = pick(base_url, ENV_BASE_URL)
         if chosen_url is not None:
             source = "--base-url" if base_url and base_url.strip() else ENV_BASE_URL
-            _parse_base_url(chosen_url, source)
+            parse_base_url(chosen_url, source)
         return cls(
             chosen_model or "",
             base_url=chosen_url,
@@ -363,7 +307,7 @@ class OpenAICompatibleModel:
             wire.append({"role": "system", "content": request.system_prompt})
         reasoning = list(request.reasoning)
         for index, message in enumerate(request.messages):
-            item = _plain(message)
+            item = plain(message)
             if (
                 item.get("role") == "assistant"
                 and item.get("content") is None
@@ -373,14 +317,14 @@ class OpenAICompatibleModel:
             side = reasoning[index] if index < len(reasoning) else None
             if item.get("role") == "assistant" and side is not None and side.format == "openrouter":
                 # OpenRouter asks for reasoning_details back, verbatim, across tool calls.
-                item["reasoning_details"] = [_plain(d) for d in side.details]
+                item["reasoning_details"] = [plain(d) for d in side.details]
             wire.append(item)
         return wire
 
     @staticmethod
     def build_tools(request: ModelRequest) -> list[dict[str, Any]]:
         """The wire ``tools``: each definition wrapped as ``{"type":"function",...}``."""
-        return [{"type": "function", "function": _plain(tool)} for tool in request.tools]
+        return [{"type": "function", "function": plain(tool)} for tool in request.tools]
 
     def complete(
         self,
@@ -394,7 +338,7 @@ class OpenAICompatibleModel:
             raise ModelError("aborted", "Operation aborted")
         messages = self.build_messages(request)
         tools = self.build_tools(request)
-        extra = _plain(request.output_options)
+        extra = plain(request.output_options)
         status: int
         body: bytes | str
         if self._stream:
@@ -552,8 +496,8 @@ class OpenAICompatibleModel:
             )
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
-            said = _provider_message(exc.body) or f"HTTP {status}"
-            retry_after = _retry_after(exc.response.headers)
+            said = provider_message(exc.body) or f"HTTP {status}"
+            retry_after = retry_after_seconds(exc.response.headers)
             if isinstance(exc, openai.RateLimitError):
                 hint = (
                     f" (provider suggests retrying after {retry_after:g} s)"
@@ -602,66 +546,6 @@ class OpenAICompatibleModel:
 
 
 # -- parsing (pure) ---------------------------------------------------------------------------
-
-
-def _plain(value: Any) -> Any:
-    """A deep copy as plain ``dict``/``list`` values (mappings may be read-only views)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _provider_message(body: object) -> str:
-    """The provider's own error text from an error body (``{"error": {...}}`` unwrapped)."""
-    if isinstance(body, Mapping):
-        inner = body.get("error", body)
-        if isinstance(inner, str):
-            return inner.strip()
-        if not isinstance(inner, Mapping):
-            return ""
-        message = inner.get("message")
-        text = message.strip() if isinstance(message, str) else ""
-        metadata = inner.get("metadata")
-        if isinstance(metadata, Mapping):  # OpenRouter: upstream provider's own text
-            raw = metadata.get("raw")
-            name = metadata.get("provider_name")
-            if isinstance(raw, str) and raw.strip() and raw.strip() not in text:
-                label = f"{name}: " if isinstance(name, str) and name else ""
-                text = f"{text} ({label}{raw.strip()})" if text else f"{label}{raw.strip()}"
-        if not text:
-            code = inner.get("code")
-            if isinstance(code, (str, int)) and not isinstance(code, bool):
-                text = f"error code {code}"
-        return text
-    if isinstance(body, str):
-        return body.strip()[:500]
-    return ""
-
-
-def _retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """Seconds from ``retry-after-ms``, or ``Retry-After`` as seconds or an HTTP date."""
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) / scale
-        except ValueError:
-            if name != "retry-after":
-                continue
-            try:
-                when = email.utils.parsedate_to_datetime(value.strip())
-            except (TypeError, ValueError, IndexError):
-                continue
-            if when.tzinfo is None:
-                continue
-            current = time.time() if now is None else now
-            seconds = max(when.timestamp() - current, 0.0)
-        if math.isfinite(seconds) and seconds >= 0:
-            return seconds
-    return None
 
 
 def _bad(message: str) -> ModelError:
@@ -835,7 +719,7 @@ def parse_chat_completion(
     choices = data.get("choices")
     error = data.get("error")
     if error is not None and not choices:
-        said = _provider_message(data) or "unspecified error"
+        said = provider_message(data) or "unspecified error"
         raise ModelError("provider_error", redact(f"provider reported an error: {said}", secrets))
     if not isinstance(choices, list) or not choices:
         raise _bad("the answer has no choices")
@@ -843,7 +727,7 @@ def parse_chat_completion(
     if not isinstance(choice, Mapping):
         raise _bad("the answer's first choice is not an object")
     if choice.get("error") is not None:
-        said = _provider_message({"error": choice.get("error")}) or "unspecified error"
+        said = provider_message({"error": choice.get("error")}) or "unspecified error"
         raise ModelError("provider_error", redact(f"provider reported an error: {said}", secrets))
     finish = choice.get("finish_reason")
     if finish is not None and not isinstance(finish, str):
@@ -880,7 +764,7 @@ def _reasoning(message: Mapping[str, Any]) -> Reasoning | None:
             break
     details = message.get("reasoning_details")
     kept = (
-        tuple(_plain(d) for d in details if isinstance(d, Mapping))
+        tuple(plain(d) for d in details if isinstance(d, Mapping))
         if isinstance(details, list)
         else ()
     )

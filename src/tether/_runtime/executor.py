@@ -33,11 +33,12 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Final, Self
 
-from tether import _faults as faults
+import tether._faults as faults
+import tether._runtime.boundaries as boundaries
+import tether._runtime.events as events
 from tether._effects.journal import PreparedChange
 from tether._effects.recovery import RecoveryAction, reconcile_pending
 from tether._models.base import ModelRequest, ModelResponse, call_model
-from tether._runtime import boundaries, events
 from tether._runtime.compose import Composition
 from tether._runtime.guards import ParkedCall, follow_up_prompt, is_failure, run_range
 from tether._runtime.masking import mask_commits

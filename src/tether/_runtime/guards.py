@@ -17,16 +17,15 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
 
-from tether import _faults as faults
+import tether._faults as faults
 from tether._completion.artifact import ArtifactScanner
 from tether._completion.failures import ToolFailure
 from tether._completion.verify import Verifier, workspace_scanner
-from tether._effects.approvals import ApprovalRequest, ApprovalStore
 from tether._effects.authorization import Authorization, call_key
 from tether._project import ProjectConfig
 from tether._tools.base import Tool, ToolResult
 from tether._tools.builtin import FileChangeTool, current_hash
-from tether._wsdb.protocol import WorkspaceDB
+from tether._wsdb.protocol import ApprovalTable, WorkspaceDB
 from tether.core.canonical import arguments_digest
 from tether.core.gate import (
     CompletionCheck,
@@ -44,6 +43,7 @@ from tether.core.policy import (
 )
 from tether.core.state import Replay, SessionState
 from tether.core.stops import FailedCall, StopError, describe_call, repeated_failure
+from tether.core.values import ApprovalRequest
 from tether.errors import ArtifactError, TetherError
 
 __all__ = [
@@ -404,14 +404,14 @@ class Guards:
             return recorded, denial_text(recorded.who, recorded.rule, recorded.reason)
         return recorded, None
 
-    def _approvals(self) -> ApprovalStore | None:
+    def _approvals(self) -> ApprovalTable | None:
         """The parked approvals, where the workspace database keeps them (SQLite)."""
         found = getattr(self._effects(), "approvals", None)
-        return found if isinstance(found, ApprovalStore) else None
+        return found if isinstance(found, ApprovalTable) else None
 
     def _parked(
         self,
-        approvals: ApprovalStore,
+        approvals: ApprovalTable,
         session_id: str,
         key: str,
         tool: Tool,

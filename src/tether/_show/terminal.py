@@ -24,6 +24,7 @@ from tether.core.timeline import (
     ToolCallView,
     format_ms,
 )
+from tether.core.values import format_duration
 
 __all__ = ["EDGE", "interesting", "render_timeline"]
 
@@ -59,15 +60,7 @@ def _span(start: int | None, end: int | None) -> str:
         return ""
     if end is None:
         return f"{_clock(start)} → (no end)"
-    return f"{_clock(start)} → {_clock(end)} ({_duration(end - start)})"
-
-
-def _duration(ms: int) -> str:
-    if ms < 1000:
-        return f"{ms} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    return f"{ms // 60_000} min {ms % 60_000 // 1000} s"
+    return f"{_clock(start)} → {_clock(end)} ({format_duration(end - start)})"
 
 
 def _usage(usage: Usage) -> str:
@@ -304,7 +297,7 @@ def render_timeline(timeline: Timeline, console: Console, *, show_all: bool = Fa
             out.add(
                 1,
                 (v.status, OUTCOME_STYLE.get(v.status, "")),
-                (f" {v.command!r} at {_clock(v.start_ms)} ({_duration(v.duration_ms)}) ", ""),
+                (f" {v.command!r} at {_clock(v.start_ms)} ({format_duration(v.duration_ms)}) ", ""),
                 (f"on version {str(v.version_end)[:19]}: {state}", "dim"),
             )
     out.add(0, ("Usage ", "bold cyan"), (_usage(timeline.usage), ""))

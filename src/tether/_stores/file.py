@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from tether import _faults as faults
+import tether._faults as faults
 from tether._clock import SYSTEM_CLOCK
 from tether._dirs import DirectoryError, ignore_in_git, make_directories, sync_directory
 from tether._ids import new_uuid7

@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 
-from tether import _faults as faults
+import tether._faults as faults
 from tether.errors import SessionBusy
 
 LOCK_SUFFIX = ".lock"

@@ -42,7 +42,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
-from tether import _faults as faults
+import tether._faults as faults
 from tether._credentials import child_environment
 from tether._procs import Ending, Supervision, run_in_group
 from tether._tools.base import RecoveryKind, Tool, ToolContext, ToolResult
@@ -57,7 +57,7 @@ from tether._tools.workspace import (
     resolve_in_workspace,
     stat_entry,
 )
-from tether.core.canonical import sha256_digest
+from tether.core.canonical import hasher_digest, sha256_digest
 from tether.core.state import Replay
 from tether.errors import StaleFileChange, ToolError
 
@@ -311,7 +311,7 @@ def _hash_fd(fd: int) -> str:
     hasher = hashlib.sha256()
     while chunk := os.read(fd, _CHUNK):
         hasher.update(chunk)
-    return "sha256:" + hasher.hexdigest()
+    return hasher_digest(hasher)
 
 
 def _hash_entry(parent: ParentDir) -> tuple[str | None, os.stat_result | None]:

@@ -26,27 +26,29 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from tether._completion.check import CheckOutcome
-from tether._completion.evidence import Verification, new_verification
-from tether._completion.failures import ToolFailure
-from tether._effects.authorization import Authorization, _truncate
-from tether._effects.journal import (
-    Evidence,
+from tether._wsdb.rules import (
+    check_same_call,
+    dumps_evidence,
+    loads_evidence,
+    new_verification,
+    parse_item_id,
+    truncate_summary,
+)
+from tether.core.values import (
+    Authorization,
+    CheckOutcome,
+    EvidenceCopy,
     JournalRow,
     JournalStatus,
-    check_same_call,
-    check_transition,
-)
-from tether._effects.review import (
     ReconciliationEntry,
     ReviewDecision,
     ReviewItem,
     ReviewStatus,
-    _dumps,
-    _loads,
-    _parse_item_id,
+    ToolFailure,
+    Verification,
+    check_transition,
+    format_ms,
 )
-from tether._wsdb.sqlite import format_ms
 from tether.errors import EffectsDatabaseError, ReviewItemNotFound, ReviewItemResolved
 
 __all__ = ["MEMORY_DB", "MemoryWorkspace", "MemoryWorkspaceDB"]
@@ -63,7 +65,7 @@ class _Tables:
 
     journal: dict[str, JournalRow] = field(default_factory=dict)
     journal_history: list[tuple[str, JournalStatus, str | None, int]] = field(default_factory=list)
-    evidence: list[Evidence] = field(default_factory=list)
+    evidence: list[EvidenceCopy] = field(default_factory=list)
     reviews: list[ReviewItem] = field(default_factory=list)
     reconciliations: list[ReconciliationEntry] = field(default_factory=list)
     authorizations: list[Authorization] = field(default_factory=list)
@@ -298,7 +300,7 @@ class _Journal:
         with lock:
             number = len(tables.evidence) + 1
             tables.evidence.append(
-                Evidence(
+                EvidenceCopy(
                     id=number,
                     operation_id=operation_id,
                     kind=kind,
@@ -314,7 +316,7 @@ class _Journal:
             )
         return number
 
-    def evidence(self, evidence_id: int) -> Evidence | None:
+    def evidence(self, evidence_id: int) -> EvidenceCopy | None:
         tables, lock = self._db.use()
         with lock:
             return next((e for e in tables.evidence if e.id == evidence_id), None)
@@ -348,7 +350,7 @@ class _Reviews:
             tool_name,
             verdict,
             action,
-            _loads(_dumps(evidence)),  # the same JSON round trip as the SQLite table
+            loads_evidence(dumps_evidence(evidence)),  # JSON round trip, as in SQLite
             now,
         )
         tables.reconciliations.append(entry)
@@ -362,7 +364,7 @@ class _Reviews:
         reason: str,
         evidence: Mapping[str, Any],
     ) -> ReviewItem:
-        text = _dumps(evidence)
+        text = dumps_evidence(evidence)
         now = self._db.now_ms()
         tables, lock = self._db.use()
         with lock:
@@ -375,7 +377,7 @@ class _Reviews:
                 operation_id,
                 tool_name,
                 reason,
-                _loads(text),
+                loads_evidence(text),
                 ReviewStatus.OPEN,
                 None,
                 None,
@@ -388,7 +390,7 @@ class _Reviews:
         return item
 
     def get(self, item_id: int | str) -> ReviewItem:
-        number = _parse_item_id(item_id)
+        number = parse_item_id(item_id)
         tables, lock = self._db.use()
         with lock:
             if 1 <= number <= len(tables.reviews):
@@ -416,7 +418,7 @@ class _Reviews:
     def resolve(
         self, item_id: int | str, decision: ReviewDecision | str, note: str | None = None
     ) -> ReviewItem:
-        number = _parse_item_id(item_id)
+        number = parse_item_id(item_id)
         choice = ReviewDecision(decision)
         now = self._db.now_ms()
         tables, lock = self._db.use()
@@ -512,7 +514,7 @@ class _Authorizations:
                 call_key,
                 tool_name,
                 arguments_digest,
-                _truncate(summary),
+                truncate_summary(summary),
                 decision,
                 who,
                 rule,

@@ -11,11 +11,12 @@ it, never against SQLite.
 Implementations:
 
 * :class:`tether._wsdb.sqlite.EffectsDB` — ``<workspace>/.tether/effects.db`` (SQLite,
-  WAL, ``synchronous=FULL``); its tables are :class:`~tether._effects.journal.ActionJournal`,
-  :class:`~tether._effects.review.ReviewStore`,
-  :class:`~tether._effects.authorization.AuthorizationStore`,
-  :class:`~tether._completion.evidence.VerificationStore` and
-  :class:`~tether._completion.failures.FailureStore`;
+  WAL, ``synchronous=FULL``); its tables, beside it, are
+  :class:`~tether._wsdb.sqlite_journal.ActionJournal`,
+  :class:`~tether._wsdb.sqlite_review.ReviewStore`,
+  :class:`~tether._wsdb.sqlite_authorization.AuthorizationStore`,
+  :class:`~tether._wsdb.sqlite_verification.VerificationStore` and
+  :class:`~tether._wsdb.sqlite_failures.FailureStore`;
 * :class:`tether._wsdb.memory.MemoryWorkspaceDB` — pure Python, in memory (tests, and the
   reference for a new backend: the same rules without a database).
 
@@ -27,7 +28,7 @@ The rules every implementation keeps (the SQLite one states them in SQL):
   authorization per (session, call key), a failure per ``toolStarted`` id, a manifest per
   version; at most one open review item per operation id;
 * a journal row moves only along the journal's transitions (the table in
-  :mod:`tether._effects.journal`, checked by :func:`~tether._effects.journal.check_transition`);
+  :mod:`tether.core.values`, checked by :func:`~tether.core.values.check_transition`);
   a terminal status never changes;
 * times come from the implementation's clock, in integer milliseconds since the epoch;
 * the identity (:attr:`WorkspaceDB.identity`) is created with the database and never
@@ -38,17 +39,25 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-if TYPE_CHECKING:  # the value types live with their tables; they import this module
-    from tether._completion.check import CheckOutcome
-    from tether._completion.evidence import Verification
-    from tether._completion.failures import ToolFailure
-    from tether._effects.authorization import Authorization
-    from tether._effects.journal import Evidence, JournalRow, JournalStatus
-    from tether._effects.review import ReconciliationEntry, ReviewDecision, ReviewItem
+if TYPE_CHECKING:  # the value types are the core's (tether.core.values): no shell module
+    from tether.core.values import (
+        ApprovalRequest,
+        Authorization,
+        CheckOutcome,
+        EvidenceCopy,
+        JournalRow,
+        JournalStatus,
+        ReconciliationEntry,
+        ReviewDecision,
+        ReviewItem,
+        ToolFailure,
+        Verification,
+    )
 
 __all__ = [
+    "ApprovalTable",
     "AuthorizationTable",
     "FailureTable",
     "JournalTable",
@@ -127,7 +136,7 @@ class JournalTable(Protocol):
         truncated: bool = False,
     ) -> int: ...
 
-    def evidence(self, evidence_id: int) -> Evidence | None: ...
+    def evidence(self, evidence_id: int) -> EvidenceCopy | None: ...
 
 
 class ReviewTable(Protocol):
@@ -238,6 +247,36 @@ class FailureTable(Protocol):
     def get(self, tool_started_id: str) -> ToolFailure | None: ...
 
     def by_result_entry(self, result_entry_id: str) -> ToolFailure | None: ...
+
+
+@runtime_checkable
+class ApprovalTable(Protocol):
+    """Parked approvals (what the runtime's authorization needs of them). Optional: a
+    workspace database that keeps them has an ``approvals`` attribute of this type (the
+    SQLite one, :class:`~tether._wsdb.sqlite_approvals.ApprovalStore`); without it a call
+    nobody can be asked about is denied instead of parked."""
+
+    def propose(
+        self,
+        *,
+        session_id: str,
+        call_key: str,
+        tool_name: str,
+        arguments: dict[str, Any],
+        arguments_digest: str,
+        artifact_version: str | None,
+        touched: dict[str, str | None],
+        summary: str,
+        rule: str,
+    ) -> ApprovalRequest: ...
+
+    def active(self, session_id: str, call_key: str) -> ApprovalRequest | None: ...
+
+    def void(self, request_id: int, why: str) -> None: ...
+
+    def grant(self, session_id: str, tool_name: str, rule: str, who: str) -> None: ...
+
+    def granted(self, session_id: str, tool_name: str, rule: str) -> str | None: ...
 
 
 class WorkspaceDB(Protocol):

@@ -40,19 +40,17 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from tether._dirs import DirectoryError, ignore_in_git, make_directories, sync_directory
+from tether._wsdb.sqlite_approvals import ApprovalStore
+from tether._wsdb.sqlite_authorization import AuthorizationStore
+from tether._wsdb.sqlite_failures import FailureStore
+from tether._wsdb.sqlite_journal import ActionJournal
+from tether._wsdb.sqlite_review import ReviewStore
+from tether._wsdb.sqlite_verification import VerificationStore
 from tether.core.values import format_ms
 from tether.errors import EffectsDatabaseError
-
-if TYPE_CHECKING:
-    from tether._completion.evidence import VerificationStore
-    from tether._completion.failures import FailureStore
-    from tether._effects.approvals import ApprovalStore
-    from tether._effects.authorization import AuthorizationStore
-    from tether._effects.journal import ActionJournal
-    from tether._effects.review import ReviewStore
 
 __all__ = [
     "CORRUPT_ADVICE",
@@ -555,8 +553,9 @@ class EffectsDB:
 
     # ------------------------------------------------------------------ tables
     #
-    # Each table's SQL lives beside its value types (tether._effects.journal, …), and those
-    # modules import this one: the table objects are made on first use, importing there.
+    # Each table's SQL is in its own module beside this one (tether._wsdb.sqlite_journal, …),
+    # typed against tether._wsdb.sqlite_handle.SQLiteDatabase, so they never import this
+    # module; the table objects are made on first use.
 
     def _table(self, name: str, make: Callable[[EffectsDB], Any]) -> Any:
         table = self._tables.get(name)
@@ -566,43 +565,31 @@ class EffectsDB:
 
     @property
     def journal(self) -> ActionJournal:
-        from tether._effects.journal import ActionJournal
-
         table: ActionJournal = self._table("journal", ActionJournal)
         return table
 
     @property
     def reviews(self) -> ReviewStore:
-        from tether._effects.review import ReviewStore
-
         table: ReviewStore = self._table("reviews", ReviewStore)
         return table
 
     @property
     def authorizations(self) -> AuthorizationStore:
-        from tether._effects.authorization import AuthorizationStore
-
         table: AuthorizationStore = self._table("authorizations", AuthorizationStore)
         return table
 
     @property
     def approvals(self) -> ApprovalStore:
-        from tether._effects.approvals import ApprovalStore
-
         table: ApprovalStore = self._table("approvals", ApprovalStore)
         return table
 
     @property
     def verifications(self) -> VerificationStore:
-        from tether._completion.evidence import VerificationStore
-
         table: VerificationStore = self._table("verifications", VerificationStore)
         return table
 
     @property
     def failures(self) -> FailureStore:
-        from tether._completion.failures import FailureStore
-
         table: FailureStore = self._table("failures", FailureStore)
         return table
 

@@ -20,18 +20,21 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import orjson
 
 from tether.errors import CanonicalizationError
 
 __all__ = [
+    "DIGEST_PREFIX",
     "MAX_SAFE_INTEGER",
+    "HexHasher",
     "SourceDigestBuilder",
     "arguments_digest",
     "canonical_json",
     "configuration_digest",
+    "hasher_digest",
     "output_options_digest",
     "sha256_digest",
     "source_digest",
@@ -238,9 +241,26 @@ def canonical_json(value: Any, *, allow_scalars: bool = False) -> bytes:
 # --------------------------------------------------------------------------- digests
 
 
+DIGEST_PREFIX: Final = "sha256:"
+"""What every digest text of tether starts with: the algorithm, then the lower-case hex."""
+
+
+class HexHasher(Protocol):
+    """A finished hash object (``hashlib.sha256()`` after its updates)."""
+
+    def hexdigest(self) -> str: ...
+
+
+def hasher_digest(hasher: HexHasher) -> str:
+    """The digest text of a SHA-256 ``hasher`` fed incrementally: :data:`DIGEST_PREFIX` +
+    its lower-case hex. The one place the prefix is put on (files hashed in chunks, the
+    artifact scanner, check output, :func:`sha256_digest`)."""
+    return DIGEST_PREFIX + hasher.hexdigest()
+
+
 def sha256_digest(data: bytes) -> str:
     """``"sha256:"`` + lower-case hex SHA-256 of ``data``."""
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    return hasher_digest(hashlib.sha256(data))
 
 
 def arguments_digest(arguments: Mapping[str, Any]) -> str:
@@ -381,7 +401,7 @@ class SourceDigestBuilder:
         """The digest of the entries added so far."""
         final = self._hash.copy()
         final.update(b"]")
-        return "sha256:" + final.hexdigest()
+        return hasher_digest(final)
 
     def copy(self) -> SourceDigestBuilder:
         """An independent builder in the same state."""

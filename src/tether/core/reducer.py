@@ -26,7 +26,6 @@ from typing import Any, NoReturn, TypeVar
 
 import orjson
 
-from tether.core import framing
 from tether.core.canonical import (
     MAX_SAFE_INTEGER,
     SourceDigestBuilder,
@@ -72,6 +71,7 @@ from tether.core.facts import (
     USER_ENTRY,
     USER_MESSAGE,
 )
+from tether.core.framing import MISSING_HEADER, committed_lines, parse_line, utf8_error
 from tether.core.state import (
     IDLE,
     CompactionOperation,
@@ -388,8 +388,8 @@ class Reducer:
     def from_header_line(cls, raw: bytes) -> Reducer:
         """Validate line 1 (without its LF) and start an empty session."""
         if not raw:
-            raise SessionCorruption(framing.MISSING_HEADER, 1, detail="first line is empty")
-        value = framing.parse_line(raw, 1)
+            raise SessionCorruption(MISSING_HEADER, 1, detail="first line is empty")
+        value = parse_line(raw, 1)
         return cls(_parse_header(value), len(raw) + 1)
 
     @classmethod
@@ -398,14 +398,14 @@ class Reducer:
         # Every line goes through framing.parse_line, which accepts only valid UTF-8,
         # so the file-wide UTF-8 check (spec 2.5 check 3) is needed only to decide
         # which error to report when something fails.
-        lines, end = framing.committed_lines(data, check_utf8=False)
+        lines, end = committed_lines(data, check_utf8=False)
         try:
             reducer = cls.from_header_line(next(lines))
             apply = reducer._apply_unchecked
             for raw in lines:
                 apply(raw)
         except Exception:
-            error = framing.utf8_error(data, end)
+            error = utf8_error(data, end)
             if error is not None:
                 raise error from None
             raise
@@ -518,7 +518,7 @@ class Reducer:
     def _apply_unchecked(self, raw: bytes) -> None:
         """Apply one transaction line; undo is the caller's business."""
         line = self._line + 1
-        value = framing.parse_line(raw, line)
+        value = parse_line(raw, line)
         self._state = None
         undo = self._undo
         if undo is not None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from tether.core.state import SessionState, Usage
+from tether.core.values import format_duration, format_ms
 
 __all__ = [
     "DEFAULT_PAUSE_MS",
@@ -369,32 +370,6 @@ def _plain(value: Any) -> Any:
 # --------------------------------------------------------------------------- helpers
 
 
-def _days_to_civil(days: int) -> tuple[int, int, int]:
-    """Year, month, day of ``days`` since 1970-01-01 (Howard Hinnant's algorithm)."""
-    z = days + 719468
-    era = (z if z >= 0 else z - 146096) // 146097
-    doe = z - era * 146097
-    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
-    y = yoe + era * 400
-    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
-    mp = (5 * doy + 2) // 153
-    d = doy - (153 * mp + 2) // 5 + 1
-    m = mp + 3 if mp < 10 else mp - 9
-    return (y + 1 if m <= 2 else y), m, d
-
-
-def format_ms(ms: int) -> str:
-    """ISO 8601 UTC text of a millisecond epoch timestamp, e.g. ``2024-03-09T16:00:00.000Z``."""
-    days, rest = divmod(ms, 86_400_000)
-    year, month, day = _days_to_civil(days)
-    if not 0 <= year <= 9999:
-        return f"{ms} ms since the epoch"
-    hours, rest = divmod(rest, 3_600_000)
-    minutes, rest = divmod(rest, 60_000)
-    seconds, millis = divmod(rest, 1000)
-    return f"{year:04d}-{month:02d}-{day:02d}T{hours:02d}:{minutes:02d}:{seconds:02d}.{millis:03d}Z"
-
-
 def _flat(text: str, width: int) -> str:
     flat = " ".join(text[: width * 4].split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
@@ -622,7 +597,7 @@ class _Builder:
             return
         if start - last < self.pause_ms:
             return
-        pause = _duration(start - last)
+        pause = format_duration(start - last)
         if self.active is None:
             self.gaps.append(
                 Gap(
@@ -995,16 +970,6 @@ class _Builder:
             usage=c.usage,
             verification=self.verification_of.get(started) if started else None,
         )
-
-
-def _duration(ms: int) -> str:
-    if ms < 1000:
-        return f"{ms} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    if ms < 3_600_000:
-        return f"{ms // 60_000} min {ms % 60_000 // 1000} s"
-    return f"{ms // 3_600_000} h {ms % 3_600_000 // 60_000} min"
 
 
 def _decision_text(name: str, decisions: Sequence[Mapping[str, Any]]) -> str:

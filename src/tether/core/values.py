@@ -6,10 +6,15 @@ answers a lookup with a :class:`LookupResult`, the workspace database reads back
 hashes the workspace into an :class:`ArtifactVersion`) and the core decides on them
 (:mod:`tether.core.reconcile`, :mod:`tether.core.gate`). They live here so that a decision
 can be imported, tested and reasoned about without the code that gathers its inputs; each
-shell module that makes or stores one re-exports it under its old name.
+shell module that makes or stores one re-exports it under its old name. The values the
+workspace database stores live here too (not beside their SQLite tables), so that the
+database seam, its implementations and the effects and completion code share them without
+importing each other.
 
-Sections: times (:func:`format_ms`), tool results, effect lookups, the action journal,
-reviews, artifact versions, verifications, evidence binding.
+Sections: times (:func:`format_ms`, :func:`format_duration`), tool results, effect lookups,
+the action journal (rows, transitions, :class:`EvidenceCopy`), reviews, artifact versions,
+verifications (and :class:`CheckOutcome`), decisions and failures, parked approvals,
+evidence binding.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from tether.core.canonical import arguments_digest, sha256_digest
 
@@ -27,9 +32,13 @@ __all__ = [
     "BINDING_FORMAT",
     "BINDING_VERSION",
     "JOURNAL_TRANSITIONS",
+    "ApprovalRequest",
     "ArtifactVersion",
+    "Authorization",
     "BindingState",
+    "CheckOutcome",
     "EvidenceCheck",
+    "EvidenceCopy",
     "JournalRow",
     "JournalStatus",
     "LookupResult",
@@ -39,9 +48,12 @@ __all__ = [
     "ReviewItem",
     "ReviewStatus",
     "SessionBinding",
+    "ToolFailure",
     "ToolResult",
     "Verification",
     "VerificationStatus",
+    "check_transition",
+    "format_duration",
     "format_ms",
     "legacy_journal_digest",
     "verification_status",
@@ -67,20 +79,42 @@ def _civil_from_days(days: int) -> tuple[int, int, int]:
     return yoe + era * 400 + (month <= 2), month, day
 
 
+@overload
+def format_ms(ms: int) -> str: ...
+@overload
+def format_ms(ms: None) -> None: ...
+@overload
+def format_ms(ms: int | None) -> str | None: ...
 def format_ms(ms: int | None) -> str | None:
     """An epoch-millisecond time as ISO 8601 UTC text (``2024-05-01T12:00:00.000Z``).
 
-    Integer arithmetic only, so it is pure (no clock, no time zone database) and exact;
-    ``None`` stays ``None``.
+    The one time formatter of tether (the timeline, the CLI and every table's ``to_json``
+    use it). Integer arithmetic only, so it is pure (no clock, no time zone database) and
+    exact; ``None`` stays ``None``; a time outside years 0-9999, which ISO 8601's four year
+    digits cannot show, is the number itself (``"<ms> ms since the epoch"``).
     """
     if ms is None:
         return None
     days, rest = divmod(ms, _MS_PER_DAY)
     year, month, day = _civil_from_days(days)
+    if not 0 <= year <= 9999:
+        return f"{ms} ms since the epoch"
     seconds, milli = divmod(rest, 1000)
     hour, seconds = divmod(seconds, 3600)
     minute, second = divmod(seconds, 60)
     return f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}.{milli:03d}Z"
+
+
+def format_duration(ms: int) -> str:
+    """A span of milliseconds for people: ``850 ms``, ``12.3 s``, ``4 min 5 s``, ``2 h 3 min``
+    (the timeline's pauses, the show view's spans)."""
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    if ms < 3_600_000:
+        return f"{ms // 60_000} min {ms % 60_000 // 1000} s"
+    return f"{ms // 3_600_000} h {ms % 3_600_000 // 60_000} min"
 
 
 # =========================================================================== tool results
@@ -268,6 +302,46 @@ class JournalRow:
             "resultIsError": self.result_is_error,
             "createdAt": format_ms(self.created_at_ms),
             "updatedAt": format_ms(self.updated_at_ms),
+        }
+
+
+def check_transition(operation_id: str, current: JournalStatus, new: JournalStatus) -> None:
+    """:class:`ValueError` unless a row may go from ``current`` to ``new``
+    (:data:`~tether.core.values.JOURNAL_TRANSITIONS`)."""
+    if new not in JOURNAL_TRANSITIONS[current]:
+        raise ValueError(
+            f"journal row {operation_id}: cannot go from {current.value} to {new.value}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceCopy:
+    """A copy of file content the action journal kept as evidence (table ``evidence``).
+
+    Named apart from :class:`tether.core.timeline.Evidence` (what the workspace database
+    knows about a session, for the timeline): a copy is one row, that is a whole view."""
+
+    id: int
+    operation_id: str
+    kind: str
+    path: str | None
+    content_hash: str | None
+    size: int | None
+    truncated: bool
+    content: bytes | None = field(repr=False)
+    created_at_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        """Everything but the bytes (which may be large and binary)."""
+        return {
+            "id": self.id,
+            "operationId": self.operation_id,
+            "kind": self.kind,
+            "path": self.path,
+            "contentHash": self.content_hash,
+            "size": self.size,
+            "truncated": self.truncated,
+            "createdAt": format_ms(self.created_at_ms),
         }
 
 
@@ -467,6 +541,140 @@ class Verification:
             "startedAt": format_ms(self.started_at_ms),
             "durationMs": self.duration_ms,
             "status": self.status.value,
+        }
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """What one run of the check command showed (see :func:`run_check`)."""
+
+    command: str
+    exit_status: int | None
+    timed_out: bool
+    error: str | None
+    output_digest: str
+    output_tail: str
+    version_start: str | None
+    version_end: str | None
+    started_at_ms: int
+    duration_ms: int
+
+    @property
+    def status(self) -> VerificationStatus:
+        return verification_status(
+            self.exit_status, self.timed_out, self.error, self.version_start, self.version_end
+        )
+
+
+# =========================================================================== decisions, failures
+
+
+@dataclass(frozen=True)
+class Authorization:
+    """One recorded decision on one tool call."""
+
+    id: int
+    session_id: str
+    call_key: str
+    tool_name: str
+    arguments_digest: str
+    summary: str
+    decision: str
+    who: str
+    rule: str
+    reason: str | None
+    decided_at_ms: int
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision == "allow"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "sessionId": self.session_id,
+            "callKey": self.call_key,
+            "toolName": self.tool_name,
+            "argumentsDigest": self.arguments_digest,
+            "summary": self.summary,
+            "decision": self.decision,
+            "who": self.who,
+            "rule": self.rule,
+            "reason": self.reason,
+            "decidedAtMs": self.decided_at_ms,
+            "decidedAt": format_ms(self.decided_at_ms),
+        }
+
+
+@dataclass(frozen=True)
+class ToolFailure:
+    """One failed tool call."""
+
+    tool_started_id: str
+    session_id: str
+    tool_name: str
+    arguments_digest: str
+    artifact_version: str | None
+    at_ms: int
+    result_entry_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "toolStartedId": self.tool_started_id,
+            "sessionId": self.session_id,
+            "toolName": self.tool_name,
+            "argumentsDigest": self.arguments_digest,
+            "artifactVersion": self.artifact_version,
+            "atMs": self.at_ms,
+            "at": format_ms(self.at_ms),
+            "resultEntryId": self.result_entry_id,
+        }
+
+
+# =========================================================================== parked approvals
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """One parked call and what was decided about it."""
+
+    id: int
+    session_id: str
+    call_key: str
+    tool_name: str
+    arguments: dict[str, Any]
+    arguments_digest: str
+    artifact_version: str | None
+    touched: dict[str, str | None]
+    """The files the call touches and their content hash when it was proposed (``None``: it
+    did not exist); empty when the call's files are unknown (then ``artifact_version``)."""
+    summary: str
+    rule: str
+    status: str
+    always: bool
+    decided_by: str | None
+    reason: str | None
+    proposed_at_ms: int
+    decided_at_ms: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "sessionId": self.session_id,
+            "callKey": self.call_key,
+            "toolName": self.tool_name,
+            "arguments": self.arguments,
+            "argumentsDigest": self.arguments_digest,
+            "artifactVersion": self.artifact_version,
+            "touched": self.touched,
+            "summary": self.summary,
+            "rule": self.rule,
+            "status": self.status,
+            "always": self.always,
+            "decidedBy": self.decided_by,
+            "reason": self.reason,
+            "proposedAt": format_ms(self.proposed_at_ms),
+            "decidedAt": format_ms(self.decided_at_ms) if self.decided_at_ms else None,
         }
 
 

@@ -62,7 +62,8 @@ def store_url(given: str | None) -> str:
     url = given or os.environ.get(STORE_URL_ENV)
     if not url:
         raise ConfigurationError(
-            f"no store given: pass --store postgresql://… or set {STORE_URL_ENV}"
+            f"no store given: pass --store postgresql://…, set {STORE_URL_ENV} or [store] "
+            "url in tether.toml"
         )
     if not is_store_url(url):
         raise ConfigurationError("a store URL must start with postgresql:// or postgres://")

@@ -1,8 +1,9 @@
 """Recovery planner (spec section 14): golden cases, every rule of 14.4, properties.
 
-* Conformance: every case of ``planner-fixtures/manifest.json`` (repo copy under
-  ``tests/conformance/``, falling back to the shared spec bundle) is reduced with the
-  real reducer and planned; the plan must equal the expected JSON.
+* Conformance: every case of ``planner-fixtures/manifest.json`` (the repository's copy of
+  the spec bundle under ``tests/conformance/``; a missing file or fewer than
+  :data:`MIN_PLANNER_CASES` cases fail the collection) is reduced with the real reducer and
+  planned; the plan must equal the expected JSON.
 * Unit tests build states directly from the ``state.py`` dataclasses, one test (or
   parametrized group) per rule and branch of 14.4, plus the plan and ``current`` types.
 * A hypothesis property checks that arbitrary states never make the planner raise and
@@ -22,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from fixturekit import MissingFixtures, at_least, conformance_path
 from tether.core import contents
 from tether.core.arguments import MAX_ARGUMENT_DEPTH, parse_tool_arguments
 from tether.core.contents import SYNTHETIC_CONTENT, WHITESPACE, is_blank
@@ -76,49 +78,31 @@ from tether.errors import ConfigurationError, TetherError
 
 # =========================================================================== paths
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-_SPEC_ROOTS = (
-    REPO_ROOT / "tests" / "conformance",
-    REPO_ROOT.parent / "shared" / "spec",
-    Path("/work/shared/spec"),
-)
-
-
-def _spec_path(*parts: str) -> Path | None:
-    """The repo copy of a spec-bundle path, else the shared bundle; ``None`` if neither."""
-    for root in _SPEC_ROOTS:
-        candidate = root.joinpath(*parts)
-        if candidate.exists():
-            return candidate
-    return None
+MIN_PLANNER_CASES = 12
+"""The planner fixtures the spec bundle holds today: fewer fail the collection."""
 
 
 def _load_json(path: Path) -> Any:
     return json.loads(path.read_bytes())
 
 
-PLANNER_FIXTURES = _spec_path("planner-fixtures", "manifest.json")
-PLAN_SCHEMA_PATH = _spec_path("schemas", "recovery-plan.schema.json")
-CURRENT_SCHEMA_PATH = _spec_path("schemas", "current-configuration.schema.json")
+PLANNER_FIXTURES = conformance_path("planner-fixtures", "manifest.json")
+PLAN_SCHEMA_PATH = conformance_path("schemas", "recovery-plan.schema.json")
+CURRENT_SCHEMA_PATH = conformance_path("schemas", "current-configuration.schema.json")
 
 
 def _session_fixture(name: str) -> Path:
-    path = _spec_path("fixtures", name)
-    assert path is not None, f"session fixture {name} not found"
-    return path
+    return conformance_path("fixtures", name)
 
 
 def _planner_cases() -> list[Any]:
-    if PLANNER_FIXTURES is None:
-        return []
     manifest = _load_json(PLANNER_FIXTURES)
     assert manifest["version"] == 1
-    return [pytest.param(case, id=case["name"]) for case in manifest["fixtures"]]
+    cases = [pytest.param(case, id=case["name"]) for case in manifest["fixtures"]]
+    return at_least(MIN_PLANNER_CASES, cases, f"planner cases in {PLANNER_FIXTURES}")
 
 
-def _validator(path: Path | None) -> Draft202012Validator | None:
-    if path is None:
-        return None
+def _validator(path: Path) -> Draft202012Validator:
     schema = _load_json(path)
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
@@ -129,8 +113,7 @@ CURRENT_VALIDATOR = _validator(CURRENT_SCHEMA_PATH)
 
 
 def _check_plan_schema(plan_json: Mapping[str, Any]) -> None:
-    if PLAN_VALIDATOR is not None:
-        PLAN_VALIDATOR.validate(plan_json)
+    PLAN_VALIDATOR.validate(plan_json)
 
 
 # =========================================================================== conformance
@@ -138,27 +121,24 @@ def _check_plan_schema(plan_json: Mapping[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", _planner_cases())
 def test_planner_conformance(case: Mapping[str, str]) -> None:
-    assert PLANNER_FIXTURES is not None
     folder = PLANNER_FIXTURES.parent
     data = _load_json(folder / case["input"])
     expected = _load_json(folder / case["expected"])
     assert set(data) == {"sessionFile", "current"}
-    if CURRENT_VALIDATOR is not None:
-        CURRENT_VALIDATOR.validate(data["current"])
+    CURRENT_VALIDATOR.validate(data["current"])
     _check_plan_schema(expected)
-    try:
-        state = reduce_session(_session_fixture(data["sessionFile"]).read_bytes())
-    except NotImplementedError:
-        pytest.skip("the reducer is not implemented yet")
+    state = reduce_session(_session_fixture(data["sessionFile"]).read_bytes())
     plan = plan_recovery(state, CurrentConfiguration.from_json(data["current"]))
     assert plan.to_json() == expected
     assert plan_from_json(expected) == plan
 
 
 def test_planner_fixtures_are_present() -> None:
-    if PLANNER_FIXTURES is None:
-        pytest.skip("no planner fixtures found (repo copy or shared spec bundle)")
-    assert len(_planner_cases()) >= 12
+    assert len(_planner_cases()) >= MIN_PLANNER_CASES
+    with pytest.raises(MissingFixtures, match="expected at least 3"):
+        at_least(3, [1, 2], "cases")
+    with pytest.raises(MissingFixtures, match="is missing"):
+        conformance_path("planner-fixtures", "no-such-manifest.json")
 
 
 # =========================================================================== builders
@@ -1039,8 +1019,7 @@ def test_current_configuration_round_trip() -> None:
     assert current.environment_identity == "fixture"
     assert current.tools[1] == ToolDeclaration("read", D1, Replay.NEVER, "k")
     assert current.to_json() == VALID_CURRENT
-    if CURRENT_VALIDATOR is not None:
-        CURRENT_VALIDATOR.validate(current.to_json())
+    CURRENT_VALIDATOR.validate(current.to_json())
     assert CurrentConfiguration.from_json({**VALID_CURRENT, "tools": []}).tools == ()
 
 
@@ -1103,7 +1082,7 @@ def test_current_configuration_rejects_malformed_input(data: Any, where: str) ->
     assert isinstance(info.value, TetherError) and isinstance(info.value, ValueError)
     # Python's jsonschema lets "$" match before a final "\n" (ECMA-262 does not).
     python_regex_quirk = isinstance(data, dict) and data.get("configurationDigest") == D0 + "\n"
-    if CURRENT_VALIDATOR is not None and not python_regex_quirk:
+    if not python_regex_quirk:
         assert not CURRENT_VALIDATOR.is_valid(data)
 
 

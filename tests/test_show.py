@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from fixturekit import at_least
 from tether._cli import app
 from tether.testing.crashlab.child import WORKSPACE, session_log_path
 from tether.testing.crashlab.matrix import LabOptions, run_lab
@@ -363,10 +364,14 @@ def test_journal_authorization_and_a_stale_verification(
     assert doc["gaps"] == []
 
 
-GOLDEN = sorted(
-    p.with_name(p.name.replace(".expected.json", ".jsonl"))
-    for p in (REPO / "tests" / "conformance" / "fixtures").glob("*.expected.json")
-    if json.loads(p.read_text())["ok"]
+GOLDEN = at_least(  # fewer fail the collection instead of drawing nothing (fixturekit)
+    18,
+    sorted(
+        p.with_name(p.name.replace(".expected.json", ".jsonl"))
+        for p in (REPO / "tests" / "conformance" / "fixtures").glob("*.expected.json")
+        if json.loads(p.read_text())["ok"]
+    ),
+    "reducing golden fixtures",
 )
 
 

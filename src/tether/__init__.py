@@ -5,17 +5,20 @@ The public API is the names below and nothing else; ``tests/test_public_api.py``
 Layout of the package (trio's ``__init__`` is the model):
 
 * ``tether`` — these names: the agent, its results, tools, effect tools, the model loader,
-  and the pure functions of the session contract.
+  and the pure functions of the session contract. Each reports ``tether`` as its
+  ``__module__`` (its ``__qualname__`` is unchanged), wherever it is defined, and every
+  type its signature names is public too (``tests/test_public_api.py`` walks them).
 * ``tether.core`` — the pure functional core (format, digests, state, reducer, planner,
   completion gate, stop conditions, policy). It reads no clock, disk, environment or
   randomness.
 * ``tether.lowlevel`` — the store, reducer and seam internals (the reducer, fact
   constructors, digests, the session-store and workspace-database protocols and their
-  implementations), for people building a store, a tool kind or an adapter.
+  implementations, and the types the agent's seams take), for people building a store, a
+  tool kind or an adapter.
 * ``tether.testing`` — the crash lab, crash boundaries, the scripted model and the demo
   ledger.
 * ``tether.errors`` — the one exception hierarchy (every error derives from
-  :class:`TetherError`).
+  :class:`TetherError`) and the one table of exit statuses.
 * Everything with a leading underscore (``tether._runtime``, ``tether._stores``, …) is the
   imperative shell and private: it may change in any release.
 
@@ -26,6 +29,7 @@ pure ``tether.core`` never pulls in the runtime, its SDKs or its databases.
 from __future__ import annotations
 
 import importlib
+import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -91,9 +95,41 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tether' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = _publish(getattr(importlib.import_module(module), name))
     globals()[name] = value  # later lookups skip this function
     return value
+
+
+def _publish(value: Any) -> Any:
+    """``value`` made to report ``tether`` as its module, as trio does for its names.
+
+    Where a public name is defined is private (``tether._runtime.agent``); its ``repr``, its
+    documentation and a traceback should name the place to import it from. Done when the
+    name is first loaded (the definitions are loaded lazily), once; ``__qualname__`` stays.
+
+    A class's string annotations (``from __future__ import annotations``) are resolved
+    first: ``typing.get_type_hints`` looks them up in the namespace of ``__module__``, which
+    from now on is this one (functions keep theirs: they are looked up in ``__globals__``).
+    """
+    if not isinstance(value, (type, types.FunctionType)) or value.__module__ == __name__:
+        return value
+    if isinstance(value, type):
+        _resolve_annotations(value)
+    value.__module__ = __name__
+    return value
+
+
+def _resolve_annotations(cls: type) -> None:
+    """Replace ``cls``'s own string annotations by what they name, in its defining module."""
+    import inspect  # not at `import tether`: only once a name is used
+
+    own = inspect.get_annotations(cls)
+    if not any(isinstance(hint, str) for hint in own.values()):
+        return
+    try:
+        cls.__annotations__ = inspect.get_annotations(cls, eval_str=True)
+    except NameError:  # a name imported for type checkers only: leave the strings
+        return
 
 
 def __dir__() -> list[str]:

@@ -31,6 +31,8 @@ import signal
 import sys
 from collections.abc import Callable
 
+from tether.errors import EXIT_CRASH_INJECTED
+
 __all__ = [
     "ARMED",
     "BOUNDARIES",
@@ -42,8 +44,8 @@ __all__ = [
     "register",
 ]
 
-CRASH_EXIT_CODE = 75
-"""Exit status of a crash injected in ``exit`` mode."""
+CRASH_EXIT_CODE = EXIT_CRASH_INJECTED
+"""Exit status of a crash injected in ``exit`` mode (a row of ``tether.errors.EXIT_STATUSES``)."""
 
 BOUNDARIES: dict[str, str] = {}
 """Every registered boundary: name → one-line description."""

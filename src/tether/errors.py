@@ -1,18 +1,31 @@
-"""The one exception hierarchy of tether.
+"""The one exception hierarchy of tether, and the one table of exit statuses.
 
 Every error a user can cause derives from :class:`TetherError`; the CLI maps each
-subclass to a one-line message and a distinct exit code.
+subclass to a one-line message and an exit code. The codes are not attributes written on
+each class: :data:`EXIT_STATUSES` at the end of this module is the one table from error type
+(and from run outcome) to exit status, each row with its meaning, and every command reads
+it (``tether._cli.common.handle_errors``, ``tether._cli.run_cmd.exit_code_for``). The
+README's and ``docs/cli.md``'s exit-status tables list exactly its codes
+(``tests/test_exit_codes.py``). ``TetherError.exit_code`` stays, read from the table.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+
+class _TableExitCode:
+    """``exit_code`` of an error class or instance: its row of :data:`EXIT_STATUSES`."""
+
+    def __get__(self, instance: object, owner: type[BaseException]) -> int:
+        return exit_code_of(owner)
 
 
 class TetherError(Exception):
     """Base class of every error tether raises on purpose."""
 
-    exit_code: int = 1
+    exit_code = _TableExitCode()
 
 
 class SessionCorruption(TetherError):
@@ -21,8 +34,6 @@ class SessionCorruption(TetherError):
     ``code`` is one of the spec's error codes (section 12), ``line`` the 1-based line
     number and ``seq`` the fact's sequence number, or ``None`` where the spec has none.
     """
-
-    exit_code = 1
 
     def __init__(self, code: str, line: int, seq: int | None = None, detail: str = "") -> None:
         self.code = code
@@ -47,15 +58,10 @@ class CanonicalizationError(TetherError, ValueError):
 class ConfigurationError(TetherError, ValueError):
     """A configuration input (e.g. the planner's ``current``) is malformed."""
 
-    exit_code = 2
-
 
 # --- Session store errors (tether._stores.file) -------------------------------------------
 #
-# Exit codes: 1 generic / corrupt candidate, 2 configuration, 3 session not found,
-# 4 session busy, 5 corrupt session log, 6 unsupported session version, 7 ambiguous session
-# id, 8 unsafe session path, 9 write/sync failure, 10 store not usable (closed, read-only or
-# failed).
+# Exit codes 3-12 (EXIT_STATUSES below).
 #
 # This module is pure, like tether.core (its import rule admits tether.errors): whatever a
 # message needs from the operating system (the text of an errno, whether a pid is this
@@ -64,8 +70,6 @@ class ConfigurationError(TetherError, ValueError):
 
 class SessionNotFound(TetherError, LookupError):
     """No session log matches the given id, prefix or path."""
-
-    exit_code = 3
 
     def __init__(self, query: str, where: str = "") -> None:
         self.query = query
@@ -80,8 +84,6 @@ class SessionBusy(TetherError):
     process the kernel reports holding the pid record's lock), else ``None``;
     ``this_process`` says that the holder is the process raising the error.
     """
-
-    exit_code = 4
 
     def __init__(self, path: str, pid: int | None, *, this_process: bool = False) -> None:
         self.path = path
@@ -105,8 +107,6 @@ class CorruptSession(SessionCorruption):
     catch the spec-level error keep working.
     """
 
-    exit_code = 5
-
     def __init__(
         self, path: str, code: str, line: int, seq: int | None = None, detail: str = ""
     ) -> None:
@@ -127,8 +127,6 @@ class CorruptSession(SessionCorruption):
 class UnsupportedSessionVersion(CorruptSession):
     """The log's header names a format version this tether does not read."""
 
-    exit_code = 6
-
     def __init__(
         self, path: str, code: str, line: int, seq: int | None = None, detail: str = ""
     ) -> None:
@@ -145,13 +143,9 @@ class FactRejected(SessionCorruption):
     ``code``/``line``/``seq`` are what the reducer would report if the line were on disk.
     """
 
-    exit_code = 1
-
 
 class AmbiguousSessionId(TetherError, LookupError):
     """A session id prefix matches more than one session."""
-
-    exit_code = 7
 
     def __init__(self, prefix: str, candidates: list[str]) -> None:
         self.prefix = prefix
@@ -164,8 +158,6 @@ class AmbiguousSessionId(TetherError, LookupError):
 
 class UnsafeSessionPath(TetherError):
     """A session path is a symlink, not a regular file, or outside the sessions directory."""
-
-    exit_code = 8
 
     def __init__(self, path: str, reason: str) -> None:
         self.path = path
@@ -181,8 +173,6 @@ class SessionWriteError(TetherError, OSError):
     not prove that file and memory agree (a sync failed, or undoing the write failed): it
     accepts no further commits until the session is reopened.
     """
-
-    exit_code = 9
 
     def __init__(
         self,
@@ -214,8 +204,6 @@ class SessionCreateError(SessionWriteError):
     made stay: they are empty).
     """
 
-    exit_code = 9
-
     def __init__(
         self, path: str, op: str, errno_: int | None, *, strerror: str | None = None
     ) -> None:
@@ -229,8 +217,6 @@ class SessionCreateError(SessionWriteError):
 class StoreUnavailable(TetherError):
     """The store cannot accept commits: it is closed, read-only, or failed earlier."""
 
-    exit_code = 10
-
     def __init__(self, path: str, why: str) -> None:
         self.path = path
         self.why = why
@@ -240,8 +226,6 @@ class StoreUnavailable(TetherError):
 class SessionFenced(TetherError):
     """This writer lost its lease on a session: another writer took it over (a higher epoch)
     or wrote to it. The writer must stop at once; nothing of the refused commit is stored."""
-
-    exit_code = 11
 
     def __init__(self, session_id: str, epoch: int, detail: str) -> None:
         self.session_id = session_id
@@ -255,8 +239,6 @@ class SessionFenced(TetherError):
 class StoreSchemaError(TetherError):
     """The database behind a store URL has no tether schema, or one this version cannot use."""
 
-    exit_code = 12
-
 
 # --- Tool errors (tether._tools) ------------------------------------------------------------
 #
@@ -266,8 +248,6 @@ class StoreSchemaError(TetherError):
 
 class ToolError(TetherError):
     """A tool call failed in an expected way (bad path, text not found, stale file, …)."""
-
-    exit_code = 1
 
 
 class WorkspaceEscape(ToolError):
@@ -325,8 +305,6 @@ class ModelError(TetherError):
     retries on its own).
     """
 
-    exit_code = 1
-
     def __init__(
         self,
         code: str,
@@ -364,9 +342,7 @@ MODEL_ERROR_CODES = frozenset(
 
 # --- Effects errors (tether._effects) ----------------------------------------------------------
 #
-# Exit codes: 20 effects database unusable (corrupt, locked, newer schema, I/O), 21 operation id
-# reused with different arguments, 22 review item not found, 23 review item already resolved,
-# 24 a call needs review (the run is blocked).
+# Exit codes 20-26 (EXIT_STATUSES below).
 
 
 class EffectsDatabaseError(TetherError):
@@ -374,8 +350,6 @@ class EffectsDatabaseError(TetherError):
 
     ``path`` names the database file, ``cause`` says what is wrong in one line.
     """
-
-    exit_code = 20
 
     def __init__(self, path: str, cause: str, what: str = "effects database") -> None:
         self.path = path
@@ -386,8 +360,6 @@ class EffectsDatabaseError(TetherError):
 
 class OperationIdConflict(TetherError):
     """An operation id was used again with different arguments; nothing was applied."""
-
-    exit_code = 21
 
     def __init__(self, operation_id: str, recorded: str, given: str, where: str = "") -> None:
         self.operation_id = operation_id
@@ -403,8 +375,6 @@ class OperationIdConflict(TetherError):
 class ReviewItemNotFound(TetherError, LookupError):
     """No review item has the given id."""
 
-    exit_code = 22
-
     def __init__(self, item: object) -> None:
         self.item = item
         super().__init__(f"no review item {item!r}; run 'tether review' to list the open items")
@@ -412,8 +382,6 @@ class ReviewItemNotFound(TetherError, LookupError):
 
 class ReviewItemResolved(TetherError):
     """The review item was already resolved; a decision is recorded only once."""
-
-    exit_code = 23
 
     def __init__(self, item: object, decision: str, resolved_at: str) -> None:
         self.item = item
@@ -427,8 +395,6 @@ class ReviewItemResolved(TetherError):
 
 class ReviewRequired(TetherError):
     """Recovery stopped: a started call's outcome needs a human decision (``tether review``)."""
-
-    exit_code = 24
 
     def __init__(self, item: object, tool_name: str, operation_id: str, reason: str) -> None:
         self.item = item
@@ -444,14 +410,10 @@ class ReviewRequired(TetherError):
 class ApprovalNotFound(TetherError, LookupError):
     """No parked call has the given id (``tether approve``/``deny``)."""
 
-    exit_code = 25
-
 
 class ApprovalDecided(TetherError):
     """The parked call was decided already, or is void (it changed since it was proposed);
     a decision is recorded only once."""
-
-    exit_code = 26
 
 
 # --------------------------------------------------------------------------- completion
@@ -463,8 +425,6 @@ class ProjectConfigError(ConfigurationError):
     The message names the file and the setting (``tether.toml: [verify] timeout: …``).
     """
 
-    exit_code = 2
-
 
 class ArtifactError(TetherError):
     """The workspace's artifact version cannot be computed (e.g. an unreadable file).
@@ -472,13 +432,9 @@ class ArtifactError(TetherError):
     Nothing is ever recorded as verified when this is raised.
     """
 
-    exit_code = 30
-
 
 class CheckCommandError(TetherError):
     """The check command of ``[verify]`` is missing or cannot be started."""
-
-    exit_code = 31
 
 
 # --------------------------------------------------------------------------- input files
@@ -495,8 +451,6 @@ class InputFileError(ConfigurationError):
     ``tether.toml``); ``reason`` says what is wrong. The message is
     ``cannot read <label>: <reason>``.
     """
-
-    exit_code = 2
 
     def __init__(self, label: str, reason: str) -> None:
         self.label = label
@@ -528,8 +482,6 @@ class InputTooLarge(InputFileError):
 class InputTooDeep(ConfigurationError):
     """A JSON input is nested deeper than the limit for its kind."""
 
-    exit_code = 2
-
     def __init__(self, label: str, limit: int) -> None:
         self.label = label
         self.limit = limit
@@ -542,3 +494,131 @@ def _size(size: int) -> str:
         if size >= 1 << shift and size % (1 << shift) == 0:
             return f"{size >> shift} {unit}"
     return f"{size} bytes"
+
+
+# --------------------------------------------------------------------------- exit statuses
+#
+# The one table from error type and run outcome to exit status. A command never writes a
+# number: it raises one of the errors above (``handle_errors`` looks its code up here), ends
+# a run (``exit_code_for`` looks the outcome up here), or names one of the constants below.
+# A new code is a new row here, in the README and in docs/cli.md (tests/test_exit_codes.py).
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_BLOCKED = 65
+"""Recovery is blocked (configuration, environment or replay gate, or attempts exhausted);
+65 is free in the table (75 is the crash-injection exit of ``tether._faults``)."""
+EXIT_UNVERIFIED = 66
+"""Verification was required (``--require-verified``) and the completed run is still not
+backed by a passing check of the files as they are now."""
+EXIT_AWAITING_APPROVAL = 67
+"""A call is parked until a person decides with ``tether approve``/``deny`` (the policy
+said ask and nobody could be asked here); ``tether resume`` carries the decision out."""
+EXIT_INTERNAL = 70
+"""sysexits.h ``EX_SOFTWARE``: an internal error (a bug in tether), never caused by input."""
+EXIT_CRASH_INJECTED = 75
+"""The crash-injection exit (``TETHER_CRASH_AT`` with ``TETHER_CRASH_MODE=exit``)."""
+EXIT_ABORTED = 130
+"""Aborted (Ctrl+C), as a shell reports a command ended by SIGINT (128 + 2)."""
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE, what a shell reports for a command whose reader went away (``| head``)."""
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """One row of :data:`EXIT_STATUSES`: a code, its meaning, and what exits with it.
+
+    ``errors``: the error types whose code this is (a subclass not listed has the code of
+    its nearest listed base); ``outcomes``: the run outcomes (``RunStatus`` values) that end
+    a ``run``/``resume``/REPL turn with it.
+    """
+
+    code: int
+    meaning: str
+    errors: tuple[type[TetherError], ...] = ()
+    outcomes: tuple[str, ...] = ()
+
+
+EXIT_STATUSES: tuple[ExitStatus, ...] = (
+    ExitStatus(
+        EXIT_OK,
+        "success: the run completed or there was nothing to do; a check or lab passed",
+        outcomes=("completed", "idle"),
+    ),
+    ExitStatus(
+        EXIT_FAILED,
+        "the run failed, a check or lab failed, a rejected write, or a corrupt session "
+        "given to inspect/plan",
+        errors=(TetherError, SessionCorruption, FactRejected, ToolError, ModelError),
+        outcomes=("failed",),
+    ),
+    ExitStatus(
+        EXIT_USAGE,
+        "usage or configuration error: bad flags, no model, an unusable input file",
+        errors=(ConfigurationError,),
+    ),
+    ExitStatus(3, "no such session", errors=(SessionNotFound,)),
+    ExitStatus(4, "the session is busy: another writer holds it", errors=(SessionBusy,)),
+    ExitStatus(5, "the session log is corrupt", errors=(CorruptSession,)),
+    ExitStatus(6, "unsupported session format version", errors=(UnsupportedSessionVersion,)),
+    ExitStatus(7, "ambiguous session id prefix", errors=(AmbiguousSessionId,)),
+    ExitStatus(8, "unsafe session path", errors=(UnsafeSessionPath,)),
+    ExitStatus(
+        9, "writing, syncing or creating the session log failed", errors=(SessionWriteError,)
+    ),
+    ExitStatus(10, "the session store is not usable", errors=(StoreUnavailable,)),
+    ExitStatus(11, "fenced: this writer lost its lease on the session", errors=(SessionFenced,)),
+    ExitStatus(12, "the store's database has no usable tether schema", errors=(StoreSchemaError,)),
+    ExitStatus(20, "the effects database is unusable", errors=(EffectsDatabaseError,)),
+    ExitStatus(21, "an operation id reused with other arguments", errors=(OperationIdConflict,)),
+    ExitStatus(22, "no such review item", errors=(ReviewItemNotFound,)),
+    ExitStatus(23, "the review item is already resolved", errors=(ReviewItemResolved,)),
+    ExitStatus(24, "a started call needs review", errors=(ReviewRequired,)),
+    ExitStatus(25, "no such parked call", errors=(ApprovalNotFound,)),
+    ExitStatus(26, "the parked call is already decided or void", errors=(ApprovalDecided,)),
+    ExitStatus(30, "a file of the workspace cannot be read for verify", errors=(ArtifactError,)),
+    ExitStatus(31, "the check command could not run", errors=(CheckCommandError,)),
+    ExitStatus(EXIT_BLOCKED, "recovery is blocked", outcomes=("blocked",)),
+    ExitStatus(EXIT_UNVERIFIED, "--require-verified and the completed run is not verified"),
+    ExitStatus(
+        EXIT_AWAITING_APPROVAL,
+        "a call is parked until a person decides",
+        outcomes=("awaiting_approval",),
+    ),
+    ExitStatus(EXIT_INTERNAL, "internal error: a bug in tether"),
+    ExitStatus(EXIT_CRASH_INJECTED, "an injected crash (crash injection only)"),
+    ExitStatus(
+        EXIT_ABORTED,
+        "aborted by Ctrl+C, or stopped by the caller",
+        outcomes=("aborted", "stopped"),
+    ),
+    ExitStatus(EXIT_BROKEN_PIPE, "the reader of the output went away (broken pipe)"),
+)
+
+_ERROR_CODES: dict[type[BaseException], int] = {
+    error: row.code for row in EXIT_STATUSES for error in row.errors
+}
+_OUTCOME_CODES: dict[str, int] = {
+    outcome: row.code for row in EXIT_STATUSES for outcome in row.outcomes
+}
+
+
+def exit_code_of(error: type[BaseException]) -> int:
+    """The exit status of ``error`` (a type): the row of its nearest listed base class.
+
+    Anything that is not a :class:`TetherError` is a bug in tether: :data:`EXIT_INTERNAL`.
+    """
+    for base in error.__mro__:
+        code = _ERROR_CODES.get(base)
+        if code is not None:
+            return code
+    return EXIT_INTERNAL
+
+
+def outcome_exit_code(outcome: str) -> int:
+    """The exit status of a run that ended with ``outcome`` (a ``RunStatus`` value)."""
+    try:
+        return _OUTCOME_CODES[outcome]
+    except KeyError:
+        raise ValueError(f"no exit status for the run outcome {outcome!r}") from None

@@ -10,7 +10,12 @@ workspace database, a new tool kind or a model adapter, or reading logs by hand:
   with the file store (``SessionStore``, ``FileSessions``) and the in-memory one
   (``MemorySessions``); ``WorkspaceDB`` with ``EffectsDB`` (SQLite) and ``MemoryWorkspace``;
 * the tool and model seams (``RecoveryKind``, ``ToolContext``, ``ToolRegistry``,
-  ``ModelAdapter``, ``ModelRequest``, ``ModelResponse``).
+  ``FunctionTool`` (what ``tether.tool`` makes), ``ModelAdapter``, ``ModelRequest``,
+  ``ModelResponse``);
+* the other types ``tether.Agent`` takes: its options (``AgentOptions``: the settings of the
+  one settings table and the seams), a resolved ``Settings`` value, the project settings
+  (``ProjectConfig``, ``BudgetConfig``), the ``Clock`` and ``WorkspaceDBOpener`` seams, and
+  what ``on_event`` and ``authorize`` receive (``Event``, ``AuthorizationRequest``).
 
 These names are stable within a minor release but are closer to the implementation than
 ``tether``'s; ``tests/test_public_api.py`` pins them. As in ``tether``, each is loaded on
@@ -54,13 +59,29 @@ _EXPORTS: dict[str, str] = {
     "ModelAdapter": "tether._models.base",
     "ModelRequest": "tether._models.base",
     "ModelResponse": "tether._models.base",
+    "FunctionTool": "tether._tools.base",
+    # the other types in tether.Agent's signature
+    "AgentOptions": "tether._runtime.agent",
+    "Settings": "tether._settings",
+    "ProjectConfig": "tether._project",
+    "BudgetConfig": "tether._project",
+    "Clock": "tether._clock",
+    "WorkspaceDBOpener": "tether._wsdb.protocol",
+    "Event": "tether._runtime.events",
+    "AuthorizationRequest": "tether._runtime.guards",
 }
 
 __all__ = [  # sorted; the same names as _EXPORTS (tests/test_public_api.py checks both)
     "MAX_SAFE_INTEGER",
+    "AgentOptions",
+    "AuthorizationRequest",
+    "BudgetConfig",
+    "Clock",
     "Durability",
     "EffectsDB",
+    "Event",
     "FileSessions",
+    "FunctionTool",
     "MemorySessions",
     "MemoryWorkspace",
     "ModelAdapter",
@@ -69,15 +90,18 @@ __all__ = [  # sorted; the same names as _EXPORTS (tests/test_public_api.py chec
     "Observations",
     "PendingTransaction",
     "Plan",
+    "ProjectConfig",
     "RecoveryKind",
     "Reducer",
     "SessionOpener",
     "SessionStore",
     "SessionStoreProtocol",
+    "Settings",
     "ToolContext",
     "ToolDeclaration",
     "ToolRegistry",
     "WorkspaceDB",
+    "WorkspaceDBOpener",
     "arguments_digest",
     "canonical_json",
     "configuration_digest",
@@ -87,14 +111,20 @@ __all__ = [  # sorted; the same names as _EXPORTS (tests/test_public_api.py chec
 ]
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads on demand
+    from tether._clock import Clock
     from tether._loading import load_reducer
     from tether._models.base import ModelAdapter, ModelRequest, ModelResponse
+    from tether._project import BudgetConfig, ProjectConfig
+    from tether._runtime.agent import AgentOptions
+    from tether._runtime.events import Event
+    from tether._runtime.guards import AuthorizationRequest
+    from tether._settings import Settings
     from tether._stores.file import Durability, FileSessions, SessionStore
     from tether._stores.memory import MemorySessions
     from tether._stores.protocol import SessionOpener, SessionStoreProtocol
-    from tether._tools.base import RecoveryKind, ToolContext, ToolRegistry
+    from tether._tools.base import FunctionTool, RecoveryKind, ToolContext, ToolRegistry
     from tether._wsdb.memory import MemoryWorkspace
-    from tether._wsdb.protocol import WorkspaceDB
+    from tether._wsdb.protocol import WorkspaceDB, WorkspaceDBOpener
     from tether._wsdb.sqlite import EffectsDB
     from tether.core import facts
     from tether.core.canonical import (

@@ -39,6 +39,7 @@ from tether._cli import (
 from tether._cli.common import EXIT_USAGE
 from tether._cli.help_format import plain_argument_help
 from tether._credentials import hide_from_process_listing, register_secret
+from tether.errors import EXIT_ABORTED
 
 plain_argument_help()
 
@@ -114,7 +115,7 @@ def main() -> None:
         typer.echo(f"error: {message} (see '{path} --help')", err=True)
         raise SystemExit(EXIT_USAGE) from None
     except typer.Abort:
-        raise SystemExit(130) from None
+        raise SystemExit(EXIT_ABORTED) from None
     raise SystemExit(code if isinstance(code, int) else 0)
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from tether._cli.approval_view import call_details
 from tether._cli.common import one_line
+from tether.errors import EXIT_ABORTED
 
 if TYPE_CHECKING:
     from tether._cli.progress import Progress
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
 YES = frozenset({"y", "yes"})
 ALWAYS_ANSWERS = frozenset({"a", "always"})
-EXIT_ABORTED = 130
 
 
 def question(request: AuthorizationRequest) -> str:

@@ -3,8 +3,9 @@
 Every command body runs inside :func:`handle_errors`, which turns the errors a user
 can cause into one line on stderr and a distinct exit code:
 
-* :class:`~tether.errors.TetherError` subclasses → ``error: <message>``, ``exc.exit_code``
-  (the message is :func:`error_message`: a :class:`~tether.errors.SessionCorruption`
+* :class:`~tether.errors.TetherError` subclasses → ``error: <message>`` and the exit code
+  of the error's row in :data:`tether.errors.EXIT_STATUSES`, the one table every command
+  reads (the message is :func:`error_message`: a :class:`~tether.errors.SessionCorruption`
   reads ``error: session is corrupt: …`` and exits 1; a session write that failed on a
   full disk says so; a :class:`~tether.errors.ConfigurationError` exits 2);
 * unreadable, oversized or non-regular input files (:func:`read_input`, through
@@ -35,21 +36,33 @@ from tether._inputs import MAX_JSON_DEPTH, deeper_than, read_file
 from tether._project import find_workspace_root
 from tether._stores.file import sessions_dir_for
 from tether._text import printable as printable  # the commands take it from here
-from tether.errors import InputTooDeep, SessionCorruption, SessionWriteError, TetherError
+from tether.errors import EXIT_BROKEN_PIPE as EXIT_BROKEN_PIPE
+from tether.errors import (
+    EXIT_FAILED,
+    ConfigurationError,
+    InputTooDeep,
+    SessionCorruption,
+    SessionWriteError,
+    TetherError,
+    exit_code_of,
+)
+from tether.errors import EXIT_INTERNAL as EXIT_INTERNAL
+from tether.errors import EXIT_OK as EXIT_OK
+from tether.errors import EXIT_USAGE as EXIT_USAGE
 
-EXIT_OK = 0
-EXIT_CORRUPT = 1
-EXIT_USAGE = 2
-EXIT_INTERNAL = 70  # sysexits.h EX_SOFTWARE: an internal error, never caused by input
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a reader that went away
+# The codes the commands name come from the one table (tether.errors.EXIT_STATUSES); they
+# are re-exported here for the command modules.
+EXIT_CORRUPT = EXIT_FAILED
 
 DEBUG_ENV = "TETHER_DEBUG"
 
 
-class InputError(TetherError):
-    """A command-line input (a file, a flag value) is missing, unreadable or malformed."""
+class InputError(ConfigurationError):
+    """A command-line input (a file, a flag value) is missing, unreadable or malformed.
 
-    exit_code = EXIT_USAGE
+    A :class:`~tether.errors.ConfigurationError`, so its exit status is the table's usage
+    error (2), like every other input a user gives.
+    """
 
 
 def one_line(text: str) -> str:
@@ -96,7 +109,7 @@ def handle_errors() -> Iterator[None]:
     except typer.Exit:
         raise
     except TetherError as exc:
-        fail(error_message(exc), exc.exit_code)
+        fail(error_message(exc), exit_code_of(type(exc)))
     except BrokenPipeError:
         # The reader went away (e.g. `| head`); silence the flush at interpreter exit.
         devnull = os.open(os.devnull, os.O_WRONLY)

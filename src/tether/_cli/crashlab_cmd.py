@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tether._cli.common import EXIT_USAGE, InputError, emit_json, fail, handle_errors, printable
 from tether._inputs import deeper_than
 from tether.core.arguments import MAX_ARGUMENT_DEPTH
-from tether.errors import InputTooDeep
+from tether.errors import EXIT_FAILED, EXIT_OK, InputTooDeep
 from tether.testing.crashlab.matrix import (
     Case,
     CaseResult,
@@ -36,8 +36,8 @@ from tether.testing.crashlab.scenarios import (
     user_tool_scenario,
 )
 
-EXIT_PASS = 0
-EXIT_FAIL = 1
+EXIT_PASS = EXIT_OK  # the lab found nothing wrong
+EXIT_FAIL = EXIT_FAILED  # it found a case that fails
 _DURABILITY = {
     "durable": "fdatasync at every durable point",
     "process": "no fsync: a killed process loses nothing, store.after_sync is never reached",

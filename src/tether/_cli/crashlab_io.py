@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from tether._cli.common import EXIT_USAGE, InputError, emit_json, fail, printable
+from tether.errors import EXIT_FAILED, EXIT_OK
 from tether.testing.crashlab.iofaults import (
     BOUNDED_SCENARIOS,
     ERRNOS,
@@ -31,8 +32,8 @@ from tether.testing.crashlab.matrix import fork_available
 from tether.testing.crashlab.scenarios import BUILTIN_SCENARIOS, Scenario, scenario_unavailable
 from tether.testing.crashlab.strace import strace_problem
 
-EXIT_PASS = 0
-EXIT_FAIL = 1
+EXIT_PASS = EXIT_OK  # the lab found nothing wrong
+EXIT_FAIL = EXIT_FAILED  # it found a case that fails
 
 
 def run_io_errors(

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from tether._cli.common import EXIT_USAGE, InputError, emit_json, fail, printable
+from tether.errors import EXIT_FAILED, EXIT_OK
 from tether.testing.crashlab.powerlab import (
     BOUNDED_SCENARIOS,
     FULL_SCENARIOS,
@@ -22,8 +23,8 @@ from tether.testing.crashlab.powerlab import (
 )
 from tether.testing.crashlab.scenarios import BUILTIN_SCENARIOS, Scenario, scenario_unavailable
 
-EXIT_PASS = 0
-EXIT_FAIL = 1
+EXIT_PASS = EXIT_OK  # the lab found nothing wrong
+EXIT_FAIL = EXIT_FAILED  # it found a case that fails
 
 
 def power_scenarios(names: list[str], full: bool) -> list[Scenario]:

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from tether._cli.common import InputError, handle_errors
+from tether.errors import EXIT_FAILED, EXIT_OK
 
 lab_app = typer.Typer(
     name="lab",
@@ -69,7 +70,7 @@ def publish_report(
                 for line in outcome.lines:
                     typer.echo(line)
                 typer.echo(outcome.verdict)
-                raise typer.Exit(0 if outcome.passed else 1)
+                raise typer.Exit(EXIT_OK if outcome.passed else EXIT_FAILED)
             if reset:
                 lab.reset()
             if reset or crash_at is not None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from tether import errors
 from tether._cli.agent_flags import (
     NO_INTERACTION,
     Flags,
@@ -47,40 +48,25 @@ from tether.errors import ConfigurationError, TetherError
 if TYPE_CHECKING:  # the runtime and the adapters pull in the model SDKs: import them lazily
     from tether._runtime import Agent, RunResult
 
-EXIT_FAILED = 1
-EXIT_BLOCKED = 65
-"""Recovery is blocked (configuration, environment or replay gate, or attempts exhausted).
-
-65 is free in tether's table (75 is the crash-injection exit of :mod:`tether._faults`).
-"""
-EXIT_ABORTED = 130
-"""The operation was aborted (Ctrl+C), like a shell reports a command ended by SIGINT."""
-EXIT_AWAITING_APPROVAL = 67
-"""A call is parked until a person decides with ``tether approve``/``deny`` (the policy
-said ask and nobody could be asked here); ``tether resume`` carries the decision out."""
-EXIT_UNVERIFIED = 66
-"""Verification was required (``--require-verified``) and the completed run is still not
-backed by a passing check of the files as they are now."""
+# The exit statuses of an agent call, from the one table (tether.errors.EXIT_STATUSES);
+# re-exported under their old names for the other command modules.
+EXIT_FAILED = errors.EXIT_FAILED
+EXIT_BLOCKED = errors.EXIT_BLOCKED
+EXIT_ABORTED = errors.EXIT_ABORTED
+EXIT_AWAITING_APPROVAL = errors.EXIT_AWAITING_APPROVAL
+EXIT_UNVERIFIED = errors.EXIT_UNVERIFIED
 
 
 def exit_code_for(result: RunResult, *, abort_requested: bool = False) -> int:
-    """The exit status of a finished agent call.
+    """The exit status of a finished agent call: its outcome's row of the table.
 
     ``abort_requested`` is true for ``tether resume --abort``: there an aborted outcome is
     what the user asked for, so it exits 0.
     """
-    status = result.status.value
     if result.unverified:
         return EXIT_UNVERIFIED
-    if status in ("completed", "idle"):
-        return 0
-    if status == "failed":
-        return EXIT_FAILED
-    if status == "blocked":
-        return EXIT_BLOCKED
-    if status == "awaiting_approval":
-        return EXIT_AWAITING_APPROVAL
-    return 0 if abort_requested else EXIT_ABORTED
+    code = errors.outcome_exit_code(result.status.value)
+    return errors.EXIT_OK if abort_requested and code == EXIT_ABORTED else code
 
 
 # --------------------------------------------------------------------------- Ctrl+C

@@ -34,9 +34,9 @@ from tether._completion.verify import NO_COMMAND, Verifier, describe_verificatio
 from tether._project import load_project_config
 from tether._wsdb.sqlite import EffectsDB
 from tether.core.gate import name_files
-from tether.errors import ArtifactError, CheckCommandError, ConfigurationError
+from tether.errors import EXIT_FAILED, ArtifactError, CheckCommandError, ConfigurationError
 
-EXIT_NOT_VERIFIED = 1
+EXIT_NOT_VERIFIED = EXIT_FAILED
 
 
 def register(app: typer.Typer) -> None:

@@ -21,6 +21,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from tether.errors import EXIT_FAILED
+
 __all__ = ["COLUMNS", "main"]
 
 COLUMNS = """\
@@ -62,10 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"(exit status {crashed}: the injected crash)", flush=True)
         _step("2. recovery: the ledger says it happened, so its result is filled in, not redone")
         if _tether(["lab", "publish-report"], root) != 0:
-            return 1
+            return EXIT_FAILED
         _step("3. the timeline of that call, and the ledger: one row")
         if _tether(["lab", "publish-report", "--report"], root) != 0:
-            return 1
+            return EXIT_FAILED
         if not matrix:
             return 0
         _step("4. the same for every scenario at every boundary (the crash lab)")

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from tether import _faults as faults
+from tether import errors
 from tether.testing.crashlab.scenarios import (
     BASH_RUNS,
     MCP_EFFECTS,
@@ -81,11 +82,14 @@ ACKS_FILE = "acks.jsonl"
 EFFECTS_FILE = "effects.log"
 HITS_FILE = "hits.log"
 
-EXIT_USAGE = 2
+EXIT_USAGE = errors.EXIT_USAGE
 EXIT_TETHER_ERROR = 3
 """``run`` stopped with a typed :class:`~tether.errors.TetherError` (the I/O-error lab
-injects failing system calls; a clear, typed error is an acceptable outcome of one)."""
-EXIT_INTERNAL = 70
+injects failing system calls; a clear, typed error is an acceptable outcome of one).
+
+Private to the lab and its child, never the status of a ``tether`` command: so not a row of
+``tether.errors.EXIT_STATUSES`` (where 3 is "no such session")."""
+EXIT_INTERNAL = errors.EXIT_INTERNAL
 
 IO_PLANT_ENV = "TETHER_LAB_IO_PLANT"
 """``ignore_write_errors``: a planted bug for the I/O-error lab to catch — the file store

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tether import errors
 from tether.testing.crashlab.child import (
     IO_PLANT_ENV,
     WORKSPACE,
@@ -246,7 +247,7 @@ def full_cases(scenario: str, sites: Sequence[Site]) -> list[IoCase]:
 SERVER_ENV = {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
 """The same calls in the same order in every job: the N-th call of the dry run is the
 N-th call of the run that fails it (fork servers and fresh interpreters alike)."""
-EXIT_INTERNAL = 70
+EXIT_INTERNAL = errors.EXIT_INTERNAL
 
 
 def _strace_env(plant: str | None) -> dict[str, str]:

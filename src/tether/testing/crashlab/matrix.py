@@ -45,6 +45,7 @@ from tether._loading import reduce_session
 from tether.errors import SessionCorruption
 from tether.testing.crashlab.child import (
     ACKS_FILE,
+    EXIT_TETHER_ERROR,
     HITS_FILE,
     LogFacts,
     apply_tamper,
@@ -459,10 +460,6 @@ def evaluate(
         if _counts(out2.get("probeAfter") or {}) != _counts(probe1):
             _fail(result, "the second resume changed an effect count")
     return _finish(result, scenario)
-
-
-EXIT_TETHER_ERROR = 3
-"""The child's ``run`` stopped with a typed TetherError (``child.EXIT_TETHER_ERROR``)."""
 
 
 def judge_faulted_run(

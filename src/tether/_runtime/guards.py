@@ -7,6 +7,18 @@ workspace database (``effects.db``, through :class:`~tether._wsdb.protocol.Works
 authorization decisions (recorded before the call starts, so a call decided before a crash
 is not asked again), failed calls with the artifact version they failed on (so
 ``repeated_failure`` holds across a resume), and verification evidence.
+
+Rules of this module:
+
+* the decisions are the pure rules' (:func:`~tether.core.policy.decide`,
+  :func:`~tether.core.stops.repeated_failure`, the gate); this module only reads and writes
+  the records they need, and a decision is durable (boundary ``authorized``) before the
+  executor starts the call;
+* the first recorded decision for a call wins: a person is never asked twice for one call,
+  not even across a crash;
+* two probes remain, each commented where it is: the approvals of the workspace database
+  (not declared on its protocol yet) and the files a call touches (only file-change tools
+  say, by their class).
 """
 
 from __future__ import annotations
@@ -132,6 +144,9 @@ class ParkedCall:
 
 def touched_files(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
     """The workspace files a call changes, where the tool says (``write``, ``edit``)."""
+    # By class: no declaration on Tool names the files a call touches (its ``path``
+    # argument means that only for a FileChangeTool), and the recovery kind is not the
+    # same thing (a subclass may declare another one): a declaration on Tool would be.
     path = arguments.get("path")
     if isinstance(tool, FileChangeTool) and isinstance(path, str):
         return [path]

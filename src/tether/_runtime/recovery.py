@@ -13,7 +13,9 @@ Rules of this module:
 * it never looks at a plan's type: the executor's table says which started call a plan
   would replay or interrupt and what new work it starts (:data:`~tether._runtime.executor.PLANS`);
 * how a tool is reconciled follows from its declared
-  :class:`~tether._tools.base.RecoveryKind`, never its class or name.
+  :class:`~tether._tools.base.RecoveryKind`, never its class or name;
+* ``isinstance`` here only narrows the state's active operation (idle, a run): the state
+  says what is active, and only a run has tool calls to stop, answer or reconcile.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def test_everything_is_durable_when_the_call_returns(workspace: Path, syncs: lis
     """The last durable point of a call is its end: nothing is left unsynced."""
     with agent_for(workspace) as agent:
         result = agent.run("one")
-        held = agent._held
+        held = agent._executor._held  # the store the executor holds (not public)
         assert isinstance(held, SessionStore)
         assert held._synced == held.length == result.session_path.stat().st_size
 

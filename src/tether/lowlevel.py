@@ -15,7 +15,9 @@ workspace database, a new tool kind or a model adapter, or reading logs by hand:
 * the other types ``tether.Agent`` takes: its options (``AgentOptions``: the settings of the
   one settings table and the seams), a resolved ``Settings`` value, the project settings
   (``ProjectConfig``, ``BudgetConfig``), the ``Clock`` and ``WorkspaceDBOpener`` seams, and
-  what ``on_event`` and ``authorize`` receive (``Event``, ``AuthorizationRequest``).
+  what ``on_event`` and ``authorize`` receive (``Event``, ``AuthorizationRequest``); what an
+  agent exposes (``Composition``, the parts it was built from; ``Masker``, its credential
+  masking; ``ProtectedState``, tether's own state the file tools never touch).
 
 These names are stable within a minor release but are closer to the implementation than
 ``tether``'s; ``tests/test_public_api.py`` pins them. As in ``tether``, each is loaded on
@@ -63,6 +65,9 @@ _EXPORTS: dict[str, str] = {
     # the other types in tether.Agent's signature
     "AgentOptions": "tether._runtime.agent",
     "Settings": "tether._settings",
+    "Composition": "tether._runtime.compose",
+    "Masker": "tether._credentials",
+    "ProtectedState": "tether._tools.workspace",
     "ProjectConfig": "tether._project",
     "BudgetConfig": "tether._project",
     "Clock": "tether._clock",
@@ -77,11 +82,13 @@ __all__ = [  # sorted; the same names as _EXPORTS (tests/test_public_api.py chec
     "AuthorizationRequest",
     "BudgetConfig",
     "Clock",
+    "Composition",
     "Durability",
     "EffectsDB",
     "Event",
     "FileSessions",
     "FunctionTool",
+    "Masker",
     "MemorySessions",
     "MemoryWorkspace",
     "ModelAdapter",
@@ -91,6 +98,7 @@ __all__ = [  # sorted; the same names as _EXPORTS (tests/test_public_api.py chec
     "PendingTransaction",
     "Plan",
     "ProjectConfig",
+    "ProtectedState",
     "RecoveryKind",
     "Reducer",
     "SessionOpener",
@@ -112,10 +120,12 @@ __all__ = [  # sorted; the same names as _EXPORTS (tests/test_public_api.py chec
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads on demand
     from tether._clock import Clock
+    from tether._credentials import Masker
     from tether._loading import load_reducer
     from tether._models.base import ModelAdapter, ModelRequest, ModelResponse
     from tether._project import BudgetConfig, ProjectConfig
     from tether._runtime.agent import AgentOptions
+    from tether._runtime.compose import Composition
     from tether._runtime.events import Event
     from tether._runtime.guards import AuthorizationRequest
     from tether._settings import Settings
@@ -123,6 +133,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads on de
     from tether._stores.memory import MemorySessions
     from tether._stores.protocol import SessionOpener, SessionStoreProtocol
     from tether._tools.base import FunctionTool, RecoveryKind, ToolContext, ToolRegistry
+    from tether._tools.workspace import ProtectedState
     from tether._wsdb.memory import MemoryWorkspace
     from tether._wsdb.protocol import WorkspaceDB, WorkspaceDBOpener
     from tether._wsdb.sqlite import EffectsDB

@@ -11,12 +11,15 @@ table (:data:`tether._settings.SETTINGS`: ``workspace``, ``system_prompt``, ``du
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from types import TracebackType
+from typing import Any, Self, TypedDict, Unpack
 
 from tether._clock import Clock
+from tether._credentials import Masker
 from tether._ids import IdSource
 from tether._models.base import ModelAdapter
 from tether._project import (
@@ -25,15 +28,18 @@ from tether._project import (
     find_workspace_root,
     load_project_config,
 )
-from tether._runtime.compose import Seams, compose
+from tether._runtime.compose import Composition, Seams, compose
 from tether._runtime.events import EventSink
 from tether._runtime.executor import Executor
 from tether._runtime.guards import Authorizer
+from tether._runtime.results import RunResult
 from tether._settings import SETTINGS, Settings, override_settings, resolve_settings
 from tether._stores.file import Durability
 from tether._stores.protocol import SessionOpener
-from tether._tools.base import Tool
+from tether._tools.base import Tool, ToolRegistry
+from tether._tools.workspace import ProtectedState
 from tether._wsdb.protocol import WorkspaceDBOpener
+from tether.core.configuration import AgentConfiguration
 from tether.errors import ConfigurationError
 
 __all__ = ["Agent", "AgentOptions"]
@@ -114,7 +120,7 @@ def _checked_retries(seams: dict[str, Any]) -> None:
         raise ConfigurationError("model_retries must be between 0 and 10")
 
 
-class Agent(Executor):
+class Agent:
     """Runs an agent whose every step is written ahead to a session log.
 
     ``model`` is a :class:`~tether._models.base.ModelAdapter`, or a model string as
@@ -175,4 +181,104 @@ class Agent(Executor):
             settings = resolve_settings(given, environ=os.environ, project=seam_values["project"])
         else:
             settings = override_settings(settings, given)
-        super().__init__(compose(settings, model, tools, Seams(**seam_values)))
+        self._executor = Executor(compose(settings, model, tools, Seams(**seam_values)))
+
+    # The public surface: the executor carries each call out; an Agent is what a caller
+    # holds, the executor (:mod:`tether._runtime.executor`) is how the loop works.
+
+    def run(self, prompt: str, *, session: str | None = None) -> RunResult:
+        """Run the agent on ``prompt``: in ``session`` (an id, prefix or path; its
+        unfinished work is finished first) or in a new session."""
+        return self._executor.run(prompt, session=session)
+
+    def resume(self, session: str, *, abort: bool = False) -> RunResult:
+        """Finish the session's unfinished operation as its log says (``abort``: close it
+        durably instead; nothing is re-executed)."""
+        return self._executor.resume(session, abort=abort)
+
+    def retry(self, session: str) -> RunResult:
+        """Run a failed (or aborted) last run again on its own prompt."""
+        return self._executor.retry(session)
+
+    def compact(self, session: str, *, keep_turns: int = 1) -> RunResult:
+        """Summarise the session's history, keeping the last ``keep_turns`` turns."""
+        return self._executor.compact(session, keep_turns=keep_turns)
+
+    def abort(self) -> None:
+        """Ask the running call to abort durably (thread-safe; from a signal handler too)."""
+        self._executor.abort()
+
+    def set_stop_signal(self, signal: threading.Event | None) -> None:
+        """An event that, once set, ends a drive at its next durable point, unfinished."""
+        self._executor.set_stop_signal(signal)
+
+    def release(self) -> None:
+        """Let go of the session this agent holds open (its writer lock)."""
+        self._executor.release()
+
+    def close(self) -> None:
+        """Release the held session and close what the agent opened (idempotent)."""
+        self._executor.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def last_session(self) -> str | None:
+        """The id of the session the last call worked on."""
+        return self._executor.last_session
+
+    @property
+    def held_session(self) -> str | None:
+        """The id of the session this agent holds open (its writer lock held), if any."""
+        return self._executor.held_session
+
+    @property
+    def parts(self) -> Composition:
+        """What the agent was built from (the composition root's result)."""
+        return self._executor.parts
+
+    @property
+    def configuration(self) -> AgentConfiguration:
+        """The configuration snapshot, its digest and the planner's ``current``."""
+        return self._executor.configuration
+
+    @property
+    def masker(self) -> Masker:
+        """Masks the credentials tether knows in any text."""
+        return self._executor.masker
+
+    @property
+    def model(self) -> ModelAdapter:
+        return self._executor.model
+
+    @property
+    def registry(self) -> ToolRegistry:
+        return self._executor.registry
+
+    @property
+    def workspace(self) -> Path:
+        return self._executor.workspace
+
+    @property
+    def system_prompt(self) -> str:
+        """The system prompt as sent: the settings' (or tether's own) with ``AGENTS.md``."""
+        return self._executor.system_prompt
+
+    @property
+    def protected(self) -> ProtectedState:
+        """tether's own state, which the file tools never touch."""
+        return self._executor.protected
+
+    @property
+    def environment(self) -> str:
+        """The environment identity (replays are gated on it)."""
+        return self._executor.environment

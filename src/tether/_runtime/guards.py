@@ -7,6 +7,18 @@ workspace database (``effects.db``, through :class:`~tether._wsdb.protocol.Works
 authorization decisions (recorded before the call starts, so a call decided before a crash
 is not asked again), failed calls with the artifact version they failed on (so
 ``repeated_failure`` holds across a resume), and verification evidence.
+
+Rules of this module:
+
+* the decisions are the pure rules' (:func:`~tether.core.policy.decide`,
+  :func:`~tether.core.stops.repeated_failure`, the gate); this module only reads and writes
+  the records they need, and a decision is durable (boundary ``authorized``) before the
+  executor starts the call;
+* the first recorded decision for a call wins: a person is never asked twice for one call,
+  not even across a crash;
+* two probes remain, each commented where it is: the approvals of the workspace database
+  (not declared on its protocol yet) and the files a call touches (only file-change tools
+  say, by their class).
 """
 
 from __future__ import annotations
@@ -132,6 +144,9 @@ class ParkedCall:
 
 def touched_files(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
     """The workspace files a call changes, where the tool says (``write``, ``edit``)."""
+    # By class: no declaration on Tool names the files a call touches (its ``path``
+    # argument means that only for a FileChangeTool), and the recovery kind is not the
+    # same thing (a subclass may declare another one): a declaration on Tool would be.
     path = arguments.get("path")
     if isinstance(tool, FileChangeTool) and isinstance(path, str):
         return [path]
@@ -310,33 +325,8 @@ class Guards:
         session for the tool and rule allows such a call without asking.
         """
         kind = ToolKind.READ_ONLY if tool.replay is Replay.SAFE else ToolKind.SIDE_EFFECT
-        interactive = self._authorize is not None
         policy = self.project.policy
-
-        def verdict_of(ask_by_default: bool) -> PolicyVerdict:
-            return decide(
-                policy,
-                tool.name,
-                arguments,
-                kind=kind,
-                interactive=interactive,
-                assume_yes=self.assume_yes,
-                ask_by_default=ask_by_default,
-            )
-
-        verdict = verdict_of(self.ask_by_default and interactive)
-        # A person may have denied this call before the crash, in a record that is gone:
-        # "no record" must not mean "allowed by default"; ask as the REPL would instead.
-        lost = earlier_decision is EarlierDecision.UNKNOWN and kind is ToolKind.SIDE_EFFECT
-        if lost and verdict.decision is Decision.ALLOW:
-            asking = verdict_of(True)
-            if asking.rule != verdict.rule:  # only the built-in default allowed it
-                keep = asking.decision is Decision.ALLOW  # --yes answers the question
-                verdict = (
-                    asking
-                    if keep
-                    else PolicyVerdict(asking.decision, LOST_RECORD_RULE, asking.reason)
-                )
+        verdict = self._verdict(tool, arguments, kind, earlier_decision)
         unrecorded = verdict.decision is Decision.ALLOW and (
             (kind is ToolKind.READ_ONLY and tool.name not in policy.tools)
             or (_policy_is_empty(policy) and not self.ask_by_default and not self.assume_yes)
@@ -356,36 +346,10 @@ class Guards:
         if unrecorded:  # looked up: nobody decided it before the crash
             return None, None
         summary = call_summary(tool, arguments)
-        decision = verdict.decision
-        # --yes only decides where the policy said ask (its verdict's rule says so).
-        who = "--yes" if verdict.rule.startswith("--yes") else "policy"
-        reason = verdict.reason
-        nobody = decision is Decision.DENY and verdict.reason == NO_TERMINAL_REASON
-        approvals = self._approvals()
-        granted = (
-            approvals.granted(session_id, tool.name, verdict.rule)
-            if approvals is not None and (decision is Decision.ASK or nobody)
-            else None
-        )
-        if granted is not None:
-            decision, who, reason = Decision.ALLOW, granted, "always allowed for this rule"
-        elif nobody and self.park and approvals is not None:
-            outcome = self._parked(approvals, session_id, key, tool, arguments, summary, verdict)
-            if isinstance(outcome, ParkedCall):
-                return outcome
-            decision, who, reason = outcome
-        elif decision is Decision.ASK:
-            assert self._authorize is not None
-            request = AuthorizationRequest(tool.name, arguments, summary, verdict.rule, reason)
-            answer = self._authorize(request)
-            allowed = answer is True or answer == ALWAYS
-            decision = Decision.ALLOW if allowed else Decision.DENY
-            who = "user"
-            reason = "approved at the terminal" if allowed else "declined at the terminal"
-            if answer == ALWAYS:
-                reason = "always allowed for this rule (answered at the terminal)"
-                if approvals is not None:
-                    approvals.grant(session_id, tool.name, verdict.rule, "user")
+        decided = self._decide(session_id, key, tool, arguments, summary, verdict)
+        if isinstance(decided, ParkedCall):  # narrowing: parked, or the decision to record
+            return decided
+        decision, who, reason = decided
         recorded = store.record(
             session_id=session_id,
             call_key=key,
@@ -404,8 +368,101 @@ class Guards:
             return recorded, denial_text(recorded.who, recorded.rule, recorded.reason)
         return recorded, None
 
+    def _verdict(
+        self,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        kind: ToolKind,
+        earlier_decision: EarlierDecision,
+    ) -> PolicyVerdict:
+        """The policy's verdict on the call, asked as the REPL would where a decision a
+        crashed process made may have been lost with its record."""
+        interactive = self._authorize is not None
+        verdict = self._verdict_of(tool, arguments, kind, self.ask_by_default and interactive)
+        # A person may have denied this call before the crash, in a record that is gone:
+        # "no record" must not mean "allowed by default"; ask as the REPL would instead.
+        lost = earlier_decision is EarlierDecision.UNKNOWN and kind is ToolKind.SIDE_EFFECT
+        if lost and verdict.decision is Decision.ALLOW:
+            asking = self._verdict_of(tool, arguments, kind, True)
+            if asking.rule != verdict.rule:  # only the built-in default allowed it
+                keep = asking.decision is Decision.ALLOW  # --yes answers the question
+                verdict = (
+                    asking
+                    if keep
+                    else PolicyVerdict(asking.decision, LOST_RECORD_RULE, asking.reason)
+                )
+        return verdict
+
+    def _verdict_of(
+        self, tool: Tool, arguments: Mapping[str, Any], kind: ToolKind, ask_by_default: bool
+    ) -> PolicyVerdict:
+        return decide(
+            self.project.policy,
+            tool.name,
+            arguments,
+            kind=kind,
+            interactive=self._authorize is not None,
+            assume_yes=self.assume_yes,
+            ask_by_default=ask_by_default,
+        )
+
+    def _decide(
+        self,
+        session_id: str,
+        key: str,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        summary: str,
+        verdict: PolicyVerdict,
+    ) -> ParkedCall | tuple[Decision, str, str | None]:
+        """The decision to record for a call nobody decided yet: an "always" grant of the
+        session, a parked call (or the decision a person made on it), the terminal's
+        answer, else the policy's verdict (``--yes`` only where the policy said ask)."""
+        decision = verdict.decision
+        who = "--yes" if verdict.rule.startswith("--yes") else "policy"
+        nobody = decision is Decision.DENY and verdict.reason == NO_TERMINAL_REASON
+        approvals = self._approvals()
+        granted = (
+            approvals.granted(session_id, tool.name, verdict.rule)
+            if approvals is not None and (decision is Decision.ASK or nobody)
+            else None
+        )
+        if granted is not None:
+            return Decision.ALLOW, granted, "always allowed for this rule"
+        if nobody and self.park and approvals is not None:
+            return self._parked(approvals, session_id, key, tool, arguments, summary, verdict)
+        if decision is Decision.ASK:
+            return self._ask(session_id, tool, arguments, summary, verdict, approvals)
+        return decision, who, verdict.reason
+
+    def _ask(
+        self,
+        session_id: str,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        summary: str,
+        verdict: PolicyVerdict,
+        approvals: ApprovalTable | None,
+    ) -> tuple[Decision, str, str | None]:
+        """Ask the person at the terminal; "always" is granted for the session too."""
+        assert self._authorize is not None
+        request = AuthorizationRequest(tool.name, arguments, summary, verdict.rule, verdict.reason)
+        answer = self._authorize(request)
+        allowed = answer is True or answer == ALWAYS
+        decision = Decision.ALLOW if allowed else Decision.DENY
+        reason = "approved at the terminal" if allowed else "declined at the terminal"
+        if answer == ALWAYS:
+            reason = "always allowed for this rule (answered at the terminal)"
+            if approvals is not None:
+                approvals.grant(session_id, tool.name, verdict.rule, "user")
+        return decision, "user", reason
+
     def _approvals(self) -> ApprovalTable | None:
         """The parked approvals, where the workspace database keeps them (SQLite)."""
+        # The one probe left in the runtime: the WorkspaceDB seam (tether._wsdb.protocol)
+        # does not declare approvals yet, only effects.db has them. Declaring
+        # ``approvals -> ApprovalTable | None`` there (None in the memory and PostgreSQL
+        # databases) makes this a plain attribute read.
         found = getattr(self._effects(), "approvals", None)
         return found if isinstance(found, ApprovalTable) else None
 

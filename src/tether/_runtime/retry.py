@@ -28,7 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from tether._clock import Clock
 from tether._stores.protocol import SessionStoreProtocol
+from tether.core.state import IdleOperation, RunOperation
 from tether.errors import ModelError
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "REASONS",
     "RetryPolicy",
     "RetryRecord",
+    "RetrySchedule",
     "backoff",
     "is_transient",
     "read_record",
@@ -154,3 +157,64 @@ def describe(entry: Mapping[str, Any]) -> str:
     delay = entry.get("delaySeconds")
     shown = f"{delay:g} s" if isinstance(delay, (int, float)) else "?"
     return f"retried after {reason} ({shown})"
+
+
+class RetrySchedule:
+    """The executor's view of the durable schedule: which retry is due, and writing the
+    next one after a transient failure closed a run (the executor starts the runs)."""
+
+    def __init__(self, clock: Clock, policy: RetryPolicy | None = None) -> None:
+        self.clock = clock
+        self.policy = policy if policy is not None else RetryPolicy()
+        """Read at each use, never copied: ``Agent`` sets it after building the executor."""
+
+    def pending(self, store: SessionStoreProtocol) -> RetryRecord | None:
+        """The durable retry schedule, if it still applies to this log."""
+        if self.policy.retries <= 0:
+            return None
+        state = store.state
+        last = state.last_finished
+        # Narrowing, not dispatch: only an idle session can start a retry run.
+        if not isinstance(state.operation, IdleOperation) or last is None:
+            return None
+        if last.outcome != "failed" or last.kind != "run":
+            return None
+        record = read_record(store)
+        if record is None or record.exhausted or record.failed_operation_id != last.operation_id:
+            return None
+        if record.retry > self.policy.retries:
+            return None
+        return record
+
+    def schedule(
+        self, store: SessionStoreProtocol, operation: RunOperation, exc: ModelError
+    ) -> None:
+        """After a transient failure closed the run: write the durable retry schedule."""
+        policy = self.policy
+        if policy.retries <= 0 or not is_transient(exc):
+            return
+        prior = read_record(store)
+        number: int = 1
+        history: tuple[Mapping[str, Any], ...] = ()
+        if (
+            prior is not None
+            and prior.input_entry_id == operation.input_entry_id
+            and prior.started_operation_id == operation.operation_id
+        ):
+            number, history = prior.retry + 1, prior.history
+        delay = backoff(policy, number, exc.retry_after)
+        exhausted = number > policy.retries or delay > MAX_DELAY
+        record = RetryRecord(
+            input_entry_id=operation.input_entry_id,
+            failed_operation_id=operation.operation_id,
+            retry=number,
+            reason=exc.code,
+            delay=delay,
+            due_at_ms=self.clock.now_ms() + int(delay * 1000),
+            exhausted=exhausted,
+            history=history,
+        )
+        try:
+            write_record(store, record)
+        except OSError:
+            return  # no durable schedule, no retry

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether._effects.recovery import RecoveryAction, decision_for_review
+from tether._effects.recovery import RecoveryAction, RecoveryDecision, decision_for_review
 from tether._effects.review import ReviewDecision, ReviewItem
 from tether._stores.file import Durability, SessionStore
 from tether._wsdb.sqlite import EffectsDB
@@ -43,21 +43,7 @@ def resolve_review(
     With ``store_url`` the review items and the session are in the shared store's database
     (``docs/scale-out.md``); the session's lease is taken as the file store's lock is."""
     root = Path(os.path.realpath(workspace))
-    db: Any
-    opener: Any = None
-    if store_url is not None:
-        from tether._stores.postgres import PostgresSessions
-        from tether._wsdb.postgres import PostgresEffectsDB, SplitWorkspaceDB
-
-        shared = PostgresEffectsDB.open_url(store_url)
-        db = SplitWorkspaceDB(EffectsDB.open_workspace(root), shared)
-        try:
-            opener = PostgresSessions(store_url, str(root))
-        except BaseException:
-            db.close()
-            raise
-    else:
-        db = EffectsDB.open_workspace(root)
+    db, opener = _open_databases(root, store_url)
     try:
         reviews = db.reviews
         item = reviews.get(item_id)
@@ -72,43 +58,66 @@ def resolve_review(
         with session_store as store:
             item = reviews.resolve(item.id, decision, note)
             implied = decision_for_review(item, db.journal.get(item.operation_id))
-            operation = store.state.operation
-            if not isinstance(operation, RunOperation):
-                return ReviewOutcome(item, "nothing")
-            try:
-                pending = operation.tool_call(item.operation_id)
-            except LookupError:
-                return ReviewOutcome(item, "nothing")
-            if pending.status is not ToolStatus.PENDING:
-                return ReviewOutcome(item, "nothing")
-            if implied.action is RecoveryAction.COMPLETE and implied.content is not None:
-                store.commit(
-                    [
-                        facts.started_result_entry(
-                            result_entry_id=pending.result_entry_id,
-                            step_id=pending.step_id,
-                            tool_started_id=pending.tool_started_id,
-                            tool_name=pending.tool_name,
-                            call_id=pending.tool_call_id,
-                            content=implied.content,
-                            is_error=implied.is_error,
-                        )
-                    ]
-                )
-                return ReviewOutcome(item, "result")
-            if implied.action is RecoveryAction.ABORT and not operation.abort_requested:
-                store.commit(
-                    [
-                        facts.abort_requested(
-                            operation_id=operation.operation_id,
-                            operation_kind="run",
-                            tool_call_id=pending.tool_call_id,
-                        )
-                    ]
-                )
-                return ReviewOutcome(item, "abortRequested")
-            return ReviewOutcome(item, "nothing")
+            return ReviewOutcome(item, _append_implied(store, item, implied))
     finally:
         db.close()
         if opener is not None:
             opener.close()
+
+
+def _open_databases(root: Path, store_url: str | None) -> tuple[Any, Any]:
+    """The workspace database and, with ``store_url``, the shared store's session opener
+    (``None`` for the file store)."""
+    if store_url is None:
+        return EffectsDB.open_workspace(root), None
+    from tether._stores.postgres import PostgresSessions
+    from tether._wsdb.postgres import PostgresEffectsDB, SplitWorkspaceDB
+
+    shared = PostgresEffectsDB.open_url(store_url)
+    db = SplitWorkspaceDB(EffectsDB.open_workspace(root), shared)
+    try:
+        return db, PostgresSessions(store_url, str(root))
+    except BaseException:
+        db.close()
+        raise
+
+
+def _append_implied(store: Any, item: ReviewItem, implied: RecoveryDecision) -> str:
+    """Append what the decision implies for the item's call, if it is still pending: what
+    was appended (see :attr:`ReviewOutcome.appended`)."""
+    operation = store.state.operation
+    if not isinstance(operation, RunOperation):  # narrowing: only a run has tool calls
+        return "nothing"
+    try:
+        pending = operation.tool_call(item.operation_id)
+    except LookupError:
+        return "nothing"
+    if pending.status is not ToolStatus.PENDING:
+        return "nothing"
+    if implied.action is RecoveryAction.COMPLETE and implied.content is not None:
+        store.commit(
+            [
+                facts.started_result_entry(
+                    result_entry_id=pending.result_entry_id,
+                    step_id=pending.step_id,
+                    tool_started_id=pending.tool_started_id,
+                    tool_name=pending.tool_name,
+                    call_id=pending.tool_call_id,
+                    content=implied.content,
+                    is_error=implied.is_error,
+                )
+            ]
+        )
+        return "result"
+    if implied.action is RecoveryAction.ABORT and not operation.abort_requested:
+        store.commit(
+            [
+                facts.abort_requested(
+                    operation_id=operation.operation_id,
+                    operation_kind="run",
+                    tool_call_id=pending.tool_call_id,
+                )
+            ]
+        )
+        return "abortRequested"
+    return "nothing"

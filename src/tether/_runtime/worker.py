@@ -34,8 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from tether import _faults as faults
-from tether._runtime import boundaries
+import tether._faults as faults
+import tether._runtime.boundaries as boundaries
 from tether._runtime.agent import Agent
 from tether._runtime.results import RunStatus
 from tether.core import facts

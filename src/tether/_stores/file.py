@@ -967,6 +967,9 @@ class SessionStore(ClosesOnExit):
         """The record ``name`` beside the log: ``.<session id>.<name>.json`` in its directory."""
         return FileSidecar(sidecar_path(self.path.parent, self.session_id, name))
 
+    def check_lease(self) -> None:
+        """Nothing to confirm: the writer lock is held until ``close`` and has no token."""
+
     def close(self) -> None:
         """Make unsynced commits durable (best effort: nobody was told they were), then
         release the writer lock and the file. Idempotent."""

@@ -213,6 +213,9 @@ class MemorySessionStore(ClosesOnExit):
     def sidecar(self, name: str) -> MemorySidecar:
         return MemorySidecar(self._disk, self.session_id, name)
 
+    def check_lease(self) -> None:
+        """Nothing to confirm: the writer slot is held until ``close``."""
+
     def close(self) -> None:
         """Give up the writer slot. Idempotent."""
         with self._mutex:

@@ -900,9 +900,10 @@ class PostgresSessionStore(ClosesOnExit):
             detail = f"is stale: the log has {row[2]} lines, this writer saw {self._lines}"
         return SessionFenced(self.session_id, self.fencing_token, detail)
 
-    def check_lease(self) -> None:
+    def check_lease(self) -> int:
         """Before an effect: renew the lease, or raise :class:`SessionFenced` if it is lost
-        or expired (a service without fencing then never sees this writer again)."""
+        or expired (a service without fencing then never sees this writer again); the
+        lease epoch is the fencing token."""
         with self._mutex:
             try:
                 row = self._conn.execute(
@@ -925,6 +926,7 @@ class PostgresSessionStore(ClosesOnExit):
                     self.fencing_token,
                     "expired or was taken over before the effect; the effect was not started",
                 )
+        return self.fencing_token
 
     def flush(self) -> None:
         """Nothing is left unsynced: every commit was durable when it returned."""

@@ -109,6 +109,16 @@ class SessionStoreProtocol(Protocol):
         """The record ``name`` kept beside this session's log."""
         ...
 
+    def check_lease(self) -> int | None:
+        """Before an effect: confirm this writer still holds the session, and return its
+        fencing token (the lease epoch a tool passes on to the services it calls).
+
+        A store whose writer can lose the session while it is open (a shared store's
+        lease) raises :class:`~tether.errors.SessionFenced` when it has; a store whose
+        writer lock cannot be lost while held returns ``None`` (no token to pass on).
+        """
+        ...
+
     def close(self) -> None: ...
 
     def __enter__(self) -> Self: ...

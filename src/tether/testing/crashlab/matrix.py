@@ -707,13 +707,14 @@ class LabResult:
 def effects_integrated() -> bool:
     """Whether the executor wires the effects layer in (journal / lookup on recovery).
 
-    Heuristic: the executor module holds something from ``tether._effects``. When it does,
-    an ``interrupted`` result for a call whose outcome the journal or a lookup can establish
-    is a failure; until then it is only counted (and reported).
+    Heuristic: the executor's reconciliation module (:mod:`tether._runtime.recovery`) holds
+    something from ``tether._effects``. When it does, an ``interrupted`` result for a call
+    whose outcome the journal or a lookup can establish is a failure; until then it is only
+    counted (and reported).
     """
-    from tether._runtime import executor
+    from tether._runtime import recovery
 
-    for value in vars(executor).values():
+    for value in vars(recovery).values():
         module = getattr(value, "__module__", None) or getattr(value, "__name__", "")
         if isinstance(module, str) and module.startswith("tether._effects"):
             return True

@@ -16,9 +16,8 @@ Rules of this module:
   executor starts the call;
 * the first recorded decision for a call wins: a person is never asked twice for one call,
   not even across a crash;
-* two probes remain, each commented where it is: the approvals of the workspace database
-  (not declared on its protocol yet) and the files a call touches (only file-change tools
-  say, by their class).
+* one probe remains, commented where it is: the files a call touches (only file-change
+  tools say, by their class).
 """
 
 from __future__ import annotations
@@ -459,12 +458,7 @@ class Guards:
 
     def _approvals(self) -> ApprovalTable | None:
         """The parked approvals, where the workspace database keeps them (SQLite)."""
-        # The one probe left in the runtime: the WorkspaceDB seam (tether._wsdb.protocol)
-        # does not declare approvals yet, only effects.db has them. Declaring
-        # ``approvals -> ApprovalTable | None`` there (None in the memory and PostgreSQL
-        # databases) makes this a plain attribute read.
-        found = getattr(self._effects(), "approvals", None)
-        return found if isinstance(found, ApprovalTable) else None
+        return self._effects().approvals
 
     def _parked(
         self,

@@ -111,6 +111,9 @@ class MemoryWorkspaceDB:
         self.authorizations = _Authorizations(self)
         self.verifications = _Verifications(self)
         self.failures = _Failures(self)
+        self.approvals: None = None
+        """The in-memory database keeps no parked approvals: a call nobody can be asked
+        about is denied."""
 
     @property
     def location(self) -> str:

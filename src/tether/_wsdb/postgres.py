@@ -337,6 +337,12 @@ class SplitWorkspaceDB:
         return self.local.journal
 
     @property
+    def approvals(self) -> None:
+        """None: parked approvals are not shared between workers (yet); a call nobody can
+        be asked about is denied."""
+        return None
+
+    @property
     def reviews(self) -> Any:
         return self.shared.reviews
 

@@ -251,10 +251,9 @@ class FailureTable(Protocol):
 
 @runtime_checkable
 class ApprovalTable(Protocol):
-    """Parked approvals (what the runtime's authorization needs of them). Optional: a
-    workspace database that keeps them has an ``approvals`` attribute of this type (the
-    SQLite one, :class:`~tether._wsdb.sqlite_approvals.ApprovalStore`); without it a call
-    nobody can be asked about is denied instead of parked."""
+    """Parked approvals (what the runtime's authorization needs of them): what
+    :attr:`WorkspaceDB.approvals` gives where the database keeps them (the SQLite one,
+    :class:`~tether._wsdb.sqlite_approvals.ApprovalStore`)."""
 
     def propose(
         self,
@@ -319,6 +318,12 @@ class WorkspaceDB(Protocol):
 
     @property
     def failures(self) -> FailureTable: ...
+
+    @property
+    def approvals(self) -> ApprovalTable | None:
+        """The parked approvals, or ``None`` where this database keeps none (then a call
+        nobody can be asked about is denied instead of parked)."""
+        ...
 
     def now_ms(self) -> int:
         """The database's clock, in integer milliseconds since the epoch."""

@@ -298,3 +298,17 @@ def test_docs_cli_lists_the_settings_table_as_the_code_has_it() -> None:
             assert cells[2] == f"`{row.toml}`", (row.name, cells[2])
         assert cells[4] == ("yes" if row.digest else "no"), row.name
         assert cells[5] in (("yes",) if row.remembered else ("no", "never")), row.name
+
+
+@pytest.mark.parametrize(
+    "command", [("resume", "0badc0de"), ("run", "hi", "--session", "0badc0de")]
+)
+def test_a_mistyped_session_is_no_such_session_not_no_model(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """Issue 32, item 4: without --model, a mistyped id used to say "no model given"."""
+    (tmp_path / ".tether" / "sessions").mkdir(parents=True)
+    result = tether(*command, cwd=tmp_path)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.startswith("error: no session '0badc0de'"), result.stderr
+    assert "model" not in result.stderr

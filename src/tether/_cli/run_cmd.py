@@ -43,6 +43,7 @@ from tether._cli.session_pick import (
     with_recorded,
 )
 from tether._credentials import Masker
+from tether._stores.file import find_session
 from tether.errors import ConfigurationError, TetherError
 
 if TYPE_CHECKING:  # the runtime and the adapters pull in the model SDKs: import them lazily
@@ -327,6 +328,10 @@ def prepare_agent(
     if chosen is not None:
         flags = with_recorded(flags, chosen, project)
     settings = cli_settings(flags, project=project)
+    if chosen is not None and settings.store is None:
+        # A mistyped session is "no such session" (exit 3) before anything else is built:
+        # not "no model given", which is what the missing record would lead to.
+        find_session(agent_sessions_dir(settings.sessions_dir, settings.workspace), chosen)
     progress = make_progress(json_output)
     sink = recording_sink(flags, settings, progress.on_event)
     return cli_agent(settings, progress, interaction, on_event=sink), progress, chosen

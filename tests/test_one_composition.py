@@ -312,3 +312,28 @@ def test_a_mistyped_session_is_no_such_session_not_no_model(
     assert result.returncode == 3, result.stderr
     assert result.stderr.startswith("error: no session '0badc0de'"), result.stderr
     assert "model" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("model", "said"),
+    [
+        ("scriptd:/tmp/x.json", "unknown model prefix 'scriptd:' in 'scriptd:/tmp/x.json': did "
+         "you mean 'scripted:'?"),
+        ("antropic:claude", "did you mean 'anthropic:'?"),
+        ("anthropic:", "no model given after anthropic: (e.g. --model anthropic:claude-"),
+    ],
+)  # fmt: skip
+def test_a_mistyped_model_prefix_is_named_not_sent_to_the_default_endpoint(
+    tmp_path: Path, model: str, said: str
+) -> None:
+    """Issue 32, item 5: a typo in the prefix went to OpenRouter ("no API key for …")."""
+    result = tether("run", "hi", "--model", model, cwd=tmp_path, env={"TETHER_API_KEY": "k" * 24})
+    assert result.returncode == 2, result.stderr
+    assert said in result.stderr and "openrouter" not in result.stderr, result.stderr
+
+
+def test_a_colon_in_a_model_id_is_still_a_model_id() -> None:
+    from tether._models import _refuse_misspelt_prefix
+
+    for spec in ("llama3:8b", "meta-llama/llama-3-8b-instruct:free", "qwen2.5:7b", "gpt-4o"):
+        _refuse_misspelt_prefix(spec)  # no error

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -67,6 +68,21 @@ SCRIPTED_PREFIX = "scripted:"
 ANTHROPIC_PREFIX = "anthropic:"
 
 
+def _refuse_misspelt_prefix(spec: str) -> None:
+    """A ``scriptd:…`` or ``antropic:…`` is a typo, not a model id to send to the default
+    endpoint with the user's key. Model ids may hold a colon (``llama3:8b``, OpenRouter's
+    ``…:free``), so only a word before the colon that is close to a prefix is refused."""
+    word, colon, _ = spec.partition(":")
+    if not colon or "/" in word:
+        return
+    known = [SCRIPTED_PREFIX[:-1], ANTHROPIC_PREFIX[:-1]]
+    close = difflib.get_close_matches(word.lower(), known, n=1, cutoff=0.75)
+    if close and word not in known:
+        raise ConfigurationError(
+            f"unknown model prefix {word + ':'!r} in {spec!r}: did you mean {close[0] + ':'!r}?"
+        )
+
+
 def load_model(
     spec: str | None = None,
     *,
@@ -113,6 +129,7 @@ def load_model(
             environ=env,
             **anthropic_options,
         )
+    _refuse_misspelt_prefix(chosen)
     if not chosen:
         raise ConfigurationError(
             f"no model given: pass --model or set {ENV_MODEL} "

@@ -329,7 +329,9 @@ class AnthropicModel:
                 "the Anthropic adapter needs the anthropic package: pip install 'tether[anthropic]'"
             ) from None
         if not isinstance(model, str) or not model.strip():
-            raise ConfigurationError("no model given: pass --model (e.g. claude-sonnet-4-5)")
+            raise ConfigurationError(
+                "no model given after anthropic: (e.g. --model anthropic:claude-sonnet-4-5)"
+            )
         for name, value in (("timeout", timeout), ("idle timeout", idle_timeout)):
             if (
                 isinstance(value, bool)

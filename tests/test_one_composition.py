@@ -337,3 +337,11 @@ def test_a_colon_in_a_model_id_is_still_a_model_id() -> None:
 
     for spec in ("llama3:8b", "meta-llama/llama-3-8b-instruct:free", "qwen2.5:7b", "gpt-4o"):
         _refuse_misspelt_prefix(spec)  # no error
+
+
+def test_last_without_sessions_is_not_read_as_a_session_id(tmp_path: Path) -> None:
+    """Issue 32, item 11: --last with a missing sessions folder said "no session '--last'"."""
+    result = tether("resume", "--last", cwd=tmp_path)
+    assert result.returncode == 3
+    assert result.stderr.startswith("error: --last: no session in "), result.stderr
+    assert "(no such folder yet)" in result.stderr and "'--last'" not in result.stderr

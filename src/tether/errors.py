@@ -74,6 +74,9 @@ class SessionNotFound(TetherError, LookupError):
     def __init__(self, query: str, where: str = "") -> None:
         self.query = query
         self.where = where
+        if query == "--last":  # no session to pick, not a session named "--last"
+            super().__init__("--last: no session" + (f" in {where}" if where else ""))
+            return
         super().__init__(f"no session {query!r}" + (f" in {where}" if where else ""))
 
 

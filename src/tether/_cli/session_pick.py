@@ -79,7 +79,8 @@ def newest_session(sessions_dir: Path) -> str:
     """The id of the readable session with the latest activity."""
     readable = [s for s in list_sessions(sessions_dir) if s.id is not None and s.error is None]
     if not readable:
-        raise SessionNotFound("--last", f"{sessions_dir} (it holds no sessions)")
+        why = "it holds no sessions" if sessions_dir.is_dir() else "no such folder yet"
+        raise SessionNotFound("--last", f"{sessions_dir} ({why})")
     newest = max(readable, key=lambda s: (s.last_activity, s.created or 0))
     assert newest.id is not None
     return newest.id

@@ -56,6 +56,7 @@ __all__ = [
     "cli_agent",
     "cli_settings",
     "location_flags",
+    "quiet_agent",
 ]
 
 API_KEY_WARNING = (
@@ -204,6 +205,10 @@ def cli_agent(
     workspace = find_workspace_root(settings.workspace).path
 
     def observed(model: Any) -> Any:
+        # Called once the model is loaded (its key registered) and before any MCP server
+        # starts: from here on neither `ps` nor a command reading /proc/<tether>/cmdline or
+        # environ shows the key (Python's own copies keep it).
+        hide_from_process_listing(registered_secrets())
         return ObservedModel(model, progress.calls, Masker.for_process())
 
     agent = Agent(
@@ -214,9 +219,6 @@ def cli_agent(
         park_approvals=not interaction.interactive,
         wrap_model=observed,
     )
-    # From here on neither `ps` nor a command reading /proc/<tether>/cmdline or environ
-    # shows the key the adapter registered (Python's own copies keep it).
-    hide_from_process_listing(registered_secrets())
     return agent
 
 
@@ -226,9 +228,12 @@ def quiet_agent(settings: Settings) -> Agent:
 
     if settings.api_key is not None and settings.api_key.strip():
         register_secret(settings.api_key)
-    agent = Agent(settings=settings)
-    hide_from_process_listing(registered_secrets())
-    return agent
+
+    def hidden(model: Any) -> Any:
+        hide_from_process_listing(registered_secrets())  # before any MCP server starts
+        return model
+
+    return Agent(settings=settings, wrap_model=hidden)
 
 
 def location_flags(settings: Settings) -> str:

@@ -122,9 +122,14 @@ def test_the_store_url_comes_from_tether_toml_and_the_environment(
     run = tether("run", "go", "-m", "scripted:script.json", cwd=ws)
     assert run.returncode == 0, run.stderr
     assert not (ws / ".tether" / "sessions").exists()  # not in the file store
+    # [store] url alone: sessions lists the store, as run used it.
+    rows = json.loads(tether("sessions", "--json", cwd=ws).stdout)
+    assert len(rows) == 1 and rows[0]["status"] == "idle"
     (ws / "tether.toml").write_text("")
     listed = tether("sessions", "--json", cwd=ws, env={"TETHER_STORE_URL": pg_store})
-    assert json.loads(listed.stdout) == []  # sessions without --store lists the files
+    assert json.loads(listed.stdout) == rows  # the variable alone: the store too
+    files = tether("sessions", "--json", "--sessions-dir", str(ws), cwd=ws, env={})
+    assert json.loads(files.stdout) == []  # pointed at files: the files
     rows = json.loads(tether("sessions", "--store", pg_store, "--json", cwd=ws).stdout)
     assert len(rows) == 1 and rows[0]["status"] == "idle"
     run = tether(
@@ -289,5 +294,35 @@ def test_show_works_by_session_id_on_the_store(pg_store: str, ws: Path) -> None:
     assert page.read_text().startswith("<!")
     missing = tether("show", "018f-nope", "--store", pg_store, cwd=ws)
     assert missing.returncode == 3 and "no session" in one_error_line(missing)
-    last = tether("show", "--last", "--store", pg_store, cwd=ws)
-    assert last.returncode == 2 and "name the session by its id" in one_error_line(last)
+    last = tether("show", "--last", "--store", pg_store, cwd=ws)  # the newest session
+    assert last.returncode == 0 and session in last.stdout, last.stderr
+    both = tether("show", session, "--last", "--store", pg_store, cwd=ws)
+    assert both.returncode == 2 and "one of the two" in one_error_line(both)
+
+
+def test_the_store_variable_alone_serves_every_reading_command(
+    pg_store: str,  # noqa: F811
+    ws: Path,
+) -> None:
+    """Issue 32, item 3: with only $TETHER_STORE_URL set, sessions, inspect (an id and
+    --last), show (an id and --last), resume and export all use the store."""
+    env = {"TETHER_STORE_URL": pg_store}
+    ran = tether("run", "go", "-m", "scripted:script.json", cwd=ws, env=env)
+    assert ran.returncode == 0, ran.stderr
+    [row] = json.loads(tether("sessions", "--json", cwd=ws, env=env).stdout)
+    session = row["id"]
+    for args in (
+        ("inspect", session, "--json"),
+        ("inspect", "--last", "--json"),
+        ("show", session, "--json"),
+        ("show", "--last", "--json"),
+        ("resume", session, "-m", "scripted:script.json"),
+        ("export", session),
+    ):
+        done = tether(*args, cwd=ws, env=env)
+        assert done.returncode == 0, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+    assert session in tether("show", "--last", "--json", cwd=ws, env=env).stdout
+    inspected = json.loads(tether("inspect", "--last", "--json", cwd=ws, env=env).stdout)
+    assert inspected["state"]["header"]["id"] == session
+    assert not (ws / ".tether" / "sessions").exists()  # nothing went to the file store

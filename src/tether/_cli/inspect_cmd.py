@@ -70,7 +70,9 @@ def inspect(
         str | None,
         typer.Option(
             "--store",
-            help="Read SESSION from a shared store (postgresql://…) instead of a file.",
+            help="Read SESSION from a shared store (postgresql://…) instead of a file. "
+            "Default: $TETHER_STORE_URL, else [store] url (not for a log's path or with "
+            "--sessions-dir).",
             metavar="URL",
             show_default=False,
         ),
@@ -92,12 +94,14 @@ def inspect(
     """
     with handle_errors():
         log_dir: Path | None = None
-        if store is not None:
-            from tether._cli.store_cmd import read_store_log
+        from tether._cli.store_cmd import default_store, newest_store_session, read_store_log
 
-            if file is None:
-                raise ConfigurationError("with --store, name the session to inspect by its id")
-            data = read_store_log(store, str(file))
+        named_file = sessions_dir is not None or (file is not None and file.is_file())
+        url = default_store(store, files_named=named_file)
+        if url is not None:
+            if (file is None) == (not last):
+                raise ConfigurationError("give a session (its id) or --last, one of the two")
+            data = read_store_log(url, newest_store_session(url) if last else str(file))
         else:
             path = session_file(file, last, sessions_dir)
             data = read_input(path, "session file", limit=MAX_SESSION_FILE_BYTES)

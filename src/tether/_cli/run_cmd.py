@@ -303,7 +303,12 @@ def run_agent_command(
             last=last,
             require_session=require_session,
         )
-        result = call_agent(agent, progress, lambda: call(agent, chosen))
+        try:
+            result = call_agent(agent, progress, lambda: call(agent, chosen))
+        finally:
+            # Let go of the session now (a shared store's lease, the file store's lock), so
+            # the next command can have it at once rather than after the lease runs out.
+            agent.close()
         progress.result(result)
         code = exit_code_for(result, abort_requested=abort_requested)
     raise typer.Exit(code)

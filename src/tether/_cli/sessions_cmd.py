@@ -38,7 +38,8 @@ def sessions(
         typer.Option(
             "--store",
             help="List the sessions of a shared store (postgresql://…): status, current "
-            "operation, lease owner, epoch and expiry.",
+            "operation, lease owner, epoch and expiry. Default: $TETHER_STORE_URL, else "
+            "[store] url (not with --sessions-dir).",
             metavar="URL",
             show_default=False,
         ),
@@ -55,13 +56,13 @@ def sessions(
 
     Exit status: 0 listed (also when there are none), 2 --sessions-dir does not exist.
     """
-    if store is not None:
-        from tether._cli.store_cmd import list_store_sessions
+    from tether._cli.store_cmd import default_store, list_store_sessions
 
-        with handle_errors():
-            list_store_sessions(store, json_output)
-        return
     with handle_errors():
+        url = default_store(store, files_named=sessions_dir is not None)
+        if url is not None:
+            list_store_sessions(url, json_output)
+            return
         if sessions_dir is not None and not sessions_dir.is_dir():
             raise InputError(f"sessions folder {str(sessions_dir)!r} does not exist")
         summaries = list_sessions(resolve_sessions_dir(sessions_dir))

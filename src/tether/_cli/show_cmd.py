@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -16,7 +15,12 @@ from tether._cli.common import (
     handle_errors,
     resolve_sessions_dir,
 )
-from tether._cli.store_cmd import STORE_URL_ENV, StoreUrlOption
+from tether._cli.store_cmd import (
+    StoreUrlOption,
+    default_store,
+    newest_store_session,
+    read_store_log,
+)
 from tether._show import SessionLog, load_log, log_from_bytes, session_timeline
 from tether._show.page import write_page
 from tether._show.terminal import render_timeline
@@ -118,14 +122,14 @@ def show(
     ambiguous id prefix, 20 the effects database cannot be read.
     """
     with handle_errors():
-        url = store or os.environ.get(STORE_URL_ENV)
+        named_file = sessions_dir is not None or (session is not None and Path(session).is_file())
+        url = default_store(store, files_named=named_file)
         if url:
-            from tether._cli.store_cmd import read_store_log
-
-            if session is None or last:
-                raise InputError("with --store, name the session by its id")
+            if (session is None) == (not last):
+                raise InputError("give a session (its id) or --last, one of the two")
             # read_store_log checks the URL (store_url) before anything else uses it.
-            log = log_from_bytes(read_store_log(url, session), session)
+            chosen = newest_store_session(url) if last else str(session)
+            log = log_from_bytes(read_store_log(url, chosen), chosen)
         else:
             log = open_session(session, last, sessions_dir)
         timeline = session_timeline(log, workspace, pause_ms=pause_ms, shared_url=url or None)

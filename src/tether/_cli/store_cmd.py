@@ -70,6 +70,37 @@ def store_url(given: str | None) -> str:
     return url
 
 
+def default_store(given: str | None, *, files_named: bool = False) -> str | None:
+    """The shared store a reading command (``sessions``, ``inspect``, ``show``) uses:
+    ``--store``, else — unless the command was pointed at files (``--sessions-dir``, a
+    log's path) — ``$TETHER_STORE_URL``, else ``[store] url`` of the workspace's
+    tether.toml, as the agent commands choose it (the settings table). ``None``: the file
+    store."""
+    if given:
+        return given
+    if files_named:
+        return None
+    from tether._project import find_workspace_root, load_project_config
+
+    url = os.environ.get(STORE_URL_ENV, "").strip()
+    if url:
+        return url
+    return load_project_config(find_workspace_root().path).store.url
+
+
+def newest_store_session(url: str) -> str:
+    """The id of the newest session of the store at ``url`` (``--last``)."""
+    from tether.errors import SessionNotFound
+
+    with open_store(url) as sessions:
+        rows = sessions.sessions()
+    if not rows:
+        from tether._stores.postgres import display_url
+
+        raise SessionNotFound("--last", display_url(url))
+    return max(rows, key=lambda row: (row.created_at, row.session_id)).session_id
+
+
 def open_store(given: str | None) -> PostgresSessions:
     from tether._stores.postgres import PostgresSessions
 
@@ -294,7 +325,9 @@ def worker(
 __all__: list[Any] = [
     "STORE_URL_ENV",
     "StoreUrlOption",
+    "default_store",
     "list_store_sessions",
+    "newest_store_session",
     "read_store_log",
     "register",
     "store_app",

@@ -140,10 +140,10 @@ def run_turns(
             agent_turns.append(time.perf_counter() - t0)
             marks.append(("returned", t0 + agent_turns[-1]))
             sync_turns.append(synced[0])
-            if session is None and agent._held is not None:
+            if session is None and agent._executor._held is not None:
                 # The store's sync seam, timed: what of a turn is the disk's, and what ours.
-                agent._held._sync = _timed(  # type: ignore[attr-defined]
-                    agent._held._sync,  # type: ignore[attr-defined]
+                agent._executor._held._sync = _timed(  # type: ignore[attr-defined]
+                    agent._executor._held._sync,  # type: ignore[attr-defined]
                     synced,
                     marks if timeline else None,
                 )
@@ -161,7 +161,7 @@ def run_turns(
         held = None
         if memory:
             # The state the agent holds for the session, measured object by object.
-            store = agent._held
+            store = agent._executor._held
             assert store is not None
             held = deep_size(store.state)
     finally:

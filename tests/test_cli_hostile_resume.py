@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -108,11 +109,10 @@ def _deep_header(log: Path) -> int:
     ids=["body-by-id", "header-by-id", "header-by-path"],
 )
 def test_deeply_nested_line_is_named_as_corrupt(
-    damage: object, by_path: bool, workspace: Path
+    damage: Callable[[Path], int], by_path: bool, workspace: Path
 ) -> None:
     log = _log(workspace)
     session = str(log) if by_path else _session_id(log)
-    assert callable(damage)
     line_number = damage(log)
     result = _tether("resume", session, "--workspace", workspace, cwd=workspace.parent)
     line = _one_error(result)

@@ -402,6 +402,35 @@ def test_journaled_write_and_edit_match_the_builtin_texts(
     assert journal.get("op0").before_hash is None  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("path", ["\udc80x.txt", "d/\ud800.txt", "a\udcff"])
+def test_a_path_that_is_not_utf8_is_refused_alike_before_anything_is_written(
+    path: str, ws: Path, tmp_path: Path, journal: ActionJournal
+) -> None:
+    """Issue 32, 12: the journaled write once raised UnicodeEncodeError at the SQLite insert
+    while the plain tool wrote the file. One rule for both: refused with one line."""
+    other = tmp_path / "other"
+    other.mkdir()
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("write", {"path": path, "content": "x\n"}),
+        ("edit", {"path": path, "old_string": "x", "new_string": "y"}),
+    ]
+    for index, (name, arguments) in enumerate(calls):
+        tool = WriteTool() if name == "write" else EditTool()
+        plain = _builtin_result(tool, other.resolve(), arguments)
+        journaled = journaled_run(name, ws, journal, "s", f"run{index}", arguments)
+        assert journaled.is_error and journaled.content == plain
+        assert "not valid UTF-8" in plain and "\n" not in plain
+        plain.encode("utf-8")  # the message itself is printable text
+        assert journal.get(f"run{index}") is None  # a planning error records nothing
+        prepared = journal_module.prepare_journaled(
+            name, ws, journal, "s", f"prep{index}", arguments
+        )
+        assert prepared.error is not None and prepared.error.content == plain
+        row = journal.get(f"prep{index}")
+        assert row is not None and row.status is JournalStatus.FAILED
+    assert sorted(os.listdir(ws)) == [".tether"] and os.listdir(other) == []
+
+
 def test_journaled_wrappers(ws: Path, journal: ActionJournal) -> None:
     assert not journaled_write(ws, journal, "s", "w", {"path": "f", "content": "x"}).is_error
     result = journaled_edit(

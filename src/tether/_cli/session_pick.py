@@ -30,11 +30,22 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
+from tether._inputs import MAX_SESSION_FILE_BYTES, read_file
 from tether._project import find_workspace_root
 from tether._settings import SETTINGS, Settings, resolve_settings
 from tether._stores.file import find_session, list_sessions, sessions_dir_for
 from tether._stores.sidecar import FileSidecar
-from tether.errors import ConfigurationError, SessionNotFound, TetherError
+from tether.core.framing import parse_line
+from tether.errors import (
+    ConfigurationError,
+    CorruptSession,
+    InputFileError,
+    NotARegularFile,
+    SessionCorruption,
+    SessionNotFound,
+    TetherError,
+    UnsafeSessionPath,
+)
 
 if TYPE_CHECKING:
     from tether._project import ProjectConfig
@@ -168,30 +179,49 @@ def recording_sink(
     return on_event
 
 
-def _header(path: Path) -> dict[str, Any]:
+def _header(path: Path, *, strict: bool = False) -> dict[str, Any]:
+    """The log's header, ``{}`` when it cannot be read. With ``strict`` (a command about to
+    open the session) a log that is not a regular file, or whose complete header line is
+    not valid, is refused now, as the store refuses it: nothing else (a missing model, a
+    recorded setting) may be reported instead, and nothing reads further."""
     try:
-        with path.open("rb") as handle:
-            line = handle.readline(64 * 1024)
-        value = json.loads(line)
-    except (OSError, ValueError):
+        data = read_file(path, "session file", limit=_HEADER_LIMIT, truncate=True)
+        if strict and b"\n" not in data and len(data) == _HEADER_LIMIT:
+            # A header this long is not tether's; read the whole line to judge it.
+            data = read_file(path, "session file", limit=MAX_SESSION_FILE_BYTES, truncate=True)
+    except NotARegularFile:
+        if strict:
+            raise UnsafeSessionPath(str(path), "not a regular file") from None
+        return {}
+    except InputFileError:
+        return {}  # gone, unreadable: the store says so when it opens the log
+    line, newline, _ = data.partition(b"\n")
+    try:
+        value = parse_line(line, 1)
+    except SessionCorruption as exc:
+        if strict and newline:  # a torn header is the store's to judge (an unfinished create)
+            raise CorruptSession.wrap(str(path), exc) from None
         return {}
     return value if isinstance(value, dict) else {}
+
+
+_HEADER_LIMIT: Final = 64 * 1024
 
 
 def recorded_snapshot(path: Path) -> Mapping[str, Any] | None:
     """The configuration snapshot of the last ``stepAttempt`` in the log at ``path``, or
     ``None`` (no attempt yet, or an unreadable log: then nothing is vouched for)."""
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError:
+    try:  # only a regular file, so a FIFO there cannot block
+        data = read_file(path, "session file", limit=MAX_SESSION_FILE_BYTES)
+    except InputFileError:
         return None
-    for line in reversed(lines):
+    for line in reversed(data.splitlines()):
         if b'"stepAttempt"' not in line:
             continue
-        try:
-            value = json.loads(line)
-        except ValueError:
-            continue
+        try:  # depth-checked: json.loads would recurse into a hostile line
+            value = parse_line(line, 0)
+        except SessionCorruption:
+            continue  # the store names the line when it opens the log
         # A line is a transaction: one fact, or an array of facts (spec 5).
         for fact in reversed(value if isinstance(value, list) else [value]):
             record = fact.get("record") if isinstance(fact, dict) else None
@@ -255,7 +285,7 @@ def with_recorded(flags: Mapping[str, Any], session: str, project: ProjectConfig
         path = find_session(sessions_dir, session)
     except TetherError:
         return dict(flags)  # the agent reports the same error when it opens the session
-    header = _header(path)
+    header = _header(path, strict=True)
     session_id = header.get("id")
     record = _read_record(workspace, session_id) if isinstance(session_id, str) else {}
     candidate = {k: v for k, v in record.items() if flags.get(k) is None}

@@ -361,7 +361,11 @@ class PreparedChange:
 
 def _raw_path(arguments: Mapping[str, Any]) -> str:
     path = arguments.get("path")
-    return path if isinstance(path, str) else ""
+    if not isinstance(path, str):
+        return ""
+    # A path that is not valid UTF-8 (refused by the planning) is still recorded on its
+    # failed row: escaped, since SQLite text cannot hold a lone surrogate.
+    return path.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def prepare_journaled(

@@ -1,10 +1,10 @@
 """Workspace confinement: every path a file tool touches stays inside the workspace.
 
 A tool path is *relative* text. It is refused (:class:`~tether.errors.WorkspaceEscape`)
-when it is empty, absolute, contains a NUL byte or a ``..`` component, or when any
-existing component on the way — intermediate directories and the final name — is a
-symbolic link, even one pointing back inside the workspace. ``.`` components and repeated
-slashes are ignored (``./src//a.py`` is ``src/a.py``).
+when it is empty, absolute, not valid UTF-8 (a lone surrogate), contains a NUL byte or a
+``..`` component, or when any existing component on the way — intermediate directories
+and the final name — is a symbolic link, even one pointing back inside the workspace.
+``.`` components and repeated slashes are ignored (``./src//a.py`` is ``src/a.py``).
 
 Two layers do the checking:
 
@@ -80,6 +80,11 @@ def relative_parts(relative: str) -> tuple[str, ...]:
         raise WorkspaceEscape(relative, "empty path")
     if "\x00" in relative:
         raise WorkspaceEscape(relative, "path contains a NUL byte")
+    if not _is_utf8_text(relative):
+        # A lone surrogate (how Python carries bytes that are not UTF-8): refused before
+        # anything is written, by every file tool alike. The session log (JSON) and the
+        # effects journal (SQLite text) could not record such a name faithfully.
+        raise WorkspaceEscape(relative, "path is not valid UTF-8 text")
     if relative.startswith("/"):
         raise WorkspaceEscape(relative, "absolute paths are not allowed; use a relative path")
     parts = tuple(p for p in relative.split("/") if p not in ("", "."))
@@ -90,6 +95,14 @@ def relative_parts(relative: str) -> tuple[str, ...]:
         # to read or rewrite: a tool must never be able to forge or erase evidence.
         raise ProtectedPath(relative, f"{TETHER_DIR}/ is tether's state folder")
     return parts
+
+
+def _is_utf8_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------- own state

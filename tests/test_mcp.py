@@ -591,3 +591,78 @@ def test_mcp_list_without_servers(tmp_path: Path) -> None:
     workspace = workspace_with(tmp_path)
     shown = run_cli(workspace)
     assert shown.returncode == 0 and "no MCP servers configured" in shown.stdout
+
+
+def test_mcp_list_shows_descriptions_and_with_schemas_the_input_schemas(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workspace = workspace_with(tmp_path, notes_server(tmp_path / "ws", trusted=()))
+    shown = run_cli(workspace, "--json")
+    assert shown.returncode == 0, shown.stderr
+    listed = json.loads(shown.stdout)
+    (append,) = [t for t in listed[0]["tools"] if t["serverTool"] == "append"]
+    assert append["description"] == "Append one line to notes.txt."
+    assert append["inputSchema"]["required"] == ["line"]
+    assert append["inputSchema"]["properties"]["line"]["type"] == "string"
+    # The text view of the same listing (in-process: one server start is enough).
+    from tether._cli.mcp_cmd import _show, first_line
+
+    _show(listed, schemas=True)
+    text = capsys.readouterr().out
+    assert "  notes__count_lines\n      schema sha256:" in text
+    assert "\n      Count the lines of notes.txt.\n" in text
+    assert '      input schema:\n        {\n          "properties": {' in text
+    assert first_line("\n  Does   a thing.\nMore.") == "Does a thing."
+    assert first_line("x" * 300) == "x" * 99 + "…" and first_line("") == "(no description)"
+
+
+def stdio_table(name: str, command: str, *args: str) -> str:
+    return f"[mcp.servers.{name}]\ncommand = {json.dumps(command)}\nargs = {json.dumps(args)}\n"
+
+
+def test_mcp_list_says_why_a_server_did_not_start(tmp_path: Path) -> None:
+    exits = stdio_table("boom", "sh", "-c", "echo starting >&2; echo boom >&2; exit 3")
+    one_liner = "import sys; print('reading config', file=sys.stderr); sys.exit('ValueError: no')"
+    python = stdio_table("py", sys.executable, "-c", one_liner)
+    missing = stdio_table("typo", "nosuch-mcp-server")
+    workspace = workspace_with(tmp_path, exits, python, missing)
+    shown = run_cli(workspace)
+    assert shown.returncode == 2
+    assert "Traceback" not in shown.stderr
+    errors = shown.stderr.splitlines()
+    assert len(errors) == 3, shown.stderr
+    assert errors[0] == (
+        "error: MCP server 'boom' (sh -c echo starting >&2; echo boom >&2; exit 3) did not "
+        'start: it exited with status 3; its stderr ends "boom" (see .tether/mcp/boom.log)'
+    )
+    assert errors[1].startswith("error: MCP server 'py' (")
+    assert errors[1].endswith(
+        'did not start: it exited with status 1; its stderr ends "ValueError: no" '
+        "(see .tether/mcp/py.log)"
+    )
+    assert errors[2] == (
+        "error: MCP server 'typo' (nosuch-mcp-server) did not start: "
+        "command 'nosuch-mcp-server' not found (not on PATH)"
+    )
+    # Each server was started once: one report, one start in its log.
+    assert (workspace / ".tether/mcp/boom.log").read_text().count("--- tether starts") == 1
+
+
+def test_run_names_a_missing_command_in_one_line(tmp_path: Path) -> None:
+    workspace = workspace_with(
+        tmp_path, stdio_table("typo", "nosuch-mcp-server"), script=script_calling()
+    )
+    ran = subprocess.run(
+        [sys.executable, "-m", "tether", "run", "go", "--model", "scripted:script.json"],
+        cwd=workspace,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 2
+    assert ran.stderr == (
+        "error: MCP server 'typo' (nosuch-mcp-server) did not start: "
+        "command 'nosuch-mcp-server' not found (not on PATH)\n"
+    )

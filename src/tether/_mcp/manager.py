@@ -20,6 +20,14 @@ A stdio server's stderr goes to ``.tether/mcp/NAME.log`` in the workspace, the S
 log records to ``.tether/mcp/client.log``; never to the terminal. ``${NAME}`` in ``env``
 and ``headers`` values is replaced by the variable of tether's environment when the server
 starts; the value is registered as a secret.
+
+A server that does not start is one line (:class:`~tether.errors.ConfigurationError`) that
+says why in the user's terms: a command that does not exist or cannot be run is named as
+such; a server that exits at start gives its exit status, the last line of its stderr
+(masked) and the path of its log, since the reason is usually there. The exit status
+needs the SDK's process object, which ``stdio_client`` keeps to itself: its spawn function
+is wrapped once (:func:`_watch_spawns`) to hand the process to the connection that started
+it; an SDK without that function only loses the exit status.
 """
 
 from __future__ import annotations
@@ -28,9 +36,11 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import contextvars
 import logging
 import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Mapping
@@ -39,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from tether._credentials import register_secret
+from tether._credentials import Masker, register_secret
 from tether._mcp.config import McpServerConfig
 from tether._procs import guard_group, release_group
 from tether._tools.workspace import TETHER_DIR
@@ -76,6 +86,15 @@ class McpCallFailed(Exception):
     def __init__(self, message: str, *, sent: bool = True) -> None:
         super().__init__(message)
         self.sent = sent
+
+
+class _StartFailed(McpCallFailed):
+    """A server that did not start: the short reason, and the ``report`` for the user (how
+    it exited, the end of its log and where the log is)."""
+
+    def __init__(self, message: str, report: str) -> None:
+        super().__init__(message, sent=False)
+        self.report = report
 
 
 @dataclass(frozen=True)
@@ -120,10 +139,19 @@ def _expand(server: str, setting: str, value: str) -> str:
     return _REFERENCE.sub(one, value)
 
 
-def _describe(exc: BaseException) -> str:
-    """One line for an exception, looking inside exception groups."""
+_CLOSED: Final = "the server closed the connection"
+"""A server that exited (or closed its stdout) before answering."""
+
+
+def _innermost(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for an exception, looking inside exception groups."""
+    exc = _innermost(exc)
     text = " ".join(str(exc).split())
     if len(text) > 200:
         text = text[:199] + "…"
@@ -131,8 +159,97 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError) and not text:
         return "timed out"
     if name == "MCPError" and text == "Connection closed":
-        return "the server closed the connection"
+        return _CLOSED
     return f"{name}: {text}" if text else name
+
+
+_SPAWN_ERRORS: Final[tuple[tuple[type[OSError], str, str], ...]] = (
+    # (error, what it concerns, the words): the first row whose error and file match.
+    (FileNotFoundError, "command", "command {file!r} not found ({where})"),
+    (PermissionError, "command", "command {file!r} cannot be run (permission denied)"),
+    (FileNotFoundError, "cwd", "its working directory {file} does not exist"),
+    (NotADirectoryError, "cwd", "its working directory {file} is not a directory"),
+)
+"""How a stdio server whose process could not be created is reported (instead of a raw
+``FileNotFoundError: [Errno 2] …``). Which file the error names tells the command from
+the working directory."""
+_OUR_SIGNALS: Final = frozenset({-signal.SIGTERM, -signal.SIGKILL})
+"""Exit statuses of the SDK's own stop (SIGTERM, then SIGKILL): not the server's doing."""
+_LOG_TAIL: Final = 65_536
+_LOG_LINE: Final = 160
+
+
+def _killed(number: int) -> str:
+    try:
+        return f"it was killed by {signal.Signals(number).name}"
+    except ValueError:
+        return f"it was killed by signal {number}"
+
+
+def _spawn_failure(config: McpServerConfig, cwd: Path, exc: BaseException) -> str | None:
+    """The words for a process that could not be created, or ``None`` for other errors."""
+    exc = _innermost(exc)
+    if config.command is None or not isinstance(exc, OSError):
+        return None
+    files = {"command": config.command, "cwd": str(cwd)}
+    for error, concerns, words in _SPAWN_ERRORS:
+        if isinstance(exc, error) and exc.filename == files[concerns]:
+            where = "no such file" if os.sep in config.command else "not on PATH"
+            return words.format(file=files[concerns], where=where)
+    return None
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it (shorter lines)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def _last_line(path: Path, offset: int) -> str | None:
+    """The last non-blank line written to ``path`` after ``offset``, masked and shortened."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(offset, size - _LOG_TAIL))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    masker = Masker.for_process()
+    for line in reversed(tail.splitlines()):
+        text = " ".join(masker.text(line).split())
+        if text:
+            return text if len(text) <= _LOG_LINE else text[: _LOG_LINE - 1] + "…"
+    return None
+
+
+_SPAWNED: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar(
+    "tether_mcp_spawned", default=None
+)
+"""Where the SDK's spawn wrapper puts the process it created (set by the serving task)."""
+
+
+def _watch_spawns() -> None:
+    """Wrap the SDK's stdio spawn function (once) to hand each process to :data:`_SPAWNED`.
+
+    Called on the manager's loop thread only, so the check-and-set needs no lock.
+    """
+    from mcp.client import stdio
+
+    spawn = getattr(stdio, "_create_platform_compatible_process", None)
+    if spawn is None or getattr(spawn, "_tether", False):
+        return
+
+    async def spawned(*args: Any, **kwargs: Any) -> Any:
+        process = await spawn(*args, **kwargs)
+        sink = _SPAWNED.get()
+        if sink is not None:
+            sink.append(process)
+        return process
+
+    spawned._tether = True  # type: ignore[attr-defined]
+    stdio._create_platform_compatible_process = spawned
 
 
 class _Connection:
@@ -146,6 +263,9 @@ class _Connection:
         self.headers = {k: _expand(config.name, f"headers {k}", v) for k, v in config.headers}
         self.session: Any = None
         self.failure: str | None = None
+        self.processes: list[Any] = []  # the stdio server's process, once spawned
+        self.log_offset = 0  # where this start's lines begin in the server's log
+        self.exit_status: int | None = None
         self.stop: asyncio.Event | None = None
         self.closed: asyncio.Event | None = None
         self.done: concurrent.futures.Future[None] | None = None
@@ -169,7 +289,9 @@ class _Connection:
                 await self.stop.wait()
         except BaseException as exc:  # reported to the waiting caller, never lost
             if self.failure is None:
-                self.failure = _describe(exc)
+                self.failure = _spawn_failure(self.config, self.cwd, exc) or _describe(exc)
+            if self.processes:  # the SDK has stopped it: its status is known
+                self.exit_status = getattr(self.processes[0], "returncode", None)
             if not ready.done():
                 ready.set_exception(McpCallFailed(self.failure))
             if isinstance(exc, asyncio.CancelledError):
@@ -178,18 +300,40 @@ class _Connection:
             self.session = None
             self.closed.set()
 
+    @property
+    def cwd(self) -> Path:
+        """A stdio server's working directory."""
+        return self.workspace / self.config.cwd if self.config.cwd else self.workspace
+
+    def start_report(self) -> str:
+        """Why the server did not start, for the user: the failure and, for a stdio server
+        that ran, its exit status, the last line of its stderr and its log's path."""
+        why = self.failure or "the server did not start"
+        if self.config.command is None or not self.processes:
+            return why
+        status = self.exit_status
+        if why == _CLOSED and status is not None and status not in _OUR_SIGNALS:
+            why = f"it exited with status {status}" if status >= 0 else _killed(-status)
+        log = log_path(self.workspace, self.config.name)
+        last = _last_line(log, self.log_offset)
+        said = f'its stderr ends "{last}"' if last else "nothing on its stderr"
+        return f"{why}; {said} (see {_shown(log)})"
+
     async def _open(self, stack: AsyncExitStack) -> tuple[Any, Any]:
         config = self.config
         if config.command is not None:
             from mcp import StdioServerParameters, stdio_client
 
             env = self.env
-            cwd = self.workspace / config.cwd if config.cwd else self.workspace
+            cwd = self.cwd
             log = log_path(self.workspace, config.name)
             log.parent.mkdir(parents=True, exist_ok=True)
             errlog: TextIO = stack.enter_context(open(log, "a", encoding="utf-8"))
             errlog.write(f"--- tether starts {config.where()} at {time.ctime()}\n")
             errlog.flush()
+            self.log_offset = errlog.tell()
+            _watch_spawns()
+            _SPAWNED.set(self.processes)
             parameters = StdioServerParameters(
                 command=config.command, args=list(config.args), env=env, cwd=cwd
             )
@@ -405,8 +549,9 @@ class McpManager:
         try:
             connection, tools = self._start(config, workspace)
         except McpCallFailed as exc:
+            why = exc.report if isinstance(exc, _StartFailed) else str(exc)
             raise ConfigurationError(
-                f"MCP server {config.name!r} ({config.where()}) did not start: {exc}"
+                f"MCP server {config.name!r} ({config.where()}) did not start: {why}"
             ) from None
         with self._lock:
             if key in self._connections:  # another thread won the race: keep its server
@@ -429,10 +574,11 @@ class McpManager:
         except concurrent.futures.TimeoutError:
             connection.failure = f"no answer within {config.start_timeout:g} s"
             self._stop(connection)
-            raise McpCallFailed(connection.failure) from None
+            raise _StartFailed(connection.failure, connection.start_report()) from None
         except McpCallFailed:
             self._stop(connection)
-            raise
+            why = connection.failure or "the server did not start"
+            raise _StartFailed(why, connection.start_report()) from None
         return connection, tools
 
     def _connection(self, config: McpServerConfig, workspace: Path) -> _Connection:

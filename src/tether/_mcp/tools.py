@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -167,7 +167,8 @@ def render_answer(answer: Answer) -> str:
 
 @dataclass(frozen=True)
 class ToolInfo:
-    """What ``tether mcp list`` shows of one tool."""
+    """What ``tether mcp list`` shows of one tool (``input_schema`` as the model sees it:
+    normalized, the schema ``schema_digest`` is of)."""
 
     name: str
     server_tool: str
@@ -176,11 +177,15 @@ class ToolInfo:
     replay_key: str
     trust: str
     hints: Mapping[str, bool]
+    description: str = ""
+    input_schema: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "serverTool": self.server_tool,
+            "description": self.description,
+            "inputSchema": dict(self.input_schema),
             "schemaDigest": self.schema_digest,
             "replay": self.replay,
             "replayKey": self.replay_key,
@@ -441,6 +446,8 @@ def describe_server(server: McpServerConfig, workspace: Path) -> list[ToolInfo]:
                 replay_key=tool.replay_key,
                 trust=trust,
                 hints=tool.hints,
+                description=tool.description,
+                input_schema=tool.parameters,
             )
         )
     return infos

@@ -153,11 +153,12 @@ def _model(label: str, parameters: list[_Parameter]) -> type[BaseModel]:
     alias, so that any parameter name works (``json``, ``model_config``, ``_x``)."""
     fields: dict[str, Any] = {}
     for index, parameter in enumerate(parameters):
-        info: FieldInfo = Field(
-            ... if parameter.default is inspect.Parameter.empty else parameter.default,
-            alias=parameter.name,
-            description=parameter.description,
-        )
+        default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+        # A description passed as None would still override one in an Annotated hint.
+        if parameter.description is None:
+            info: FieldInfo = Field(default, alias=parameter.name)
+        else:
+            info = Field(default, alias=parameter.name, description=parameter.description)
         fields[f"p{index}"] = (parameter.hint, info)
     try:
         return create_model(f"{label}_arguments", __config__=ConfigDict(extra="forbid"), **fields)

@@ -300,7 +300,8 @@ def test_a_wrong_typed_argument_is_an_error_result_with_its_reason() -> None:
     assert "- extra: Extra inputs are not permitted" in nested.content
     missing = repeat.run({}, CONTEXT)
     assert "- text: Field required\n- times: Field required" in missing.content
-    assert repeat.argument_errors({"text": "a", "times": 2}) == []
+    assert repeat.validation_errors({"text": "a", "times": 2}) == []
+    assert repeat.validation_errors({"text": "a"}) == ["times: Field required"]
     # Arguments that are not a JSON object are still the registry's (spec 14.4 rule 9).
     assert not isinstance(registry.validate("repeat", "[1]"), ValidatedCall)
 

@@ -203,6 +203,10 @@ class Tool(ABC):
     replay: Replay = Replay.NEVER
     replay_key: str = ""
     recovery: RecoveryKind = RecoveryKind.NONE
+    validates_in_run: bool = False
+    """``True`` when :meth:`run` checks the arguments itself and answers a violation with an
+    error result that says why (typed tools): the registry then lets the call through,
+    since its rejection's text is fixed (spec 7.6) and could not tell the model."""
 
     _definition: dict[str, Any]
     _digest: str
@@ -548,7 +552,8 @@ class ToolRegistry:
 
         Unknown name → ``unknownTool``. Arguments that are not strict JSON text of an
         object (:func:`~tether.core.arguments.parse_tool_arguments`), or that violate
-        the tool's parameter schema (JSON Schema Draft 2020-12) → ``invalidArguments``.
+        the tool's parameter schema (JSON Schema Draft 2020-12) → ``invalidArguments``;
+        a tool that ``validates_in_run`` checks the schema itself, in ``run``.
         """
         found = self._tools.get(name) if isinstance(name, str) else None
         if found is None:
@@ -562,7 +567,7 @@ class ToolRegistry:
                 SYNTHETIC_CONTENT[INVALID_ARGUMENTS],
                 f"tool {name!r}: arguments are not a JSON object",
             )
-        problems = found.validation_errors(arguments)
+        problems = [] if found.validates_in_run else found.validation_errors(arguments)
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             return Rejection(

@@ -21,9 +21,9 @@ From the signature and the docstring this module builds a :class:`TypedTool`:
 Validation. A typed tool does its own validation, in :meth:`TypedTool.run`, with the same
 pydantic model in strict JSON mode (an ``integer`` is not the string ``"5"``, as the
 schema says): a violation is an error result whose text says what was wrong. It does not
-let the registry reject the call, because a rejected call is answered by the
-``invalidArguments`` synthetic result, whose text is fixed by spec 7.6 and carries no
-reason, so the model could not correct its call. The price is a ``toolStarted`` record for
+let the registry reject the call (``validates_in_run``), because a rejected call is
+answered by the ``invalidArguments`` synthetic result, whose text is fixed by spec 7.6
+and carries no reason, so the model could not correct its call. The price is a ``toolStarted`` record for
 a call that then fails at once without any effect.
 
 Result. A ``str`` is the text, a :class:`~tether.core.values.ToolResult` passes through,
@@ -344,13 +344,11 @@ class TypedTool(FunctionTool):
             replay_key=replay_key,
         )
 
-    def validation_errors(self, arguments: Mapping[str, Any]) -> list[str]:
-        """Always empty: a typed tool validates in :meth:`run`, so that the model reads
-        what was wrong (a registry rejection's text is fixed by spec 7.6)."""
-        return []
+    validates_in_run = True  # so that the model reads why its call was refused
 
-    def argument_errors(self, arguments: Mapping[str, Any]) -> list[str]:
-        """What the model is told is wrong with ``arguments`` (empty when they are valid)."""
+    def validation_errors(self, arguments: Mapping[str, Any]) -> list[str]:
+        """What is wrong with ``arguments`` by the pydantic model (empty when valid); the
+        registry does not ask (``validates_in_run``), :meth:`run` says it to the model."""
         try:
             self._validate(arguments)
         except ValidationError as exc:

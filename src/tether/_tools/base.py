@@ -38,8 +38,9 @@ import copy
 import inspect
 import re
 import threading
+import typing
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -72,6 +73,7 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "ValidatedCall",
+    "is_arguments_context_form",
     "tool",
 ]
 
@@ -201,6 +203,10 @@ class Tool(ABC):
     replay: Replay = Replay.NEVER
     replay_key: str = ""
     recovery: RecoveryKind = RecoveryKind.NONE
+    validates_in_run: bool = False
+    """``True`` when :meth:`run` checks the arguments itself and answers a violation with an
+    error result that says why (typed tools): the registry then lets the call through,
+    since its rejection's text is fixed (spec 7.6) and could not tell the model."""
 
     _definition: dict[str, Any]
     _digest: str
@@ -340,8 +346,41 @@ class FunctionTool(Tool):
         return result
 
 
+_MAPPING_ORIGINS: Final = frozenset({Mapping, MutableMapping, dict})
+"""What the ``arguments`` parameter of the ``fn(arguments, context)`` form may be typed as."""
+
+
+def is_arguments_context_form(function: Callable[..., Any]) -> bool:
+    """Whether ``function`` is the ``fn(arguments, context)`` form rather than a typed tool.
+
+    It is when it has exactly two parameters (neither ``*args`` nor ``**kwargs``) and
+    either neither has a type hint, or they are named ``arguments`` and ``context`` and
+    typed, if at all, as a mapping (``Mapping``, ``dict``, ``Any``) and
+    :class:`ToolContext`. Anything else is a typed tool (:mod:`tether._tools.typed`).
+    """
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    if len(parameters) != 2 or any(p.kind in variadic for p in parameters):
+        return False
+    empty = inspect.Parameter.empty
+    if all(p.annotation is empty for p in parameters):
+        return True
+    if [p.name for p in parameters] != ["arguments", "context"]:
+        return False
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:  # unresolvable string annotations: the names decide
+        return True
+    first, second = hints.get("arguments", Any), hints.get("context", ToolContext)
+    mapping = first is Any or (typing.get_origin(first) or first) in _MAPPING_ORIGINS
+    return mapping and second is ToolContext
+
+
 @overload
-def tool(function: ToolFunction, /) -> FunctionTool: ...
+def tool(function: Callable[..., Any], /) -> FunctionTool: ...
 
 
 @overload
@@ -352,11 +391,11 @@ def tool(
     parameters: Mapping[str, Any] | None = None,
     replay: Replay = Replay.NEVER,
     replay_key: str | None = None,
-) -> Callable[[ToolFunction], FunctionTool]: ...
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
 
 def tool(
-    function: ToolFunction | None = None,
+    function: Callable[..., Any] | None = None,
     /,
     *,
     name: str | None = None,
@@ -364,20 +403,48 @@ def tool(
     parameters: Mapping[str, Any] | None = None,
     replay: Replay = Replay.NEVER,
     replay_key: str | None = None,
-) -> FunctionTool | Callable[[ToolFunction], FunctionTool]:
-    """Make a :class:`FunctionTool` from ``function(arguments, context)``.
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Make a tool of a function: a typed function, or ``function(arguments, context)``.
 
-    ``name`` defaults to the function's name, ``description`` to its docstring (dedented)
-    and ``parameters`` to an object schema without properties (no arguments)::
+    A function with type hints is a typed tool (:mod:`tether._tools.typed`): its parameter
+    schema comes from the hints, its description and the parameters' from the docstring,
+    its arguments are validated by the same model and a violation is told to the model; a
+    parameter typed :class:`ToolContext` receives the context; a ``str`` return value is
+    the text, any other JSON-serialisable value its JSON::
+
+        @tool
+        def shout(text: str, times: int = 1) -> str:
+            \"\"\"Shout a text.
+
+            Args:
+                text: What to shout.
+                times: How many times.
+            \"\"\"
+            return " ".join([text.upper()] * times)
+
+    The old form ``function(arguments, context)`` (:func:`is_arguments_context_form`)
+    keeps its meaning: ``parameters`` is its hand-written JSON schema (default: no
+    arguments) and the arguments arrive as a mapping, checked against it by the registry::
 
         @tool(parameters={"type": "object", "properties": {"n": {"type": "integer"}},
                           "required": ["n"], "additionalProperties": False})
         def square(arguments, context):
             \"\"\"Square an integer.\"\"\"
             return str(arguments["n"] ** 2)
+
+    ``name`` defaults to the function's name, ``description`` to its docstring (for a
+    typed tool, without the argument sections). ``replay``/``replay_key`` are declared
+    here, never inferred. A signature that is neither form (a parameter without a type
+    hint, ``*args``, a positional-only parameter) is a :class:`ConfigurationError`.
     """
 
-    def wrap(fn: ToolFunction) -> FunctionTool:
+    def wrap(fn: Callable[..., Any]) -> FunctionTool:
+        if parameters is None and not is_arguments_context_form(fn):
+            from tether._tools.typed import typed_tool  # pydantic loads on first use
+
+            return typed_tool(
+                fn, name=name, description=description, replay=replay, replay_key=replay_key
+            )
         return FunctionTool(
             fn,
             name=name if name is not None else getattr(fn, "__name__", ""),
@@ -485,7 +552,8 @@ class ToolRegistry:
 
         Unknown name → ``unknownTool``. Arguments that are not strict JSON text of an
         object (:func:`~tether.core.arguments.parse_tool_arguments`), or that violate
-        the tool's parameter schema (JSON Schema Draft 2020-12) → ``invalidArguments``.
+        the tool's parameter schema (JSON Schema Draft 2020-12) → ``invalidArguments``;
+        a tool that ``validates_in_run`` checks the schema itself, in ``run``.
         """
         found = self._tools.get(name) if isinstance(name, str) else None
         if found is None:
@@ -499,7 +567,7 @@ class ToolRegistry:
                 SYNTHETIC_CONTENT[INVALID_ARGUMENTS],
                 f"tool {name!r}: arguments are not a JSON object",
             )
-        problems = found.validation_errors(arguments)
+        problems = [] if found.validates_in_run else found.validation_errors(arguments)
         if problems:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             return Rejection(

@@ -50,7 +50,8 @@ from typing import Any
 from tether._models import ScriptedModel
 from tether._runtime import Agent, RunStatus
 from tether._stores.file import Durability, SessionStore
-from tether._tools.base import ToolContext, tool
+from tether._tools.base import ToolContext
+from tether._tools.decorator import tool
 
 TARGET = 1.5
 

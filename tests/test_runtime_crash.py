@@ -816,7 +816,8 @@ def test_replay_declaration_change_blocks_then_restoring_replays(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A safe user tool whose replay key changed is not replayed (spec 14.4 rule 9)."""
-    from tether._tools.base import ToolContext, tool
+    from tether._tools.base import ToolContext
+    from tether._tools.decorator import tool
     from tether.core.state import Replay
 
     runs: list[str] = []

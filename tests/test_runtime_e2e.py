@@ -31,7 +31,8 @@ from tether._runtime import Agent, RunResult, RunStatus
 from tether._runtime.events import Event
 from tether._stores.file import SessionStore
 from tether._tools import builtin
-from tether._tools.base import ToolContext, ToolResult, tool
+from tether._tools.base import ToolContext, ToolResult
+from tether._tools.decorator import tool
 from tether.core import reduce_session
 from tether.core.state import IdleOperation, Replay, SessionState
 from tether.errors import ConfigurationError

@@ -43,7 +43,7 @@ _EXPORTS: dict[str, str] = {
     # tools
     "Tool": "tether._tools.base",
     "ToolResult": "tether.core.values",
-    "tool": "tether._tools.base",
+    "tool": "tether._tools.decorator",
     "builtin_tools": "tether._tools.builtin",
     "EffectTool": "tether._effects.contract",
     "LookupResult": "tether.core.values",
@@ -82,8 +82,9 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads on de
     from tether._models import load_model
     from tether._runtime.agent import Agent
     from tether._runtime.results import RunResult, RunStatus
-    from tether._tools.base import Tool, tool
+    from tether._tools.base import Tool
     from tether._tools.builtin import builtin_tools
+    from tether._tools.decorator import tool
     from tether.core.current import CurrentConfiguration
     from tether.core.planner import plan_recovery
     from tether.core.state import SessionState

@@ -9,7 +9,6 @@ from tether._tools.base import (
     ToolRegistry,
     ToolResult,
     ValidatedCall,
-    tool,
 )
 from tether._tools.builtin import (
     BashTool,
@@ -24,6 +23,7 @@ from tether._tools.builtin import (
     plan_edit,
     plan_write,
 )
+from tether._tools.decorator import tool
 from tether._tools.workspace import resolve_in_workspace
 
 __all__ = [

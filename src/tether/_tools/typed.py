@@ -23,8 +23,8 @@ pydantic model in strict JSON mode (an ``integer`` is not the string ``"5"``, as
 schema says): a violation is an error result whose text says what was wrong. It does not
 let the registry reject the call (``validates_in_run``), because a rejected call is
 answered by the ``invalidArguments`` synthetic result, whose text is fixed by spec 7.6
-and carries no reason, so the model could not correct its call. The price is a ``toolStarted`` record for
-a call that then fails at once without any effect.
+and carries no reason, so the model could not correct its call. The price is a
+``toolStarted`` record for a call that then fails at once without any effect.
 
 Result. A ``str`` is the text, a :class:`~tether.core.values.ToolResult` passes through,
 anything else JSON-serialisable (pydantic models and dataclasses included) is the JSON

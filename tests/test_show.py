@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -94,6 +95,30 @@ def test_terminal_view_tells_the_crash_and_the_recovery(lab: Path) -> None:
     assert "(recorded by recovery after a crash)" in out
     assert out.index("started seq") < out.index("✖ CRASH") < out.index("result success")
     assert "Usage in " in out
+
+
+def test_a_queued_run_is_shown_queued_not_crashed(tmp_path: Path) -> None:
+    """Issue 32 item 2, through ``python -m tether show``: a run accepted by a submit and
+    picked up 14.2 s later shows that wait as queued, with no crash."""
+    from sessionkit import SessionKit
+
+    kit = SessionKit()
+    kit.start_run("queued work")  # what `tether submit` commits
+    kit.timestamp += 14_200
+    kit.step_attempt()
+    kit.assistant("done")
+    kit.finish()
+    log = tmp_path / "queued.jsonl"
+    log.write_bytes(kit.bytes())
+    shown = subprocess.run(
+        [sys.executable, "-m", "tether", "show", str(log), "--workspace", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "⧖ QUEUED" in shown.stdout and "queued 14.2 s: the run was accepted" in shown.stdout
+    assert "CRASH" not in shown.stdout and "0 crash(es)" in shown.stdout
 
 
 def test_by_id_prefix_and_last(lab: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -403,6 +404,37 @@ def test_double_sigint_exits_at_once_and_resume_reconciles(workspace: Path) -> N
     [result] = tool_results(path)
     assert result["result"] == {"type": "synthetic", "reason": "interrupted"}
     assert records(path, "operationFinished")[-1]["outcome"] == "completed"
+
+
+def test_resume_says_it_sends_the_interrupted_model_call_again(workspace: Path) -> None:
+    """Issue 32 item 10: after a crash during a model request, resume says that it sent
+    the interrupted call again as attempt 2 (text and --json)."""
+    model = script(workspace, [{"content": "A"}])
+    crashed = run_cli(
+        "run",
+        "hi",
+        "--model",
+        model,
+        cwd=workspace,
+        env=cli_env(TETHER_CRASH_AT="attempt_recorded"),
+    )
+    assert crashed.returncode == -signal.SIGKILL
+    session_id, path = only_session(workspace)
+    twin = workspace.parent / f"{workspace.name}-twin"  # the same crash, resumed with --json
+    shutil.copytree(workspace, twin)
+    resumed = run_cli("resume", session_id, "--model", model, cwd=workspace)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout == "A\n"
+    line = (
+        "↻ the model call interrupted by the crash is sent again "
+        "(attempt 2, same context and configuration)"
+    )
+    assert resumed.stderr.count(line) == 1, resumed.stderr
+    assert [r["attempt"] for r in records(path, "stepAttempt")] == [1, 2]
+    as_json = run_cli("resume", session_id, "--model", model, "--json", cwd=twin)
+    assert as_json.returncode == 0, as_json.stderr
+    started = [e for e in json_lines(as_json.stdout) if e["event"] == "model_started"]
+    assert [e["attempt"] for e in started] == [2]
 
 
 # --------------------------------------------------------------------------- blocked resume

@@ -165,8 +165,13 @@ def test_inspect_human_corrupt_is_one_line_on_stderr() -> None:
     assert result.stdout == ""
     error = expected("overlapping-step")["error"]
     line = assert_one_error_line(result.stderr)
-    assert line.startswith("error: session is corrupt: ")
+    name = session("overlapping-step")
+    assert line.startswith(f"error: session {name} is corrupt: ")
     assert f"{error['code']} at line {error['line']}, seq {error['seq']}" in line
+    # the next step, and "corrupt" once (issue 32, item 9)
+    before = error["line"] - 1
+    assert f"the {before} lines before it are intact: `tether show {name}` shows them" in line
+    assert line.count("corrupt") == 1
 
 
 def test_inspect_non_session_file_is_corrupt(tmp_path: Path) -> None:
@@ -174,7 +179,9 @@ def test_inspect_non_session_file_is_corrupt(tmp_path: Path) -> None:
     not_a_session.write_bytes(b"hello\nworld\n\xff\xfe garbage")
     result = run_cli("inspect", not_a_session)
     assert result.returncode == 1
-    assert "session is corrupt" in assert_one_error_line(result.stderr)
+    line = assert_one_error_line(result.stderr)
+    assert f"session {not_a_session} is corrupt: " in line
+    assert "its first line is no session header" in line
 
 
 def test_inspect_empty_file_is_missing_header(tmp_path: Path) -> None:

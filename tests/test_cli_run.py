@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -403,6 +404,70 @@ def test_double_sigint_exits_at_once_and_resume_reconciles(workspace: Path) -> N
     [result] = tool_results(path)
     assert result["result"] == {"type": "synthetic", "reason": "interrupted"}
     assert records(path, "operationFinished")[-1]["outcome"] == "completed"
+
+
+def test_resume_says_it_sends_the_interrupted_model_call_again(workspace: Path) -> None:
+    """Issue 32 item 10: after a crash during a model request, resume says that it sent
+    the interrupted call again as attempt 2 (text and --json)."""
+    model = script(workspace, [{"content": "A"}])
+    crashed = run_cli(
+        "run",
+        "hi",
+        "--model",
+        model,
+        cwd=workspace,
+        env=cli_env(TETHER_CRASH_AT="attempt_recorded"),
+    )
+    assert crashed.returncode == -signal.SIGKILL
+    session_id, path = only_session(workspace)
+    twin = workspace.parent / f"{workspace.name}-twin"  # the same crash, resumed with --json
+    shutil.copytree(workspace, twin)
+    resumed = run_cli("resume", session_id, "--model", model, cwd=workspace)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout == "A\n"
+    line = (
+        "↻ the model call interrupted by the crash is sent again "
+        "(attempt 2, same context and configuration)"
+    )
+    assert resumed.stderr.count(line) == 1, resumed.stderr
+    assert [r["attempt"] for r in records(path, "stepAttempt")] == [1, 2]
+    as_json = run_cli("resume", session_id, "--model", model, "--json", cwd=twin)
+    assert as_json.returncode == 0, as_json.stderr
+    started = [e for e in json_lines(as_json.stdout) if e["event"] == "model_started"]
+    assert [e["attempt"] for e in started] == [2]
+
+
+def test_a_corrupt_log_is_worded_the_same_by_every_command(workspace: Path) -> None:
+    """Issue 32 item 9: inspect (as plan) and resume (as run --session) say where the log stops
+    being readable, "corrupt" once, and the next step (what show draws)."""
+    from sessionkit import SessionKit
+
+    kit = SessionKit()
+    kit.simple_run("first")
+    kit.simple_run("second")
+    lines = kit.bytes().split(b"\n")
+    lines[6] = lines[6].replace(b'"seq":', b'"seq":9', 1)  # line 7: a seq out of order
+    folder = workspace / ".tether" / "sessions"
+    folder.mkdir(parents=True)
+    session_id = kit.header["id"]
+    path = folder / f"1710000000000_{session_id}.jsonl"
+    path.write_bytes(b"\n".join(lines))
+    model = script(workspace, [{"content": "A"}])
+    # inspect and plan reduce the file they found (the user's name for it); resume and
+    # run --session open it through the store (its path): one of each keeps this fast.
+    told = {
+        "inspect": run_cli("inspect", session_id, cwd=workspace),
+        "resume": run_cli("resume", session_id, "--model", model, cwd=workspace),
+    }
+    for command, result in told.items():
+        line = one_error_line(result.stderr)
+        assert line.replace(str(workspace), "").count("corrupt") == 1, (command, line)
+        assert " is corrupt: SEQ_MISMATCH at line 7, seq " in line, (command, line)
+        assert "; the 6 lines before it are intact: `tether show " in line, (command, line)
+        assert line.rstrip().endswith("` shows them and where the log stops"), (command, line)
+    assert (told["inspect"].returncode, told["resume"].returncode) == (1, 5)
+    assert f"`tether show {session_id}`" in told["inspect"].stderr
+    assert f"`tether show {path}`" in told["resume"].stderr
 
 
 # --------------------------------------------------------------------------- blocked resume

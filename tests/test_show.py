@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -96,6 +97,68 @@ def test_terminal_view_tells_the_crash_and_the_recovery(lab: Path) -> None:
     assert "Usage in " in out
 
 
+def test_a_queued_run_is_shown_queued_not_crashed(tmp_path: Path) -> None:
+    """Issue 32 item 2, through ``python -m tether show``: a run accepted by a submit and
+    picked up 14.2 s later shows that wait as queued, with no crash."""
+    from sessionkit import SessionKit
+
+    kit = SessionKit()
+    kit.start_run("queued work")  # what `tether submit` commits
+    kit.timestamp += 14_200
+    kit.step_attempt()
+    kit.assistant("done")
+    kit.finish()
+    log = tmp_path / "queued.jsonl"
+    log.write_bytes(kit.bytes())
+    shown = subprocess.run(
+        [sys.executable, "-m", "tether", "show", str(log), "--workspace", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "⧖ QUEUED" in shown.stdout and "queued 14.2 s: the run was accepted" in shown.stdout
+    assert "CRASH" not in shown.stdout and "0 crash(es)" in shown.stdout
+
+
+def test_a_corrupt_line_stops_the_timeline_there(tmp_path: Path) -> None:
+    """Issue 32 item 9, through ``python -m tether show``: the valid lines before a corrupt
+    one are drawn, a marker says where and why it stops, and the error (exit 1) says it
+    once, with what is readable."""
+    from sessionkit import SessionKit
+
+    kit = SessionKit()
+    kit.simple_run("first question", "first answer")
+    kit.simple_run("second question", "second answer")
+    log = tmp_path / "torn-middle.jsonl"
+    lines = kit.bytes().split(b"\n")
+    line = lines[6]  # line 7: the second run's attempt, with a seq out of order
+    lines[6] = line.replace(b'"seq":' + str(json.loads(line)["seq"]).encode(), b'"seq":99', 1)
+    log.write_bytes(b"\n".join(lines))
+
+    def show(*extra: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "tether", "show", str(log), "-w", str(tmp_path), *extra]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+    shown = show()
+    assert shown.returncode == 1, shown.stderr
+    assert "run #1 completed" in shown.stdout and "'second question'" in shown.stdout
+    assert "second answer" not in shown.stdout
+    assert shown.stdout.rstrip().endswith(
+        "✖ UNREADABLE from line 7, seq 99: SEQ_MISMATCH; the timeline above is the 6 line(s) "
+        "before it, nothing after it is shown"
+    )
+    assert shown.stderr == (
+        f"error: session {log} is corrupt: SEQ_MISMATCH at line 7, seq 99; the 6 lines "
+        "before it are intact: the timeline shows them and nothing after it\n"
+    )
+    as_json = show("--json")
+    assert as_json.returncode == 1
+    doc = json.loads(as_json.stdout)
+    assert doc["unreadable"] == {"code": "SEQ_MISMATCH", "line": 7, "seq": 99, "detail": ""}
+    assert [o["outcome"] for o in doc["operations"]] == ["completed", "unfinished"]
+
+
 def test_by_id_prefix_and_last(lab: Path) -> None:
     log = lab_log(lab)
     sessions = str(log.parent)
@@ -131,7 +194,9 @@ def test_usage_errors(tmp_path: Path, lab: Path) -> None:
     corrupt = tmp_path / "corrupt.jsonl"
     corrupt.write_bytes(lab_log(lab).read_bytes().replace(b'"seq":3', b'"seq":9', 1))
     bad = invoke("show", str(corrupt))
-    assert bad.exit_code == 1 and "session is corrupt" in bad.output
+    assert bad.exit_code == 1
+    assert f"session {corrupt} is corrupt: SEQ_MISMATCH at line 3, seq 9" in bad.output
+    assert "✖ UNREADABLE from line 3, seq 9: SEQ_MISMATCH" in bad.output  # lines before it drawn
     nowhere = invoke("show", str(lab_log(lab)), "--html", str(tmp_path / "no" / "p.html"))
     assert nowhere.exit_code == 2 and "cannot write" in nowhere.output
     for result in (none, both, bad, nowhere):

@@ -197,6 +197,28 @@ def test_pauses_are_stops_when_idle_and_inferred_crashes_only_where_nothing_runs
     assert [g.kind for g in timeline_of(kit.bytes(), pause_ms=59_000).gaps] == ["stop"]
 
 
+def test_a_wait_before_the_first_step_is_queued_not_a_crash() -> None:
+    """Issue 32 item 2: `tether submit` commits [prompt, runStarted]; a worker picked it up
+    14.2 s later. That wait is a queue, not a crash; a pause after work started still is."""
+    kit = SessionKit()
+    kit.start_run("queued work")  # the submit transaction
+    kit.timestamp += 14_200  # no worker free for 14.2 s
+    kit.step_attempt()
+    kit.assistant(None, ["read"])
+    kit.timestamp += 3_000  # work had started: nothing runs here, an inferred crash
+    started = kit.tool_started(0)
+    kit.tool_result(started, content="ok")
+    kit.step_attempt()
+    kit.assistant("done")
+    kit.finish()
+    timeline = timeline_of(kit.bytes())
+    assert [(g.kind, g.certain) for g in timeline.gaps] == [("queued", False), ("crash", False)]
+    queued = timeline.gaps[0]
+    assert queued.evidence.startswith("queued 14.2 s:") and "crash" not in queued.evidence
+    assert queued.operation_id == timeline.operations[0].operation_id
+    assert queued.recovery is None
+
+
 def test_usage_per_step_and_total() -> None:
     kit = SessionKit()
     kit.start_run("go")

@@ -6,7 +6,8 @@ can cause into one line on stderr and a distinct exit code:
 * :class:`~tether.errors.TetherError` subclasses → ``error: <message>`` and the exit code
   of the error's row in :data:`tether.errors.EXIT_STATUSES`, the one table every command
   reads (the message is :func:`error_message`: a :class:`~tether.errors.SessionCorruption`
-  reads ``error: session is corrupt: …`` and exits 1; a session write that failed on a
+  reads ``error: session NAME is corrupt: CODE at line N …`` with what is still readable,
+  and exits with its row's code; a session write that failed on a
   full disk says so; a :class:`~tether.errors.ConfigurationError` exits 2);
 * unreadable, oversized or non-regular input files (:func:`read_input`, through
   :mod:`tether._inputs`) → exit 2;
@@ -40,10 +41,13 @@ from tether.errors import EXIT_BROKEN_PIPE as EXIT_BROKEN_PIPE
 from tether.errors import (
     EXIT_FAILED,
     ConfigurationError,
+    CorruptSession,
+    FactRejected,
     InputTooDeep,
     SessionCorruption,
     SessionWriteError,
     TetherError,
+    UnsupportedSessionVersion,
     exit_code_of,
 )
 from tether.errors import EXIT_INTERNAL as EXIT_INTERNAL
@@ -86,15 +90,50 @@ FULL_DISK: dict[int, str] = {
 """What a session write failed with (its ``errno``) says to a user, beyond the OS's text."""
 
 
-def error_message(exc: TetherError) -> str:
+def corruption_message(
+    exc: SessionCorruption, session: str | None = None, *, shown: bool = False
+) -> str:
+    """What every command says about a log that does not reduce: where, what, next step.
+
+    One wording for ``inspect``, ``show``, ``plan``, ``resume`` and ``run --session``:
+    ``session NAME is corrupt: CODE at line N, seq S (detail)``, then what is still
+    readable. ``NAME`` is the file when the store names it (:class:`CorruptSession`), else
+    ``session``, what the user named it by. The lines before line N reduced, and nothing
+    repairs a bad line in the middle (a repair only cuts a torn last line), so the next
+    step is to look at them: ``tether show`` draws them and marks where the log stops
+    (``shown``: it just did).
+    """
+    if isinstance(exc, UnsupportedSessionVersion):
+        return str(exc)  # not corrupt: written in a format this tether does not read
+    if isinstance(exc, FactRejected):
+        return f"session is corrupt: {exc}"  # a write refused before it reached the log
+    name = exc.path if isinstance(exc, CorruptSession) else session
+    where = f"line {exc.line}" + (f", seq {exc.seq}" if exc.seq is not None else "")
+    text = f"session {name} is corrupt" if name else "session log is corrupt"
+    text += f": {exc.code} at {where}" + (f" ({exc.detail})" if exc.detail else "")
+    if exc.line <= 1:
+        return text + "; its first line is no session header, so nothing in it can be read"
+    before = (
+        "the line before it is" if exc.line == 2 else f"the {exc.line - 1:,} lines before it are"
+    )
+    if shown:
+        return f"{text}; {before} intact: the timeline shows them and nothing after it"
+    return (
+        f"{text}; {before} intact: `tether show {name or 'SESSION'}` shows them and where "
+        "the log stops"
+    )
+
+
+def error_message(exc: TetherError, session: str | None = None) -> str:
     """The text after ``error:`` for ``exc``, the same for every command.
 
-    A session log that could not be written or created on a full disk (``ENOSPC``,
-    ``EDQUOT``) gets :data:`FULL_DISK`'s explanation appended; the exit code stays the
-    exception's (9).
+    A log that does not reduce is worded by :func:`corruption_message` (``session``: what
+    the user named the session by, when the error does not carry its file). A session log
+    that could not be written or created on a full disk (``ENOSPC``, ``EDQUOT``) gets
+    :data:`FULL_DISK`'s explanation appended; the exit code stays the exception's (9).
     """
     if isinstance(exc, SessionCorruption):
-        return f"session is corrupt: {exc}"
+        return corruption_message(exc, session)
     message = str(exc)
     if isinstance(exc, SessionWriteError) and exc.errno in FULL_DISK:
         message += f" ({FULL_DISK[exc.errno]})"
@@ -102,14 +141,15 @@ def error_message(exc: TetherError) -> str:
 
 
 @contextmanager
-def handle_errors() -> Iterator[None]:
-    """Map every error raised by a command body to one stderr line and an exit code."""
+def handle_errors(session: str | None = None) -> Iterator[None]:
+    """Map every error raised by a command body to one stderr line and an exit code
+    (``session``: what the user named the session by, for :func:`error_message`)."""
     try:
         yield
     except typer.Exit:
         raise
     except TetherError as exc:
-        fail(error_message(exc), exit_code_of(type(exc)))
+        fail(error_message(exc, session), exit_code_of(type(exc)))
     except BrokenPipeError:
         # The reader went away (e.g. `| head`); silence the flush at interpreter exit.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -92,7 +92,7 @@ def inspect(
     Exit status: 0 the log reduces, 1 the log is corrupt, 2 usage error, 3 no such
     session, 7 ambiguous id prefix.
     """
-    with handle_errors():
+    with handle_errors(str(file) if file is not None else "--last"):
         log_dir: Path | None = None
         from tether._cli.store_cmd import default_store, newest_store_session, read_store_log
 

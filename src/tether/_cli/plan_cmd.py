@@ -86,7 +86,7 @@ def plan(
     (including a FILE or CURRENT.json that is unreadable, not a regular file, too large,
     nested too deeply or malformed, or no model known for the session).
     """
-    with handle_errors():
+    with handle_errors(str(file) if file is not None else "--last"):
         folder = agent_sessions_dir(flags.get("sessions_dir"), flags.get("workspace"))
         path = session_file(file, last, folder)
         data = read_input(path, "session file", limit=MAX_SESSION_FILE_BYTES)

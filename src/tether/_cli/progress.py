@@ -251,6 +251,16 @@ class HumanProgress:
             compacting = event.operation == "compaction"
             what = "compacting the history…" if compacting else "model working…"
             if event.attempt > 1:
+                # Attempt 2 exists only because a crash left attempt 1 open (the runtime
+                # never retries a model call in the same process): say so on every stream,
+                # not only in a spinner a pipe never sees.
+                self._stop()
+                request = "compaction request" if compacting else "model call"
+                self._line(
+                    f"↻ the {request} interrupted by the crash is sent again "
+                    f"(attempt {event.attempt}, same context and configuration)",
+                    style="yellow",
+                )
                 what += f" (attempt {event.attempt}, retried after a crash)"
             self._spin(what)
         elif isinstance(event, events.ModelDelta):

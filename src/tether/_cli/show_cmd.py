@@ -11,8 +11,11 @@ from rich.console import Console
 from tether._cli.common import (
     InputError,
     SessionsDirOption,
+    corruption_message,
     emit_json,
+    fail,
     handle_errors,
+    printable,
     resolve_sessions_dir,
 )
 from tether._cli.store_cmd import (
@@ -23,10 +26,10 @@ from tether._cli.store_cmd import (
 )
 from tether._show import SessionLog, load_log, log_from_bytes, session_timeline
 from tether._show.page import write_page
-from tether._show.terminal import render_timeline
+from tether._show.terminal import render_timeline, write_lines
 from tether._stores.file import find_session, list_sessions
-from tether.core.timeline import DEFAULT_PAUSE_MS
-from tether.errors import SessionNotFound
+from tether.core.timeline import DEFAULT_PAUSE_MS, Timeline
+from tether.errors import SessionNotFound, exit_code_of
 
 
 def register(app: typer.Typer) -> None:
@@ -118,6 +121,8 @@ def show(
 
         tether show 01a2 --json
 
+    A corrupt log is drawn up to the line that stops it, marked there, and exits 1.
+
     Exit status: 0 shown, 1 the log is corrupt, 2 usage error, 3 no such session, 7
     ambiguous id prefix, 20 the effects database cannot be read.
     """
@@ -133,18 +138,49 @@ def show(
         else:
             log = open_session(session, last, sessions_dir)
         timeline = session_timeline(log, workspace, pause_ms=pause_ms, shared_url=url or None)
-        if html is not None:
-            try:
-                size = write_page(timeline, html)
-            except OSError as exc:
-                raise InputError(f"cannot write {html}: {exc.strerror or exc}") from None
-            typer.echo(f"wrote {html} ({size:,} bytes)", err=True)
-            if not json_output:
-                return
-        if json_output:
-            emit_json(timeline.to_json())
+        _draw(timeline, log, html, json_output, show_all)
+        if log.stopped is not None:
+            # What was readable is drawn; the exit status still says the log is corrupt.
+            name = session if session is not None else "--last"
+            fail(corruption_message(log.stopped, name, shown=True), exit_code_of(type(log.stopped)))
+
+
+def _draw(
+    timeline: Timeline, log: SessionLog, html: Path | None, json_output: bool, show_all: bool
+) -> None:
+    if html is not None:
+        try:
+            size = write_page(timeline, html)
+        except OSError as exc:
+            raise InputError(f"cannot write {html}: {exc.strerror or exc}") from None
+        typer.echo(f"wrote {html} ({size:,} bytes)", err=True)
+        if not json_output:
             return
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=160)
-        render_timeline(timeline, console, show_all=show_all)
+    stopped = log.stopped
+    if json_output:
+        document = timeline.to_json()
+        if stopped is not None:
+            document["unreadable"] = {**stopped.to_json(), "detail": stopped.detail}
+        emit_json(document)
+        return
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    render_timeline(timeline, console, show_all=show_all)
+    if stopped is not None:
+        detail = f" ({printable(stopped.detail)})" if stopped.detail else ""
+        seq = f", seq {stopped.seq}" if stopped.seq is not None else ""
+        write_lines(
+            [
+                [
+                    ("✖ UNREADABLE ", "bold red"),
+                    (
+                        f"from line {stopped.line:,}{seq}: {stopped.code}{detail}; the "
+                        f"timeline above is the {stopped.line - 1:,} line(s) before it, "
+                        "nothing after it is shown",
+                        "",
+                    ),
+                ]
+            ],
+            console,
+        )

@@ -1,7 +1,9 @@
 """``tether show``: gather a session's log and evidence, build its timeline, render it.
 
 The shell half of :mod:`tether.core.timeline`: :func:`load_log` reads and reduces a log
-(it must reduce: a corrupt log is reported, not drawn), :func:`gather_evidence` reads what
+(a corrupt line stops it: the lines before it are drawn and the log says where it stopped,
+:attr:`SessionLog.stopped`; a log whose header is unreadable is reported, not drawn),
+:func:`gather_evidence` reads what
 the workspace's ``effects.db`` knows about the session's calls, and the renderers
 (:mod:`tether._show.terminal`, :mod:`tether._show.page`) draw the pure timeline.
 """
@@ -20,6 +22,7 @@ from tether._inputs import MAX_SESSION_FILE_BYTES, read_file
 from tether._loading import gc_paused, reduce_session
 from tether.core import SessionState
 from tether.core.timeline import DEFAULT_PAUSE_MS, Evidence, Timeline, build_timeline
+from tether.errors import SessionCorruption
 
 __all__ = [
     "SessionLog",
@@ -40,6 +43,9 @@ class SessionLog:
     size: int
     state: SessionState
     transactions: tuple[Transaction, ...]
+    stopped: SessionCorruption | None = None
+    """Why the log stops being readable (its ``line``): ``state`` and ``transactions`` are
+    then those of the lines before it, which reduce; ``None`` when the whole log reduces."""
 
 
 def parse_transactions(data: bytes) -> tuple[Transaction, ...]:
@@ -59,18 +65,47 @@ def parse_transactions(data: bytes) -> tuple[Transaction, ...]:
 
 
 def load_log(path: Path) -> SessionLog:
-    """Read, reduce and parse one session log (corruption raises ``SessionCorruption``)."""
+    """Read, reduce and parse one session log, up to a corrupt line (``stopped``)."""
     data = read_file(path, f"session file {path}", limit=MAX_SESSION_FILE_BYTES)
     return log_from_bytes(data, str(path))
 
 
 def log_from_bytes(data: bytes, location: str) -> SessionLog:
     """Reduce and parse a log's bytes, from whichever store holds them (a file, or the
-    committed lines a shared store hands over by session id)."""
-    state = reduce_session(data)
+    committed lines a shared store hands over by session id).
+
+    A log that does not reduce is read up to the line that stops it: the lines before it
+    were reduced before the reducer reached it, so they are the session as far as it can
+    be read (nothing repairs a bad line in the middle; showing what precedes it is what
+    a person needs to decide). Raises ``SessionCorruption`` when not even that reduces
+    (the header is unreadable)."""
+    stopped: SessionCorruption | None = None
+    try:
+        state = reduce_session(data)
+        readable = data
+    except SessionCorruption as exc:
+        before = _lines_before(data, exc.line)
+        if before is None:
+            raise
+        readable = before
+        try:
+            state = reduce_session(readable)
+        except SessionCorruption:
+            raise exc from None
+        stopped = exc
     with gc_paused():
-        transactions = parse_transactions(data[: state.repaired_length])
-    return SessionLog(location, len(data), state, transactions)
+        transactions = parse_transactions(readable[: state.repaired_length])
+    return SessionLog(location, len(data), state, transactions, stopped)
+
+
+def _lines_before(data: bytes, line: int) -> bytes | None:
+    """The bytes of lines ``1 … line - 1`` with their LFs, or ``None`` (no such lines)."""
+    end = -1
+    for _ in range(line - 1):
+        end = data.find(b"\n", end + 1)
+        if end < 0:
+            return None
+    return data[: end + 1] if end >= 0 else None
 
 
 def gather_evidence(workspace: Path, session_id: str, shared_url: str | None = None) -> Evidence:

@@ -4,12 +4,13 @@ const $=id=>document.getElementById(id);
 const ops=T.operations, ROW=28, LABEL=150, MSG=24;
 function iso(ms){return ms==null?'?':new Date(ms).toISOString().slice(11,23);}
 function dur(ms){return ms<1000?ms+' ms':ms<60000?(ms/1000).toFixed(1)+' s':Math.floor(ms/60000)+' min '+Math.floor(ms%60000/1000)+' s';}
+const GAP_LABEL={crash:'✖ crash',queued:'⧖ queued',open:'… open'};
 function esc(s){return String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'})[c]);}
 // ---- header and gap list
 $('meta').textContent=`${T.session.model} (${T.session.provider}) · created ${T.session.createdAt} · ${T.facts} facts · ${ops.length} operations · ${T.transcript.length} messages · usage in ${T.usage.input} out ${T.usage.output} · now ${T.current}`;
 const gl=$('gaps');const crashes=T.gaps.filter(g=>g.kind!=='stop'),stops=T.gaps.filter(g=>g.kind==='stop');
 let gh=`<div><b>${crashes.filter(g=>g.kind==='crash').length} crash(es)</b>, ${stops.length} idle stop(s)</div>`;
-crashes.slice(0,500).forEach((g,i)=>{gh+=`<div class="gap-item ${g.kind}" id="gap-${i}" data-kind="${g.kind}"><b>${g.kind==='crash'?'✖ crash':'… open'}${g.certain||g.kind!=='crash'?'':' (inferred)'}</b> ${iso(g.start)} → ${g.end==null?'(log ends)':iso(g.end)+' ('+dur(g.end-g.start)+')'}, after seq ${g.afterSeq}: ${esc(g.evidence)}${g.recovery?'<br>&nbsp;&nbsp;recovery: <span class="recovery">'+esc(g.recovery)+'</span>':''}</div>`;});
+crashes.slice(0,500).forEach((g,i)=>{gh+=`<div class="gap-item ${g.kind}" id="gap-${i}" data-kind="${g.kind}"><b>${GAP_LABEL[g.kind]||g.kind}${g.certain||g.kind!=='crash'?'':' (inferred)'}</b> ${iso(g.start)} → ${g.end==null?'(log ends)':iso(g.end)+' ('+dur(g.end-g.start)+')'}, after seq ${g.afterSeq}: ${esc(g.evidence)}${g.recovery?'<br>&nbsp;&nbsp;recovery: <span class="recovery">'+esc(g.recovery)+'</span>':''}</div>`;});
 gl.innerHTML=gh;
 // ---- compressed time axis: idle stretches longer than CAP are drawn CAP long
 const spans=[];ops.forEach(o=>spans.push([o.start,o.end==null?T.end:o.end]));
@@ -38,7 +39,7 @@ function lane(i){const o=ops[i];const el=document.createElement('div');el.classN
   s.toolCalls.forEach(c=>{const st=c.start==null?(c.end==null?o.start:c.end):c.start;const b=box('call '+c.outcome+(c.recovered?' recovered':''),st,c.end,`${c.name} ${c.outcome}${c.recovered?' (recovered)':''}`,{call:c});
    b.dataset.call=c.callId;if(c.recoveredFromLedger)b.dataset.ledger='recovered';el.appendChild(b);});});
  T.gaps.forEach((g,k)=>{if(g.operationId!==o.operationId)return;const m=document.createElement('div');m.className='marker '+g.kind;m.dataset.kind=g.kind;
-  const x=px(g.start),w=Math.max(4,px(g.end==null?T.end:g.end)-x);m.style.left=x+'px';m.style.width=w+'px';m.textContent=g.kind==='crash'?'✖ crash':'… open';m.title=g.evidence;m.onclick=()=>show({gap:g});el.appendChild(m);});
+  const x=px(g.start),w=Math.max(4,px(g.end==null?T.end:g.end)-x);m.style.left=x+'px';m.style.width=w+'px';m.textContent=GAP_LABEL[g.kind]||g.kind;m.title=g.evidence;m.onclick=()=>show({gap:g});el.appendChild(m);});
  return el;}
 let drawn={};
 function draw(){rows.style.height=(ops.length*ROW)+'px';rows.style.width=(LABEL+total*scale+20)+'px';rows.innerHTML='';drawn={};paint();ticks();}

@@ -40,6 +40,7 @@ _LEGEND = (
     ("#8e24aa", "no result recorded (open)"),
     ("#00acc1", "outline: result recorded by recovery after a crash"),
     ("#1565c0", "■ stop: idle (the process ended or waited)"),
+    ("#00838f", "⧖ queued: a run accepted and waiting to be picked up"),
 )
 
 

@@ -113,10 +113,17 @@ class _Lines:
         return skipped
 
     def gap(self, gap: Gap, indent: int) -> None:
-        label = {"crash": "✖ CRASH", "stop": "■ STOP", "open": "… OPEN"}[gap.kind]
+        label = {"crash": "✖ CRASH", "stop": "■ STOP", "queued": "⧖ QUEUED", "open": "… OPEN"}[
+            gap.kind
+        ]
         if gap.kind == "crash" and not gap.certain:
             label += " (inferred)"
-        style = {"crash": "bold red", "stop": "bold blue", "open": "bold magenta"}[gap.kind]
+        style = {
+            "crash": "bold red",
+            "stop": "bold blue",
+            "queued": "bold cyan",
+            "open": "bold magenta",
+        }[gap.kind]
         self.add(
             indent,
             (f"{label} ", style),

@@ -20,6 +20,10 @@ Gaps. The log does not name processes, so a process boundary is inferred:
   a point where the runtime does not wait (no model attempt open, no tool running);
 * **stop**: a pause of at least ``pause_ms`` while the session was idle (the process
   ended, or waited for the next prompt);
+* **queued**: a pause of at least ``pause_ms`` between a run's ``runStarted`` and its first
+  step: the run was accepted and waited to be picked up (``tether submit`` commits the
+  prompt and ``runStarted``; a worker starts step 1 later). Not a crash: no work had
+  started (a crash right after acceptance looks the same, and loses nothing);
 * **open**: the log ends inside an operation (crashed, stopped, or still running).
 
 Pure (``tether.core`` rule): no clock, no disk; times are the log's millisecond integers.
@@ -238,7 +242,7 @@ class OperationView:
 @dataclass(frozen=True, slots=True)
 class Gap:
     kind: str
-    """``crash``, ``stop`` or ``open`` (see the module docstring)."""
+    """``crash``, ``stop``, ``queued`` or ``open`` (see the module docstring)."""
     start_ms: int
     end_ms: int | None
     after_seq: int
@@ -615,6 +619,24 @@ class _Builder:
             return
         if self.open_attempts or self.pending or self._asked_a_person(facts):
             return  # a model call or a tool ran, or a person was asked: the runtime waited
+        if not self.active.steps:
+            # Accepted, not started: `tether submit` commits [prompt, runStarted] and a
+            # worker starts step 1 when it is free, so nothing here says a process died.
+            self.gaps.append(
+                Gap(
+                    "queued",
+                    last,
+                    start,
+                    self.last_seq,
+                    next_seq,
+                    op_id,
+                    f"queued {pause}: the run was accepted and waited for a process to "
+                    "start it (a worker picks up a submitted run when it is free)",
+                    False,
+                    None,
+                )
+            )
+            return
         self.gaps.append(
             Gap(
                 "crash",

@@ -345,3 +345,11 @@ def test_last_without_sessions_is_not_read_as_a_session_id(tmp_path: Path) -> No
     assert result.returncode == 3
     assert result.stderr.startswith("error: --last: no session in "), result.stderr
     assert "(no such folder yet)" in result.stderr and "'--last'" not in result.stderr
+
+
+def test_a_blank_flag_is_not_given() -> None:
+    """`--model ''` falls through to the variable, as a blank variable falls through."""
+    settings = resolve_settings(
+        {"model": "  ", "base_url": ""}, environ={"TETHER_MODEL": "env/model"}, project=PROJECT
+    )
+    assert settings.model == "env/model" and settings.base_url is None

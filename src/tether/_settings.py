@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from operator import attrgetter
 from pathlib import Path
@@ -43,7 +43,6 @@ __all__ = [
     "Settings",
     "override_settings",
     "resolve_settings",
-    "setting",
 ]
 
 
@@ -207,11 +206,6 @@ SETTINGS: Final[tuple[Setting, ...]] = (
 _BY_NAME: Final = {row.name: row for row in SETTINGS}
 
 
-def setting(name: str) -> Setting:
-    """The row named ``name``."""
-    return _BY_NAME[name]
-
-
 @dataclass(frozen=True)
 class Settings:
     """One value of every setting of :data:`SETTINGS` (a test keeps the two in step)."""
@@ -234,10 +228,6 @@ class Settings:
     store: str | None = None
     lease_seconds: float | None = None
     environment: str | None = None
-
-    def digest_inputs(self) -> dict[str, Any]:
-        """The settings that enter the configuration digest, by name."""
-        return {row.name: getattr(self, row.name) for row in SETTINGS if row.digest}
 
 
 def _parse_env(row: Setting, text: str) -> Any:
@@ -266,16 +256,18 @@ def _normal(row: Setting, value: Any) -> Any:
         return Durability(value)
     if row.kind is Kind.PATH:
         return Path(value)
-    if row.kind is Kind.TEXT and isinstance(value, str) and not value.strip():
-        return None  # an empty --model '' is no model, as an empty variable is
     return value
 
 
 def _given(row: Setting, value: Any) -> bool:
+    """Whether a flag value counts as given: a blank text (``--model ''``) does not, as a
+    blank variable does not, so the next source applies."""
     if row.kind is Kind.FLAG:
         return value is True
     if row.kind is Kind.LIST:
         return bool(value)
+    if row.kind is Kind.TEXT and isinstance(value, str):
+        return bool(value.strip())
     return value is not None
 
 
@@ -321,8 +313,3 @@ def override_settings(settings: Settings, given: Mapping[str, Any]) -> Settings:
         if _given(_BY_NAME[name], value)
     }
     return replace(settings, **changes) if changes else settings
-
-
-def settings_fields() -> tuple[str, ...]:
-    """The names of :class:`Settings`' fields (the table's names, in the table's order)."""
-    return tuple(f.name for f in fields(Settings))

@@ -14,11 +14,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from test_cli_inputs import run_bounded
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
 
@@ -28,25 +29,10 @@ DEEP = 100_000
 
 EXIT_CORRUPT = 5
 EXIT_UNSAFE_PATH = 8
-SCRUBBED = ("TETHER_MODEL", "TETHER_BASE_URL", "TETHER_API_KEY", "TETHER_DEBUG", "TETHER_CRASH_AT")
 
 
 def _tether(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
-    src = str(ROOT / "src")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    return subprocess.run(
-        [sys.executable, "-m", "tether", *map(str, args)],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        timeout=TIMEOUT,
-        check=False,
-    )
+    return run_bounded(*args, cwd=cwd, timeout=TIMEOUT)
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,9 @@ def _limit_memory() -> None:  # runs in the child between fork and exec
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
-def run_bounded(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run_bounded(
+    *args: str | Path, cwd: Path, timeout: float = TIME_LIMIT
+) -> subprocess.CompletedProcess[str]:
     """``python -m tether ARGS`` under the time and address-space limits."""
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED}
     src = str(ROOT / "src")
@@ -70,7 +72,7 @@ def run_bounded(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str
         text=True,
         encoding="utf-8",
         errors="replace",
-        timeout=TIME_LIMIT,
+        timeout=timeout,
         preexec_fn=_limit_memory,
         check=False,
     )

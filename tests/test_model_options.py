@@ -64,7 +64,8 @@ stream = true
         assert output_options_for(config, api="anthropic") == {
             "temperature": 0.2,
             "max_tokens": 2048,
-            "thinking": {"type": "enabled", "budget_tokens": 24576},
+            # budget_tokens must stay below max_tokens: cut to fit the configured 2048
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
             "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
         }
         suffix = identity_suffix(config)

@@ -322,7 +322,8 @@ def test_anthropic_streamed_overload_is_retryable(proxy: Proxy) -> None:
 
 def test_anthropic_two_tool_calls_in_one_answer(proxy: Proxy, tmp_path: Path) -> None:
     """Through the agent: two tool_use blocks in one streamed answer (LiteLLM's translation
-    of a chat-completions stream), both results back in one user turn, a failed one marked."""
+    of a chat-completions stream), both results back in one user turn, the failed one with
+    ``is_error`` (which LiteLLM accepts)."""
     upstream = proxy.upstream
     before = len(upstream.requests)
     first = [

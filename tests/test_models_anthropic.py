@@ -547,3 +547,56 @@ def test_reasoning_effort_that_cannot_be_valid_is_one_clear_line() -> None:
             model="claude-sonnet-4-5",
         )
     assert "\n" not in str(info.value)
+
+
+def test_a_failed_tool_result_is_sent_with_is_error(fake: FakeProvider, tmp_path: Path) -> None:
+    """The log records the result type; the normalized tool message has no member for it,
+    so the request carries the failed indices and Anthropic gets ``is_error: true`` — also
+    after the session is reopened (the reducer derives them from the log)."""
+    from dataclasses import replace
+
+    from tether._runtime import Agent, RunStatus
+    from tether._runtime.model_steps import _failed_in_context
+    from tether.core import reduce_session
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "README.md").write_text("hello\n")
+    calls = (
+        {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "README.md"}},
+        {"type": "tool_use", "id": "toolu_2", "name": "read", "input": {"path": "missing.md"}},
+    )
+    fake.enqueue(
+        anthropic_stream(*calls, stop_reason="tool_use"),
+        anthropic_stream({"type": "text", "text": "One of two."}),
+        anthropic_stream({"type": "text", "text": "Still one of two."}),
+    )
+    agent = Agent(adapter(fake), workspace=workspace)
+    try:
+        result = agent.run("read both")
+    finally:
+        agent.close()
+    assert result.status is RunStatus.COMPLETED and result.text == "One of two."
+    state = reduce_session(result.session_path.read_bytes())
+    assert state.failed_results == frozenset({3})  # user, assistant, ok result, failed result
+    # after a compaction the context is a summary and a suffix of the transcript
+    summary = {"role": "system", "content": "summary"}
+    kept = replace(state, active_context=(summary, *state.transcript[2:]))
+    assert _failed_in_context(kept) == frozenset({2})
+    gone = replace(state, active_context=(summary, *state.transcript[4:]))
+    assert _failed_in_context(gone) == frozenset()
+
+    def results(body: dict[str, Any]) -> list[dict[str, Any]]:
+        turn = body["messages"][2]["content"]
+        return [{k: v for k, v in b.items() if k != "cache_control"} for b in turn]
+
+    sent = results(fake.requests[1].body)
+    assert sent[0] == {"type": "tool_result", "tool_use_id": "toolu_1", "content": "hello\n"}
+    assert sent[1]["is_error"] is True and sent[1]["content"].startswith("Error")
+
+    again = Agent(adapter(fake), workspace=workspace)  # a new agent reads the log afresh
+    try:
+        assert again.run("and now?", session=result.session_id).text == "Still one of two."
+    finally:
+        again.close()
+    assert results(fake.requests[2].body)[1]["is_error"] is True

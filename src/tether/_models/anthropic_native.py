@@ -13,7 +13,8 @@ Install with ``pip install 'tether[anthropic]'``. Like the OpenAI-compatible ada
   becomes ``system``; assistant tool calls become ``tool_use`` blocks (arguments parsed as
   JSON; arguments that are not a JSON object are sent as ``{}``); ``tool`` messages become
   ``tool_result`` blocks in a user turn (consecutive ones in one turn, as parallel tool use
-  requires). **Prompt caching**: ``cache_control: {"type": "ephemeral"}`` breakpoints on
+  requires), with ``is_error: true`` for a failed one (``ModelRequest.failed_results``).
+  **Prompt caching**: ``cache_control: {"type": "ephemeral"}`` breakpoints on
   the last tool definition, the system prompt and the last block of the last message, so a
   long agent loop reads its prefix from the cache (``cache=False`` turns them off).
 * **Thinking**: enabled with the output option ``thinking`` (``{"type": "enabled",
@@ -324,13 +325,14 @@ def build_messages(request: ModelRequest, *, cache: bool = True) -> list[dict[st
             text = content if isinstance(content, str) else json.dumps(plain(content))
             user_blocks().append({"type": "text", "text": text})
         elif role == "tool":
-            user_blocks().append(
-                {
-                    "type": "tool_result",
-                    "tool_use_id": str(message.get("tool_call_id", "")),
-                    "content": content if isinstance(content, str) else "",
-                }
-            )
+            result: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": str(message.get("tool_call_id", "")),
+                "content": content if isinstance(content, str) else "",
+            }
+            if index in request.failed_results:
+                result["is_error"] = True
+            user_blocks().append(result)
         elif role == "assistant":
             blocks: list[dict[str, Any]] = []
             side = reasoning[index] if index < len(reasoning) else None

@@ -8,7 +8,9 @@ Install with ``pip install 'tether[anthropic]'``. Like the OpenAI-compatible ada
   (``message_start``, ``content_block_start/delta/stop``, ``message_delta``,
   ``message_stop``, ``error``) are reassembled here; text and thinking deltas go to
   ``on_delta``. ``timeout`` is the first-byte timeout, ``idle_timeout`` bounds the silence
-  between events; cancel and timeouts shut the connection down.
+  between events; cancel and timeouts shut the connection down. A ``200 application/json``
+  answer (a server that ignores ``stream``) is a whole Message, taken as the answer; an
+  ``error`` event is classed like its HTTP status (:data:`STREAM_ERRORS`).
 * **The request**: the normalized context (spec 6.2) is translated: the system prompt
   becomes ``system``; assistant tool calls become ``tool_use`` blocks (arguments parsed as
   JSON; arguments that are not a JSON object are sent as ``{}``); ``tool`` messages become
@@ -18,10 +20,11 @@ Install with ``pip install 'tether[anthropic]'``. Like the OpenAI-compatible ada
   the last tool definition, the system prompt and the last block of the last message, so a
   long agent loop reads its prefix from the cache (``cache=False`` turns them off).
 * **Thinking**: enabled with the output option ``thinking`` (``{"type": "enabled",
-  "budget_tokens": N}``). ``thinking`` and ``redacted_thinking`` blocks are kept verbatim
-  (with their signatures) in :class:`~tether._models.base.Reasoning` (format
-  ``anthropic``) and sent back at the start of their assistant turn, as the API requires
-  during tool use.
+  "budget_tokens": N}``, or ``{"type": "adaptive"}`` with ``output_config``), which
+  ``[model] reasoning_effort`` derives per model family (``tether._models.options``).
+  ``thinking`` and ``redacted_thinking`` blocks are kept verbatim (with their signatures)
+  in :class:`~tether._models.base.Reasoning` (format ``anthropic``) and sent back at the
+  start of their assistant turn, as the API requires during tool use.
 * **Usage**: ``input_tokens`` (Anthropic's count excludes the cache), ``output_tokens``,
   ``cache_read_input_tokens``, ``cache_creation_input_tokens``: already disjoint.
 * ``max_tokens`` is required by the API: the output option ``max_tokens`` if given, else

@@ -578,7 +578,7 @@ def test_a_failed_tool_result_is_sent_with_is_error(fake: FakeProvider, tmp_path
         agent.close()
     assert result.status is RunStatus.COMPLETED and result.text == "One of two."
     state = reduce_session(result.session_path.read_bytes())
-    assert state.failed_results == frozenset({3})  # user, assistant, ok result, failed result
+    assert list(state.failed_results) == [3]  # user, assistant, ok result, failed result
     # after a compaction the context is a summary and a suffix of the transcript
     summary = {"role": "system", "content": "summary"}
     kept = replace(state, active_context=(summary, *state.transcript[2:]))

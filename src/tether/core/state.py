@@ -421,8 +421,8 @@ class SessionState:
     ``transcript_ids`` are the entry ids of the ``transcript`` messages (same order) and
     ``step_count`` the number of steps recorded so far (first attempts), and
     ``last_finished`` the last finished operation (``None`` before the first);
-    ``failed_results`` the ``transcript`` indices of the tool results that are not a
-    success (an ``error``, or a synthetic result: the call never ran), which an adapter
+    ``failed_results`` the ``transcript`` indices (ascending) of the tool results that
+    are not a success (an ``error``, or a synthetic result: the call never ran), which an adapter
     may mark as failed (Anthropic's ``is_error``). None of these is part of the serialized state.
     """
 
@@ -435,7 +435,7 @@ class SessionState:
     context_boundary: str | None = None
     last_seq: int = 0
     transcript_ids: Sequence[str] = ()
-    failed_results: frozenset[int] = frozenset()
+    failed_results: Sequence[int] = ()
     step_count: int = 0
     last_finished: FinishedOperation | None = None
 

@@ -184,7 +184,7 @@ class MessagesStreamAccumulator:
             self.error = message.get("error", message)
             return
         content = message.get("content")
-        if message.get("type") != "message" or not isinstance(content, list):
+        if message.get("type", "message") != "message" or not isinstance(content, list):
             raise _bad("the JSON answer is not a Message (no content list)")
         for index, block in enumerate(content):
             if not isinstance(block, Mapping):
@@ -594,7 +594,7 @@ class AnthropicModel:
             if exc.code in _NAMED_HERE and not exc.message.startswith(where):
                 raise ModelError(
                     exc.code,
-                    f"{where}: {exc.message}",
+                    redact(f"{where}: {exc.message}", self._secrets),
                     status=exc.status,
                     retry_after=exc.retry_after,
                 ) from None

@@ -105,16 +105,18 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "base_url", Kind.TEXT, None, flag="--base-url", env="TETHER_BASE_URL",
         toml="[model] base_url", digest=True, remembered=True,
         metavar="URL",
-        fallback="https://openrouter.ai/api/v1 for the OpenAI-compatible API",
-        help="Endpoint of the model API.",
+        fallback="https://openrouter.ai/api/v1 for the OpenAI-compatible API; for "
+        "anthropic: $ANTHROPIC_BASE_URL, else https://api.anthropic.com",
+        help="Endpoint of the model API: the root before /chat/completions (…/v1) for the "
+        "OpenAI-compatible API; the root before /v1/messages, without /v1, for anthropic:.",
     ),
     Setting(
         # No variable here: each adapter reads its own provider's ($TETHER_API_KEY for the
         # OpenAI-compatible API, $ANTHROPIC_API_KEY for anthropic:), so that a key only goes
         # to the provider it was given for.
         "api_key", Kind.TEXT, None, flag="--api-key", metavar="KEY",
-        fallback="$TETHER_API_KEY ($ANTHROPIC_API_KEY, else $TETHER_API_KEY, for "
-        "anthropic:), or the variable [model] api_key_env names",
+        fallback="$TETHER_API_KEY ($ANTHROPIC_API_KEY for anthropic:, never "
+        "$TETHER_API_KEY), or the variable [model] api_key_env names",
         help="API key. Never printed or logged. Prefer a variable: other local users can "
         "read a flag in the process list.",
     ),

@@ -257,7 +257,7 @@ def load_configured_model(
         )
     api = "anthropic" if inner.adapter_identity.startswith("anthropic:") else "chat-completions"
     host = inner.routing_identity.split("/", 1)[0]
-    options = output_options_for(config, api=api, base_host=host)
+    options = output_options_for(config, api=api, base_host=host, model=inner.model)
     retries = config.retries if given is None else 0
     return LoadedModel(ConfiguredModel(inner, identity_suffix(config)), options, retries, config)
 

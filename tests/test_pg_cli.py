@@ -326,3 +326,58 @@ def test_the_store_variable_alone_serves_every_reading_command(
     inspected = json.loads(tether("inspect", "--last", "--json", cwd=ws, env=env).stdout)
     assert inspected["state"]["header"]["id"] == session
     assert not (ws / ".tether" / "sessions").exists()  # nothing went to the file store
+
+
+# --------------------------------------------------------------------------- the printed --store
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        # A Unix-socket URL stays one (it came back as postgresql://postgres@/sock/db).
+        ("postgresql:///db?host=/var/run/postgresql", "postgresql:///db?host=/var/run/postgresql"),
+        ("postgresql://u:pw@/db?host=/sock&port=5433", "postgresql://u@/db?host=/sock&port=5433"),
+        (
+            "postgres://u:s3cr%40t@h:5432/db?sslmode=require",
+            "postgres://u@h:5432/db?sslmode=require",
+        ),
+        (
+            "postgresql://u@h/db?password=pw&options=-csearch_path%3Dt",
+            "postgresql://u@h/db?options=-csearch_path%3Dt",
+        ),
+        ("postgresql://h/db?pass%77ord=pw", "postgresql://h/db"),
+        ("postgresql://:pw@h/db", "postgresql://h/db"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),
+        ("postgresql://u:p@ss@h/db", "postgresql://u@h/db"),
+    ],
+)
+def test_display_url_is_the_given_url_minus_its_password(given: str, shown: str) -> None:
+    from tether._stores.postgres import display_url
+
+    assert display_url(given) == shown
+
+
+def test_resume_hint_prints_the_store_url_as_given_and_it_connects(
+    pg_store: str,  # noqa: F811
+    ws: Path,
+) -> None:
+    """The hint keeps everything but the password: the schema (options=…), host and port;
+    run as printed (the password from the environment, as a user's .pgpass would give it),
+    it reaches the same session."""
+    import shlex
+    from urllib.parse import urlsplit
+
+    password = urlsplit(pg_store).password
+    assert password, "the test server's URL carries a password"
+    ran = tether("run", "count", "--store", pg_store, "-m", "scripted:script.json", cwd=ws)
+    assert ran.returncode == 0, ran.stderr
+    hint = next(line for line in ran.stderr.splitlines() if line.startswith("resume with: "))
+    argv = shlex.split(hint.removeprefix("resume with: "))
+    printed = argv[argv.index("--store") + 1]
+    assert printed == pg_store.replace(f":{password}@", "@", 1)
+    assert f":{password}@" not in hint
+    resumed = tether(*argv[1:], "-m", "scripted:script.json", cwd=ws, env={"PGPASSWORD": password})
+    assert resumed.returncode == 0, resumed.stderr
+    session_id = argv[argv.index("resume") + 1]
+    # The same session of the same schema: it finished, so there is nothing to do.
+    assert f"session {session_id}\nnothing to do" in resumed.stderr, resumed.stderr

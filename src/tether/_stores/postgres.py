@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import unquote
 
 from tether._clock import SYSTEM_CLOCK, Clock
 from tether._ids import new_uuid7
@@ -183,19 +184,42 @@ def is_store_url(value: str) -> bool:
 
 
 def display_url(url: str) -> str:
-    """``url`` without its password, for messages."""
+    """``url`` as the user gave it, minus any password, for messages and printed commands.
+
+    Only the password goes (the one after ``user:`` in the authority, and a ``password``
+    query parameter); everything else stays as written, so a printed ``--store`` still
+    names the same server, socket, database and options: ``postgresql:///db?host=/sock``
+    stays a Unix-socket URL (rebuilding it from its parts gave
+    ``postgresql://postgres@/sock/db``, which does not connect), and ``options=`` (a
+    ``search_path``) is kept. A URL libpq cannot parse is not shown at all (it may hold a
+    password in a form this cannot find).
+    """
     if psycopg is None:  # pragma: no cover - without the extra
         return url.split("@")[-1]  # type: ignore[unreachable]
     try:
-        info = psycopg.conninfo.conninfo_to_dict(url)
+        psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError:
         return "postgresql://(unparsable URL)"
-    host = info.get("host") or "localhost"
-    port = info.get("port")
-    user = info.get("user")
-    db = info.get("dbname") or ""
-    where = f"{host}:{port}" if port else str(host)
-    return f"postgresql://{f'{user}@' if user else ''}{where}/{db}"
+    scheme, sep, rest = url.partition("://")
+    if not sep:  # a key=value conninfo string: never printed as it is
+        return "postgresql://(not a URL)"
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:cut], rest[cut:]
+    if "@" in authority:
+        userinfo, _, hostport = authority.rpartition("@")
+        user = userinfo.partition(":")[0]
+        authority = f"{user}@{hostport}" if user else hostport
+    path, qmark, query = tail.partition("?")
+    if qmark:
+        query, hash_, fragment = query.partition("#")
+        kept = [
+            pair
+            for pair in query.split("&")
+            if unquote(pair.partition("=")[0]).strip().lower() != "password"
+        ]
+        query = "&".join(kept)
+        tail = f"{path}?{query}{hash_}{fragment}" if query else f"{path}{hash_}{fragment}"
+    return f"{scheme}://{authority}{tail}"
 
 
 def _require_driver() -> None:

@@ -535,6 +535,55 @@ class PostgresSessions(ClosesOnExit):
                     [(session_id, n, line) for n, line in enumerate(lines, start=1)],
                 )
 
+    def create_queued(
+        self,
+        runs: Sequence[Sequence[Mapping[str, Any]]],
+        *,
+        provider: str,
+        model: str,
+        environment_identity: str,
+    ) -> list[str]:
+        """New sessions in one database transaction (``tether submit --from``): each holds
+        its header and one transaction of the facts of ``runs[i]`` (a user entry and
+        ``runStarted``), validated by the reducer before anything is sent, and no lease
+        (queued for any worker at once, as a single submit leaves it). All of them are
+        committed or none; their ids, in order. The rows and lines go by ``COPY`` (one
+        round trip per table, one WAL flush for the batch)."""
+        rows: list[tuple[str, str, int, str, bool, int]] = []
+        lines: list[tuple[str, int, bytes]] = []
+        for facts in runs:
+            session_id = self.ids()
+            data, reducer = encode_header(
+                session_id=session_id,
+                created_at=self.clock(),
+                cwd=self.cwd,
+                provider=provider,
+                model=model,
+                environment_identity=environment_identity,
+            )
+            _, line = encode_transaction(reducer, facts, clock=self.clock, new_id=self.ids)
+            try:
+                reducer.apply(line)
+            except SessionCorruption as exc:
+                raise FactRejected(exc.code, exc.line, exc.seq, exc.detail) from None
+            operation, pending = _operation(reducer.state)
+            rows.append((session_id, environment_identity, 2, operation, pending, 1))
+            lines.append((session_id, 1, data.rstrip(b"\n")))
+            lines.append((session_id, 2, line))
+        if not rows:
+            return []
+        with self._db() as conn, conn.transaction(), conn.cursor() as cur:
+            with cur.copy(
+                "COPY tether_sessions (session_id, environment, lines, operation, pending, "
+                "lease_epoch) FROM STDIN"
+            ) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            with cur.copy("COPY tether_lines (session_id, line_no, data) FROM STDIN") as copy:
+                for item in lines:
+                    copy.write_row(item)
+        return [row[0] for row in rows]
+
     def _adopt(self, reducer: Reducer, *, epoch: int, lines: int) -> PostgresSessionStore:
         session_id = reducer.state.header.id
         with self._lock:

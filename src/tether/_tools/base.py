@@ -198,7 +198,8 @@ class Tool(ABC):
     ``replay_key``, and implement :meth:`run`.
 
     Construction validates the definition: the name, a ``"type": "object"`` parameter
-    schema that is valid JSON Schema (Draft 2020-12) and stays within the keyword subset of
+    schema that is valid JSON Schema (Draft 2020-12; a built-in's is checked by the tests
+    instead) and stays within the keyword subset of
     spec 10.5 (:class:`~tether.errors.CanonicalizationError` names an unsupported keyword),
     and the replay declaration (see the module docstring). The definition is deep-copied
     and its digest computed once, so later mutation of the caller's dicts changes nothing.

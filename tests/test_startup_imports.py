@@ -71,6 +71,13 @@ def test_import_tether_loads_no_sdk_cli_or_database() -> None:
     assert _loaded("import tether") == []
 
 
+def test_the_cli_loads_no_sdk_mcp_or_database() -> None:
+    # Every `tether` command imports the whole CLI (typer registers each command): the
+    # command modules import their heavy machinery (MCP's asyncio, the SDKs) where used.
+    loaded = _loaded("import tether._cli")
+    assert sorted(set(loaded) & set(NOT_AT_RESUME) - {"rich", "typer"}) == []
+
+
 def test_the_probe_sees_a_loaded_package() -> None:
     # The check above cannot pass vacuously: the same probe reports what is loaded.
     assert _loaded("import tether, rich, jsonschema") == ["jsonschema", "rich"]

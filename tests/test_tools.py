@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -39,6 +39,7 @@ from tether._tools import (
     resolve_in_workspace,
     tool,
 )
+from tether._tools.base import BUILTIN_MODULES
 from tether._tools.builtin import READ_MAX_BYTES, READ_MAX_LINES, ApplyOutcome, current_hash
 from tether._tools.workspace import open_parent, relative_parts
 from tether.core.canonical import sha256_digest, tool_definition_digest
@@ -733,6 +734,38 @@ def test_definition_digests_are_stable_across_runs() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert json.loads(out.stdout) == here
+
+
+def test_builtin_schemas_are_valid_json_schema() -> None:
+    # Tool construction checks a schema against the metaschema for user tools only (the
+    # check and the jsonschema import cost every start and resume): the built-ins' schemas
+    # are tether's own, so they are checked here, with every variant tether builds.
+    from jsonschema import Draft202012Validator
+
+    from tether._completion.verify import VerifyTool
+
+    tools = [
+        *builtin_tools(),
+        *builtin_tools(pass_env=("PATH", "HOME")),
+        VerifyTool(lambda: pytest.fail("not called")),
+    ]
+    for each in tools:
+        assert type(each).__module__ in BUILTIN_MODULES, each
+        Draft202012Validator.check_schema(each.definition()["parameters"])
+    assert {t.name for t in tools} == {*BUILTIN_DIGESTS, "verify"}
+
+
+def test_a_user_tools_schema_is_still_checked_at_construction() -> None:
+    class Broken(Tool):
+        name = "broken"
+        description = "a schema with a wrong keyword type"
+        parameters: ClassVar = {"type": "object", "properties": {"n": {"type": "nonsense"}}}
+
+        def run(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+            raise NotImplementedError
+
+    with pytest.raises(ConfigurationError, match="not a valid JSON Schema"):
+        Broken()
 
 
 def test_tether_state_is_out_of_reach(tmp_path: Path) -> None:

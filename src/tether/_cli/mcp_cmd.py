@@ -28,8 +28,6 @@ from rich.text import Text
 from tether._cli.agent_flags import cli_settings
 from tether._cli.common import EXIT_USAGE, WORKSPACE_HELP, emit_json, handle_errors, workspace_root
 from tether._mcp.config import McpServerConfig
-from tether._mcp.manager import log_path, manager
-from tether._mcp.tools import describe_server, launched
 from tether._project import load_project_config
 from tether._runtime.compose import sandbox_for
 from tether._sandbox.bwrap import Sandbox
@@ -69,6 +67,11 @@ def list_servers(
 
         tether mcp list --json
     """
+    # Imported here, not with the CLI: the MCP manager brings asyncio, ssl and a thread
+    # pool, which no other command (tether resume, run, ...) without MCP servers needs.
+    from tether._mcp.manager import log_path, manager
+    from tether._mcp.tools import describe_server, launched
+
     failed = False
     with handle_errors():
         root = workspace_root(workspace)
@@ -118,6 +121,8 @@ def prestart(
     servers: Sequence[McpServerConfig], root: Path
 ) -> dict[McpServerConfig, ConfigurationError]:
     """Start the servers at once; the ones that did not start, with why."""
+    from tether._mcp.manager import manager
+
     failures: dict[McpServerConfig, ConfigurationError] = {}
     with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
         started = [(server, pool.submit(manager().tools, server, root)) for server in servers]

@@ -16,8 +16,11 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import queue
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -187,11 +190,27 @@ def tracked_http_client(tracker: ConnectionTracker, timeout: httpx2.Timeout) -> 
     transport's pool gets the tracker after construction; if a future httpx renames the
     attribute, cancellation degrades to abandoning the request (and a test fails).
     """
-    transport = httpx2.HTTPTransport()
+    transport = httpx2.HTTPTransport(verify=_default_ssl_context(*_ssl_environment()))
     pool = getattr(transport, "_pool", None)
     if pool is not None and hasattr(pool, "_network_backend"):
         pool._network_backend = tracker
     return httpx2.Client(transport=transport, timeout=timeout, follow_redirects=True)
+
+
+def _ssl_environment() -> tuple[str | None, str | None]:
+    return os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
+
+
+@functools.cache
+def _default_ssl_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    """httpx's default verifying context, built once per process (per ``SSL_CERT_FILE`` /
+    ``SSL_CERT_DIR``, which it reads) and shared by every client.
+
+    Building it loads the system's CA bundle, ~20 ms that every adapter (so every
+    ``Agent(...)`` and every resume) paid again; one context serves any number of clients
+    and threads (it is what httpx and :mod:`ssl` recommend).
+    """
+    return httpx2.create_ssl_context(verify=True)
 
 
 # -- the watchdog -----------------------------------------------------------------------------

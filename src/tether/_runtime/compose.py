@@ -49,7 +49,6 @@ from tether._completion.verify import NO_COMMAND, VerifyTool
 from tether._credentials import Masker
 from tether._ids import IdSource, new_uuid7
 from tether._inputs import read_optional_file
-from tether._mcp.tools import mcp_tools
 from tether._models.base import ModelAdapter
 from tether._models.options import (
     ConfiguredModel,
@@ -420,6 +419,10 @@ def _registry(
     for tool in confined:
         tool.confine(sandbox.policy.tool_note())
     if config.mcp.servers:
+        # Imported here: the MCP manager brings asyncio, ssl and a thread pool (~15 ms), and
+        # an agent without MCP servers (most, and every resume of one) needs none of them.
+        from tether._mcp.tools import mcp_tools
+
         # Starts the servers not running yet (stdio ones inside the sandbox).
         chosen.extend(mcp_tools(config.mcp, workspace, sandbox))
     return ToolRegistry(chosen)

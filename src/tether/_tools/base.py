@@ -45,10 +45,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, Literal
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from tether._sandbox.bwrap import Sandbox
 from tether._tools.workspace import ProtectedState
@@ -60,6 +57,14 @@ from tether.core.state import Replay
 from tether.core.stops import describe_call
 from tether.core.values import ToolResult
 from tether.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    # jsonschema (with attrs and referencing, ~25 ms to import) is loaded when a schema is
+    # first checked or an argument first validated, not when tether is: the built-in tools'
+    # schemas are tether's own and need no check at construction (see _check_parameters),
+    # so building an agent and resuming a session never load it.
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 __all__ = [
     "BUILTIN_MODULE",
@@ -164,17 +169,24 @@ def _check_name(name: object) -> str:
     return name
 
 
-def _check_parameters(name: str, parameters: object) -> dict[str, Any]:
+def _check_parameters(name: str, parameters: object, *, builtin: bool) -> dict[str, Any]:
     if not isinstance(parameters, Mapping):
         raise ConfigurationError(f"tool {name!r}: parameters must be a JSON Schema object")
     if parameters.get("type") != "object":
         raise ConfigurationError(f'tool {name!r}: parameters must have "type": "object"')
-    try:
-        Draft202012Validator.check_schema(parameters)
-    except SchemaError as exc:
-        raise ConfigurationError(
-            f"tool {name!r}: parameters are not a valid JSON Schema: {exc.message}"
-        ) from None
+    if not builtin:
+        # The built-ins' schemas are constants of tether itself, checked against the
+        # metaschema by tests/test_tools.py; checking them again at every construction would
+        # cost the jsonschema import and ~3 ms a tool on every start and resume.
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            Draft202012Validator.check_schema(parameters)
+        except SchemaError as exc:
+            raise ConfigurationError(
+                f"tool {name!r}: parameters are not a valid JSON Schema: {exc.message}"
+            ) from None
     return copy.deepcopy(dict(parameters))
 
 
@@ -186,7 +198,8 @@ class Tool(ABC):
     ``replay_key``, and implement :meth:`run`.
 
     Construction validates the definition: the name, a ``"type": "object"`` parameter
-    schema that is valid JSON Schema (Draft 2020-12) and stays within the keyword subset of
+    schema that is valid JSON Schema (Draft 2020-12; a built-in's is checked by the tests
+    instead) and stays within the keyword subset of
     spec 10.5 (:class:`~tether.errors.CanonicalizationError` names an unsupported keyword),
     and the replay declaration (see the module docstring). The definition is deep-copied
     and its digest computed once, so later mutation of the caller's dicts changes nothing.
@@ -218,14 +231,16 @@ class Tool(ABC):
 
     _definition: dict[str, Any]
     _digest: str
-    _validator: Draft202012Validator
+    if TYPE_CHECKING:  # not in __annotations__: tether.Tool's hints resolve without jsonschema
+        _validator: Draft202012Validator | None
 
     def __init__(self) -> None:
         name = _check_name(getattr(self, "name", None))
         description = getattr(self, "description", None)
         if not isinstance(description, str):
             raise ConfigurationError(f"tool {name!r}: description must be a string")
-        parameters = _check_parameters(name, getattr(self, "parameters", None))
+        builtin = type(self).__module__ in BUILTIN_MODULES
+        parameters = _check_parameters(name, getattr(self, "parameters", None), builtin=builtin)
         definition = {"name": name, "description": description, "parameters": parameters}
         digest = tool_definition_digest(definition)  # raises CanonicalizationError
         replay = self.replay
@@ -234,7 +249,6 @@ class Tool(ABC):
         key = self.replay_key or f"user:{name}:v1"
         if not isinstance(key, str):
             raise ConfigurationError(f"tool {name!r}: replay_key must be a string")
-        builtin = type(self).__module__ in BUILTIN_MODULES
         if key.startswith(_BUILTIN_PREFIX) and not builtin:
             raise ConfigurationError(
                 f"tool {name!r}: replay key {key!r} is reserved for tether's built-in tools"
@@ -259,7 +273,7 @@ class Tool(ABC):
         self.replay_key = key
         self._definition = definition
         self._digest = digest
-        self._validator = Draft202012Validator(parameters)
+        self._validator = None  # built on the first validation (validation_errors)
 
     def definition(self) -> dict[str, Any]:
         """The model-facing definition ``{"name", "description", "parameters"}`` (a copy)."""
@@ -299,9 +313,16 @@ class Tool(ABC):
 
     def validation_errors(self, arguments: Mapping[str, Any]) -> list[str]:
         """Schema violations of ``arguments`` (empty when valid), most relevant first."""
-        errors = list(self._validator.iter_errors(arguments))
+        validator = self._validator
+        if validator is None:  # the first call: racing threads build equal validators
+            from jsonschema import Draft202012Validator
+
+            validator = self._validator = Draft202012Validator(self._definition["parameters"])
+        errors = list(validator.iter_errors(arguments))
         if not errors:
             return []
+        from jsonschema.exceptions import best_match
+
         first = best_match(errors)
         rest = [e for e in errors if e is not first]
         return [_describe(first), *(_describe(e) for e in rest)]

@@ -1,0 +1,111 @@
+"""Start-up stays light: what ``import tether``, building an ``Agent`` and resuming a session
+load. Each check runs in a fresh interpreter and reads ``sys.modules``, so no timing is
+involved and a module-level import that brings a heavy dependency back fails here (the
+figures themselves are in ``bench/bench_resume.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+# Loaded only by the code that needs them: model SDKs and HTTP by a model adapter, MCP by a
+# configured server, rich and typer by the CLI, psycopg by the PostgreSQL store, jsonschema
+# by a user tool's schema or a call's validation, pydantic by a typed tool.
+NOT_AT_IMPORT = (
+    "openai",
+    "anthropic",
+    "httpx",
+    "httpx2",
+    "httpcore",
+    "httpcore2",
+    "mcp",
+    "rich",
+    "typer",
+    "psycopg",
+    "pydantic",
+    "jsonschema",
+    "asyncio",
+    "sqlite3",
+)
+# Building an agent with a scripted model and resuming a session of its own: the runtime
+# (and sqlite3 for the workspace database) is loaded, none of the optional machinery.
+NOT_AT_RESUME = (
+    "openai",
+    "anthropic",
+    "httpx",
+    "httpx2",
+    "mcp",
+    "rich",
+    "typer",
+    "psycopg",
+    "pydantic",
+    "jsonschema",
+    "asyncio",
+)
+
+
+def _loaded(code: str, cwd: Path | None = None) -> list[str]:
+    """The top-level packages of ``NOT_AT_IMPORT`` that ``code`` left in ``sys.modules``."""
+    probe = (
+        f"{code}\n"
+        "import sys, json\n"
+        "loaded = {m.split('.')[0] for m in sys.modules}\n"
+        f"print(json.dumps(sorted(loaded & {set(NOT_AT_IMPORT)!r})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+def test_import_tether_loads_no_sdk_cli_or_database() -> None:
+    assert _loaded("import tether") == []
+
+
+def test_the_cli_loads_no_sdk_mcp_or_database() -> None:
+    # Every `tether` command imports the whole CLI (typer registers each command): the
+    # command modules import their heavy machinery (MCP's asyncio, the SDKs) where used.
+    loaded = _loaded("import tether._cli")
+    assert sorted(set(loaded) & set(NOT_AT_RESUME) - {"rich", "typer"}) == []
+
+
+def test_the_probe_sees_a_loaded_package() -> None:
+    # The check above cannot pass vacuously: the same probe reports what is loaded.
+    assert _loaded("import tether, rich, jsonschema") == ["jsonschema", "rich"]
+
+
+def test_building_an_agent_and_resuming_load_no_optional_machinery(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps({"model": "scripted/startup", "responses": [{"content": "hello"}]}),
+        encoding="utf-8",
+    )
+    model = f"scripted:{script}"
+    run = (
+        "import tether\n"
+        f"with tether.Agent({model!r}, workspace={str(tmp_path)!r}) as agent:\n"
+        "    result = agent.run('hi')\n"
+        "assert result.status.value == 'completed', result\n"
+        "print(result.session_id)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", run], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    session = done.stdout.strip()
+    # A new process builds the agent and resumes the session (nothing is unfinished).
+    resume = (
+        "import tether\n"
+        f"with tether.Agent({model!r}, workspace={str(tmp_path)!r}) as agent:\n"
+        f"    assert agent.resume({session!r}).status.value == 'idle'\n"
+    )
+    assert sorted(set(_loaded(resume, cwd=tmp_path)) & set(NOT_AT_RESUME)) == []

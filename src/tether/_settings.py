@@ -310,7 +310,11 @@ def _normal(row: Setting, value: Any) -> Any:
         return tuple(value)
     if row.kind is Kind.CHOICE:
         assert row.choices is not None
-        return row.choices(value)
+        try:
+            return row.choices(value)
+        except ValueError:
+            known = ", ".join(c.value for c in row.choices)
+            raise ConfigurationError(f"{row.name} must be one of {known}, got {value!r}") from None
     if row.kind is Kind.PATH:
         return Path(value)
     return value

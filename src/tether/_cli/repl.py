@@ -210,6 +210,8 @@ class Repl:
             self.say("no session was started")
             return
         self.say(f"session {self.session}")
-        lines = continue_lines(self.session, self.status, repl=True, location=self.progress.location)
+        lines = continue_lines(
+            self.session, self.status, repl=True, location=self.progress.location
+        )
         for line in lines:
             self.say(line)

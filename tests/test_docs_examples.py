@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import subprocess
@@ -84,38 +83,18 @@ def test_the_pure_core_example_prints_what_its_comments_say() -> None:
         assert matches(got.replace("'", '"'), want), (got, want)
 
 
-def test_the_running_an_agent_example_runs(tmp_path: Path) -> None:
-    (tmp_path / "README.md").write_text("tether keeps agents durable.\n")
-    responses = [
-        {"tool_calls": [{"name": "read", "arguments": {"path": "README.md"}}]},
-        {
-            "tool_calls": [
-                {
-                    "name": "publish_report",
-                    "arguments": {"title": "README", "body": "tether keeps agents durable."},
-                }
-            ]
-        },
-        {"content": "Published the summary."},
-    ]
-    (tmp_path / "demo.json").write_text(
-        json.dumps({"model": "scripted/demo", "responses": responses})
-    )
-    code = python_block("from tether import Agent")
-    ran = run_python(code, tmp_path)
-    assert ran.returncode == 0, ran.stderr
-    lines = ran.stdout.splitlines()
-    events = [json.loads(line) for line in lines if line.startswith("{")]
-    kinds = [event["event"] for event in events]
-    assert "session" in kinds and "tool_finished" in kinds
-    assert all("_" not in key for event in events for key in event)
-    [status_line] = [line for line in lines if not line.startswith("{")]
-    want = next(e for e in expected_prints(code) if "result.status" not in e)
-    assert matches(status_line, want), (status_line, want)
-
-
-def test_the_effect_tool_example_compiles() -> None:
-    compile(python_block("class SendInvoice"), "README.md", "exec")
+def test_the_readme_library_examples_are_the_examples_scripts() -> None:
+    """The README's "Running an agent" and effect-tool blocks are the code of
+    examples/run_agent.py and examples/effect_tool.py, which tests/test_examples.py runs."""
+    agent = (ROOT / "examples" / "run_agent.py").read_text(encoding="utf-8")
+    assert python_block("from tether import Agent") in agent
+    effect = (ROOT / "examples" / "effect_tool.py").read_text(encoding="utf-8")
+    block = python_block("class SendInvoice")
+    assert block.split("\n\n", 1)[1] in effect  # the class, as the README shows it
+    compile(block, "README.md", "exec")
+    for path in DOCS:
+        for name in re.findall(r"scripted:(?:\.\./)*(examples/[\w./-]+\.json)", path.read_text()):
+            assert (ROOT / name).is_file(), f"{path.name} names {name}, which is not there"
 
 
 # --------------------------------------------------------------------------- the CLI lines

@@ -340,10 +340,15 @@ def test_approvals_use_the_store_variable_alone(
     `resume` carries it out once; the workspace's own effects.db holds no parked call."""
     env = {"TETHER_STORE_URL": pg_store}
     (ws / "tether.toml").write_text('[policy.tools]\nbash = "ask"\n')
+    # The count stays in the workspace: the sandbox lets bash write nowhere else.
+    count = {"command": 'echo "$TETHER_SESSION_ID" >> n.txt'}
+    script = json.loads(json.dumps(SCRIPT))
+    script["responses"][0]["tool_calls"][0]["arguments"] = count
+    (ws / "script.json").write_text(json.dumps(script))
     parked = tether("run", "go", "-m", "scripted:script.json", cwd=ws, env=env)
     assert parked.returncode == 67, parked.stderr
     assert "awaiting approval: call #1 (bash: " in parked.stderr
-    assert not (ws.parent / "n.txt").exists()
+    assert not (ws / "n.txt").exists()
     [row] = json.loads(tether("sessions", "--json", cwd=ws, env=env).stdout)
     session = row["id"]
     for extra in ((), ("--last",), ("--session", session[:13])):
@@ -352,7 +357,7 @@ def test_approvals_use_the_store_variable_alone(
         [request] = json.loads(listed.stdout)
         assert (request["id"], request["sessionId"]) == (1, session), extra
     shown = tether("approvals", cwd=ws, env=env)
-    assert "TETHER_FENCING_TOKEN" in shown.stdout and "tether approve 1" in shown.stdout
+    assert "$ echo" in shown.stdout and "tether approve 1" in shown.stdout
     # Not the file store: without the variable this workspace has no parked call.
     assert tether("approvals", "--json", cwd=ws).stdout.strip() == "[]"
     approved = tether("approve", "1", "--as", "alice", cwd=ws, env=env)
@@ -360,7 +365,7 @@ def test_approvals_use_the_store_variable_alone(
     assert f"tether resume {session}" in approved.stdout
     resumed = tether("resume", session, "-m", "scripted:script.json", cwd=ws, env=env)
     assert resumed.returncode == 0, resumed.stderr
-    assert len((ws.parent / "n.txt").read_text().splitlines()) == 1
+    assert (ws / "n.txt").read_text().split() == [session]  # carried out once
     again = tether("approve", "1", cwd=ws, env=env)
     assert again.returncode == 26 and "already approved by alice" in again.stderr
     assert tether("approvals", "--json", cwd=ws, env=env).stdout.strip() == "[]"

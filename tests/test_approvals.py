@@ -60,6 +60,9 @@ def test_a_parked_call_waits_and_runs_once_after_approval(ws: Path) -> None:
     assert "tether approve 1" in first.stderr
     assert not (ws / "counter.txt").exists()
     session_id, path = session_of(ws)
+    # The parked message names the resume once; no closing line repeats it.
+    assert first.stderr.count(f"tether resume {session_id}") == 1, first.stderr
+    assert "continue with" not in first.stderr
     [request] = parked(ws)
     assert request["status"] == "proposed"
     assert request["arguments"] == {"command": "echo 1 >> counter.txt"}

@@ -173,8 +173,9 @@ def test_run_prints_answer_progress_and_resume_command(workspace: Path) -> None:
     session_id, _ = only_session(workspace)
     assert "✓ read README.md → 22 B" in result.stderr
     assert "usage: input 270, output 20" in result.stderr
-    assert f"resume with: tether resume {session_id}" in result.stderr
-    assert f"tether run --session {session_id}" in result.stderr
+    # Completed: nothing is left to resume (following it would say "nothing to do").
+    assert "resume with" not in result.stderr
+    assert f"continue with: tether run --session {session_id}" in result.stderr
 
 
 def test_run_json_emits_one_event_per_line_and_a_result(workspace: Path) -> None:
@@ -215,7 +216,10 @@ def test_run_with_session_continues_the_conversation(workspace: Path) -> None:
     assert second.returncode == 0, second.stderr
     assert second.stdout == "second answer\n"
     resolved = workspace.resolve()
-    assert f"resume with: tether resume {session_id} --workspace {resolved}" in second.stderr
+    assert f"continue with: tether run --session {session_id} --workspace {resolved}" in (
+        second.stderr
+    )
+    assert "resume with" not in second.stderr
     assert only_session(workspace)[0] == session_id
     transcript = inspect_state(workspace, session_id)["transcript"]
     assert [m["content"] for m in transcript] == ["one", "first answer", "two", "second answer"]
@@ -291,7 +295,9 @@ def test_unreachable_endpoint_fails_durably(workspace: Path) -> None:
     assert secret not in result.stderr + result.stdout
     assert "run failed: model request failed (connection)" in result.stderr
     session_id, path = only_session(workspace)
-    assert f"resume with: tether resume {session_id}" in result.stderr
+    # The failed run is finished: `tether retry` runs it again, `resume` would do nothing.
+    assert f"retry with: tether retry {session_id}" in result.stderr
+    assert "resume with" not in result.stderr
     assert records(path, "stepFailed")[0]["error"]["code"] == "connection"
     [finished] = records(path, "operationFinished")
     assert finished["outcome"] == "failed"
@@ -494,14 +500,18 @@ def test_blocked_resume_explains_and_abort_gets_out(workspace: Path) -> None:
     assert "restore the configuration" in blocked.stderr
     assert f"tether resume {session_id} --abort" in blocked.stderr
     assert blocked.stdout == ""
+    # Blocked: the operation is unfinished, so the closing line offers the resume.
+    assert f"resume with: tether resume {session_id}" in blocked.stderr
+    assert "continue with" not in blocked.stderr
     as_json = run_cli("resume", session_id, "--model", edited, "--json", cwd=workspace)
     assert as_json.returncode == EXIT_BLOCKED
     final = json_lines(as_json.stdout)[-1]
     assert final["status"] == "blocked" and final["blockedReason"] == "configuration_changed"
 
-    aborted = run_cli("resume", session_id, "--abort", "--model", edited, "--json", cwd=workspace)
+    aborted = run_cli("resume", session_id, "--abort", "--model", edited, cwd=workspace)
     assert aborted.returncode == 0, aborted.stderr
-    assert json_lines(aborted.stdout)[-1]["status"] == "aborted"
+    assert "aborted" in aborted.stderr.splitlines()  # the line of status aborted
+    assert "resume with" not in aborted.stderr  # closed durably: nothing left to resume
     assert records(path, "operationFinished")[-1]["outcome"] == "aborted"
     assert inspect_state(workspace, session_id)["operation"]["kind"] == "idle"
 
@@ -527,7 +537,8 @@ def test_repl_reads_prompts_from_stdin(workspace: Path) -> None:
     assert "history compacted" in result.stderr
     assert "/compact" in result.stderr  # the help text
     assert "unknown command '/nope'" in result.stderr
-    assert f"resume with: tether resume {session_id}" in result.stderr
+    assert f"          or: tether repl --session {session_id}" in result.stderr
+    assert "resume with" not in result.stderr  # the last call completed
     assert len(records(path, "runStarted")) == 2
     assert records(path, "compactionStarted")
     assert any(f["kind"] == "entry" and f["entry"]["type"] == "compaction" for f in facts(path))
@@ -539,7 +550,8 @@ def test_bare_tether_starts_the_repl(workspace: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == "hi there\n"
     session_id, _ = only_session(workspace)
-    assert f"resume with: tether resume {session_id}" in result.stderr
+    assert f"continue with: tether run --session {session_id}" in result.stderr
+    assert "resume with" not in result.stderr
     no_model = run_cli(cwd=workspace, stdin="hello\n")
     assert no_model.returncode == 2
     one_error_line(no_model.stderr)

@@ -305,7 +305,8 @@ def test_the_store_variable_alone_serves_every_reading_command(
     ws: Path,
 ) -> None:
     """Issue 32, item 3: with only $TETHER_STORE_URL set, sessions, inspect (an id and
-    --last), show (an id and --last), resume and export all use the store."""
+    --last), show (an id and --last), resume, export and approvals (--last, --session: ids
+    only the store knows) all use the store."""
     env = {"TETHER_STORE_URL": pg_store}
     ran = tether("run", "go", "-m", "scripted:script.json", cwd=ws, env=env)
     assert ran.returncode == 0, ran.stderr
@@ -318,6 +319,8 @@ def test_the_store_variable_alone_serves_every_reading_command(
         ("show", "--last", "--json"),
         ("resume", session, "-m", "scripted:script.json"),
         ("export", session),
+        ("approvals", "--last", "--json"),
+        ("approvals", "--session", session, "--json"),
     ):
         done = tether(*args, cwd=ws, env=env)
         assert done.returncode == 0, (args, done.stderr)
@@ -325,6 +328,49 @@ def test_the_store_variable_alone_serves_every_reading_command(
     assert session in tether("show", "--last", "--json", cwd=ws, env=env).stdout
     inspected = json.loads(tether("inspect", "--last", "--json", cwd=ws, env=env).stdout)
     assert inspected["state"]["header"]["id"] == session
+    assert not (ws / ".tether" / "sessions").exists()  # nothing went to the file store
+
+
+def test_approvals_use_the_store_variable_alone(
+    pg_store: str,  # noqa: F811
+    ws: Path,
+) -> None:
+    """Issue 32: with only $TETHER_STORE_URL set, a call parked by a run on the store is in
+    the store's database: `tether approvals` lists it, `approve` decides it there, and
+    `resume` carries it out once; the workspace's own effects.db holds no parked call."""
+    env = {"TETHER_STORE_URL": pg_store}
+    (ws / "tether.toml").write_text('[policy.tools]\nbash = "ask"\n')
+    # The count stays in the workspace: the sandbox lets bash write nowhere else.
+    count = {"command": 'echo "$TETHER_SESSION_ID" >> n.txt'}
+    script = json.loads(json.dumps(SCRIPT))
+    script["responses"][0]["tool_calls"][0]["arguments"] = count
+    (ws / "script.json").write_text(json.dumps(script))
+    parked = tether("run", "go", "-m", "scripted:script.json", cwd=ws, env=env)
+    assert parked.returncode == 67, parked.stderr
+    assert "awaiting approval: call #1 (bash: " in parked.stderr
+    assert not (ws / "n.txt").exists()
+    [row] = json.loads(tether("sessions", "--json", cwd=ws, env=env).stdout)
+    session = row["id"]
+    for extra in ((), ("--last",), ("--session", session[:13])):
+        listed = tether("approvals", "--json", *extra, cwd=ws, env=env)
+        assert listed.returncode == 0, (extra, listed.stderr)
+        [request] = json.loads(listed.stdout)
+        assert (request["id"], request["sessionId"]) == (1, session), extra
+    shown = tether("approvals", cwd=ws, env=env)
+    assert "$ echo" in shown.stdout and "tether approve 1" in shown.stdout
+    # Not the file store: without the variable this workspace has no parked call.
+    assert tether("approvals", "--json", cwd=ws).stdout.strip() == "[]"
+    approved = tether("approve", "1", "--as", "alice", cwd=ws, env=env)
+    assert approved.returncode == 0, approved.stderr
+    assert f"tether resume {session}" in approved.stdout
+    resumed = tether("resume", session, "-m", "scripted:script.json", cwd=ws, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (ws / "n.txt").read_text().split() == [session]  # carried out once
+    again = tether("approve", "1", cwd=ws, env=env)
+    assert again.returncode == 26 and "already approved by alice" in again.stderr
+    assert tether("approvals", "--json", cwd=ws, env=env).stdout.strip() == "[]"
+    denied = tether("deny", "7", "--why", "no", cwd=ws, env=env)
+    assert denied.returncode == 25 and "no parked call #7" in denied.stderr
     assert not (ws / ".tether" / "sessions").exists()  # nothing went to the file store
 
 

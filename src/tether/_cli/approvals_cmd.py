@@ -7,6 +7,10 @@ a ``write``/``edit`` against the file as it is now), and record a decision with 
 it; ``tether resume SESSION`` then carries it out. A call whose arguments or files changed
 since it was proposed cannot be approved (it is void; the next resume proposes it again).
 
+With a shared store (``--store``, else ``$TETHER_STORE_URL``, else ``[store] url``, as the
+agent commands choose it) the parked calls are in the store's database, where every worker
+parks them: any terminal that reaches the database decides them.
+
 Exit status: 0 done, 2 usage error, 25 no such parked call, 26 already decided or void.
 """
 
@@ -32,6 +36,7 @@ from tether._cli.common import (
     workspace_root,
 )
 from tether._cli.session_pick import LastOption, session_id_for
+from tether._cli.store_cmd import StoreUrlOption, default_store
 from tether._effects.approvals import ApprovalRequest, ApprovalStore, parse_request_id
 from tether._stores.file import sessions_dir_for
 from tether._wsdb.sqlite import EffectsDB, effects_db_path, format_ms
@@ -71,10 +76,35 @@ def register(app: typer.Typer) -> None:
     app.command("deny")(deny)
 
 
-def _open(root: Path) -> EffectsDB | None:
+def _open(root: Path, url: str | None) -> EffectsDB | None:
+    """The database holding the parked calls: the shared store's (``url``), else the
+    workspace's ``effects.db`` (``None`` when it does not exist: nothing was parked)."""
+    if url is not None:
+        from tether._stores.postgres import is_store_url
+        from tether._wsdb.postgres import PostgresEffectsDB
+
+        if not is_store_url(url):
+            raise ConfigurationError("a store URL must start with postgresql:// or postgres://")
+        return PostgresEffectsDB.open_url(url)
     if not effects_db_path(root).exists():
         return None
     return EffectsDB.open_workspace(root)
+
+
+def _session(session: str | None, last: bool, root: Path, url: str | None) -> str | None:
+    """The session ``--session``/``--last`` name, in the store at ``url`` or the files."""
+    if url is None:
+        return session_id_for(session, last, sessions_dir_for(root))
+    if session is not None and last:
+        raise ConfigurationError("give --session or --last, not both")
+    from tether._cli.store_cmd import newest_store_session, open_store
+
+    if last:
+        return newest_store_session(url)
+    if session is None:
+        return None
+    with open_store(url) as sessions:
+        return sessions.resolve(session)
 
 
 def _who(name: str | None) -> str:
@@ -101,6 +131,7 @@ def approvals(
         bool, typer.Option("--all", help="Also the decided and void calls.")
     ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+    store: StoreUrlOption = None,
 ) -> None:
     """List the calls waiting for a decision, with what each would do in full.
 
@@ -112,8 +143,9 @@ def approvals(
     """
     with handle_errors():
         root = workspace_root(workspace)
-        session = session_id_for(session, last, sessions_dir_for(root))
-        db = _open(root)
+        url = default_store(store)
+        session = _session(session, last, root, url)
+        db = _open(root, url)
         requests: list[ApprovalRequest] = []
         if db is not None:
             try:
@@ -164,7 +196,14 @@ def approvals(
 
 
 def _decide(
-    workspace: Path | None, ident: str, *, approve: bool, who: str, why: str | None, always: bool
+    workspace: Path | None,
+    store_url: str | None,
+    ident: str,
+    *,
+    approve: bool,
+    who: str,
+    why: str | None,
+    always: bool,
 ) -> ApprovalRequest:
     from tether._completion.verify import workspace_scanner
     from tether._project import load_project_config
@@ -172,7 +211,7 @@ def _decide(
 
     request_id = parse_request_id(ident)
     root = workspace_root(workspace)
-    db = _open(root)
+    db = _open(root, default_store(store_url))
     if db is None:
         raise ApprovalNotFound(f"no parked call #{request_id}: this workspace has none")
     try:
@@ -212,6 +251,7 @@ def approve(
     ] = False,
     who: AsOption = None,
     workspace: WorkspaceOption = None,
+    store: StoreUrlOption = None,
 ) -> None:
     """Approve a parked call; `tether resume SESSION` then runs it.
 
@@ -225,7 +265,9 @@ def approve(
         tether approve 3 --always
     """
     with handle_errors():
-        decided = _decide(workspace, ident, approve=True, who=_who(who), why=None, always=always)
+        decided = _decide(
+            workspace, store, ident, approve=True, who=_who(who), why=None, always=always
+        )
         extra = " (and later calls under the same rule)" if always else ""
         typer.echo(
             f"approved call #{decided.id}{extra} as {decided.decided_by}; carry it out with: "
@@ -243,6 +285,7 @@ def deny(
     ],
     who: AsOption = None,
     workspace: WorkspaceOption = None,
+    store: StoreUrlOption = None,
 ) -> None:
     """Deny a parked call: it never runs; the model is told why on the next resume.
 
@@ -254,7 +297,7 @@ def deny(
         if not why.strip():
             raise ConfigurationError("--why needs a reason")
         decided = _decide(
-            workspace, ident, approve=False, who=_who(who), why=one_line(why), always=False
+            workspace, store, ident, approve=False, who=_who(who), why=one_line(why), always=False
         )
         typer.echo(
             f"denied call #{decided.id} as {decided.decided_by}; the model is told on: "

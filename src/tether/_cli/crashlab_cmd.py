@@ -6,18 +6,27 @@ import json
 import os
 import shlex
 import tempfile
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from tether._cli.common import EXIT_USAGE, InputError, emit_json, fail, handle_errors, printable
 from tether._inputs import deeper_than
 from tether.core.arguments import MAX_ARGUMENT_DEPTH
 from tether.errors import EXIT_FAILED, EXIT_OK, InputTooDeep
 from tether.testing.crashlab.matrix import (
+    SAMPLE_IN_EVERY_SCENARIO,
     Case,
     CaseResult,
     Discovery,
@@ -168,6 +177,15 @@ def crashlab(
             metavar="SYSCALL[@N][:ERRNO]",
         ),
     ] = None,
+    sample: Annotated[
+        bool,
+        typer.Option(
+            "--sample",
+            help="A representative sample of the matrix (what make demo runs): every boundary "
+            "at least once, before_effect/after_effect in every scenario, every scenario at "
+            "least once; the runs left out are counted.",
+        ),
+    ] = False,
     store: Annotated[
         str | None,
         typer.Option(
@@ -192,6 +210,8 @@ def crashlab(
     Examples:
 
         tether crashlab
+
+        tether crashlab --sample
 
         tether crashlab --scenario publish-report --boundary after_effect
 
@@ -222,6 +242,7 @@ def crashlab(
                 "--tool": tool is not None,
                 "--store": store is not None,
                 "--durability": durability != "durable",
+                "--sample": sample,
             },
         )
         if power_loss:
@@ -292,6 +313,7 @@ def crashlab(
             reproduce=_reproducer(tool, args_json, durability),
             skipped=skipped,
             store=store,
+            sample=sample,
         )
         try:
             result = _run(options, json_output, fork)
@@ -443,18 +465,22 @@ def _run(options: LabOptions, json_output: bool, fork: bool) -> LabResult:
     if not json_output:
         names = ", ".join(s.name for s in options.scenarios)
         mode = "fork server" if fork else "fresh interpreters"
+        # soft_wrap: a long header is folded by the terminal, never cut by rich.
         err.print(
             f"tether crash lab: {len(options.scenarios)} scenarios ({names}); "
             f"durability={options.durability} ({_DURABILITY[options.durability]}); "
-            f"jobs={options.jobs} ({mode})"
+            f"jobs={options.jobs} ({mode})",
+            soft_wrap=True,
         )
         for name, reason in options.skipped:
-            err.print(f"[yellow]skipped {name}[/]: {printable(reason)}")
+            err.print(f"[yellow]skipped {name}[/]: {printable(reason)}", soft_wrap=True)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
         TextColumn("{task.fields[status]}"),
         console=err,
         disable=quiet,
@@ -464,16 +490,20 @@ def _run(options: LabOptions, json_output: bool, fork: bool) -> LabResult:
         failed = 0
         done = 0
         total = 0
+        started = 0.0
         # Not on a terminal (CI, make demo | tee): plain lines every tenth of the runs.
         plain = not json_output and not err.is_terminal
         if plain:
             err.print("discovering boundaries…")
 
         def hook(event: str, payload: Any) -> None:
-            nonlocal failed, done, total
+            nonlocal failed, done, total, started
             if event == "discovered":
                 discoveries: list[Discovery] = payload
                 total = sum(len(d.cases) for d in discoveries)
+                started = time.monotonic()
+                if options.sample and not json_output:
+                    err.print(sample_note(discoveries), soft_wrap=True, markup=False)
                 progress.update(task, description="crash runs", total=total, completed=0)
                 if plain:
                     err.print(f"crash runs: 0/{total}")
@@ -485,7 +515,8 @@ def _run(options: LabOptions, json_output: bool, fork: bool) -> LabResult:
                 progress.update(task, advance=1, status=status)
                 if plain and (done == total or done % max(1, total // 10) == 0):
                     extra = f", {failed} failed" if failed else ""
-                    err.print(f"crash runs: {done}/{total}{extra}", markup=False)
+                    left = _estimate(time.monotonic() - started, done, total)
+                    err.print(f"crash runs: {done}/{total}{extra}{left}", markup=False)
 
         result = run_lab(options, hook)
     if not json_output:
@@ -497,10 +528,33 @@ def _run(options: LabOptions, json_output: bool, fork: bool) -> LabResult:
             else "effects recovery: NOT wired into the executor — write/edit/publish_report "
             "crashes end `interrupted` (outcome unknown, never repeated) and are only counted"
         )
-        err.print(note)
+        err.print(note, soft_wrap=True)
         kept = f"; run folders kept in {result.workdir}" if result.workdir.exists() else ""
-        err.print(f"wall time {result.wall_seconds:.1f} s{kept}", markup=False)
+        err.print(f"wall time {result.wall_seconds:.1f} s{kept}", markup=False, soft_wrap=True)
     return result
+
+
+def _estimate(elapsed: float, done: int, total: int) -> str:
+    """``, about 40 s left`` from the pace so far (nothing once every run is done)."""
+    if done >= total or done <= 0:
+        return ""
+    return f", about {elapsed / done * (total - done):.0f} s left"
+
+
+def sample_note(discoveries: list[Discovery]) -> str:
+    """What a ``--sample`` runs and what it leaves to the whole lab (``make crashlab``)."""
+    runs = sum(len(d.cases) for d in discoveries)
+    left = sum(len(d.left_out) for d in discoveries)
+    boundaries = len({c.boundary for d in discoveries for c in d.cases})
+    scenarios = sum(1 for d in discoveries if d.cases)
+    every = "/".join(SAMPLE_IN_EVERY_SCENARIO)
+    return (
+        f"representative sample: {runs} of {runs + left} crash runs: all {boundaries} "
+        f"boundaries at least once, {every} in every scenario that reaches them, all "
+        f"{scenarios} scenarios; left for the whole lab ({left} runs: the other hits of each "
+        f"boundary and the other scenarios at each boundary): `make crashlab` "
+        f"(tether crashlab)"
+    )
 
 
 def _unreached(result: LabResult, specs: list[str]) -> None:

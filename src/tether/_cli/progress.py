@@ -97,20 +97,36 @@ def resume_command(session_id: str, location: str = "") -> str:
     return f"tether resume {session_id}{location}"
 
 
+# The closing lines after a call, by the status it ended with: whether ``tether resume``
+# has anything left to do (a completed, aborted, failed or idle session has not: following
+# it would only say "nothing to do"), and whether the conversation can go on. A parked call
+# names its ``tether resume`` in its own message, so it is not repeated; ``None`` (the REPL
+# before any call ended, or after an error) may have left an operation unfinished.
+_CLOSING: dict[str | None, tuple[str | None, bool]] = {
+    # status: (the first line, or None; whether "continue with" follows)
+    "completed": (None, True),
+    "aborted": (None, True),
+    "idle": (None, True),
+    "failed": ("retry with: tether retry {session}{location}", True),
+    "blocked": ("resume with: tether resume {session}{location}", False),
+    "awaiting_approval": (None, False),
+    "stopped": ("resume with: tether resume {session}{location}", True),
+    None: ("resume with: tether resume {session}{location}", True),
+}
+
+
 def continue_lines(
     session_id: str, status: str | None, *, repl: bool = False, location: str = ""
 ) -> list[str]:
-    """The closing lines: the commands that resume or continue the session.
+    """The closing lines: the commands that resume, retry or continue the session.
 
-    ``status`` is the :class:`~tether._runtime.results.RunStatus` value of the last call;
-    ``location`` the flags that find the session from the current directory.
+    ``status`` is the :class:`~tether._runtime.results.RunStatus` value of the last call
+    (``None``: not known); ``location`` the flags that find the session from the current
+    directory.
     """
-    lines = [f"resume with: {resume_command(session_id, location)}"]
-    if status == "idle":
-        lines = []  # nothing is unfinished: there is nothing to resume
-    if status == "awaiting_approval":
-        lines[0] = f"after deciding, resume with: {resume_command(session_id, location)}"
-    if status not in ("blocked", "awaiting_approval"):
+    first, goes_on = _CLOSING.get(status, _CLOSING[None])
+    lines = [] if first is None else [first.format(session=session_id, location=location)]
+    if goes_on:
         lines.append(f'continue with: tether run --session {session_id}{location} "…"')
         if repl:
             lines.append(f"          or: tether repl --session {session_id}{location}")

@@ -104,6 +104,9 @@ class Repl:
         self.agent = agent
         self.progress = progress
         self.session = session
+        self.status: str | None = None
+        """How the last call ended (``None``: no call yet, or it raised): the closing lines
+        offer ``tether resume`` only where something may be unfinished."""
         self.interactive = sys.stdin.isatty()
 
     def say(self, text: str) -> None:
@@ -173,7 +176,7 @@ class Repl:
             else:
                 self.say(f"session {self.session}")
                 for line in continue_lines(
-                    self.session, None, repl=True, location=self.progress.location
+                    self.session, self.status, repl=True, location=self.progress.location
                 ):
                     self.say(line)
         elif name == "/compact":
@@ -192,11 +195,13 @@ class Repl:
             with agent_errors():
                 result: RunResult = call_agent(self.agent, self.progress, action)
         except typer.Exit:
+            self.status = None
             # The error line was printed; a session opened before the error is kept.
             if self.agent.last_session is not None and self.session is None:
                 self.session = self.agent.last_session
             return None
         self.session = result.session_id
+        self.status = result.status.value
         self.progress.result(result, closing=False)
         return result
 
@@ -205,5 +210,8 @@ class Repl:
             self.say("no session was started")
             return
         self.say(f"session {self.session}")
-        for line in continue_lines(self.session, None, repl=True, location=self.progress.location):
+        lines = continue_lines(
+            self.session, self.status, repl=True, location=self.progress.location
+        )
+        for line in lines:
             self.say(line)

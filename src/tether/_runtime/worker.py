@@ -355,7 +355,9 @@ class Worker:
             # it at once, so a submit or another worker can have it.
             agent.release()
         status = result.status
-        if status is RunStatus.BLOCKED:
+        # A call parked for approval (a run or resume without a terminal on the store; a
+        # worker's own agent denies instead) waits for a person, as a blocked one does.
+        if status in (RunStatus.BLOCKED, RunStatus.AWAITING_APPROVAL):
             sessions.park(session)
         if status is RunStatus.STOPPED:
             # Released above (agent.release()): queued again for any worker at once.

@@ -17,9 +17,9 @@ created with the schema, once per database.
 
 :class:`SplitWorkspaceDB` is what an agent on the shared store uses: the action journal of
 file-change tools stays in the workspace's own ``effects.db`` (it describes the files on
-this workspace's disk), every other table — reviews, authorizations, verifications and
-failures — is in PostgreSQL, so any worker can recover any session's effects and any person
-can resolve its reviews.
+this workspace's disk), every other table — reviews, authorizations, parked approvals,
+verifications and failures — is in PostgreSQL, so any worker can recover any session's
+effects and any person can resolve its reviews and decide its parked calls.
 """
 
 from __future__ import annotations
@@ -43,7 +43,14 @@ __all__ = ["PostgresEffectsDB", "SplitWorkspaceDB", "translate"]
 LOCK_KEY: Final = 7403122
 """The advisory lock every write transaction takes (the ``BEGIN IMMEDIATE`` of SQLite)."""
 _ID_TABLES: Final = frozenset(
-    {"journal_history", "evidence", "review_items", "reconciliations", "authorizations"}
+    {
+        "journal_history",
+        "evidence",
+        "review_items",
+        "reconciliations",
+        "authorizations",
+        "approval_requests",
+    }
 )
 _INSERT = re.compile(r"^\s*INSERT\s+(OR\s+IGNORE\s+)?INTO\s+(\w+)", re.IGNORECASE)
 
@@ -337,10 +344,10 @@ class SplitWorkspaceDB:
         return self.local.journal
 
     @property
-    def approvals(self) -> None:
-        """None: parked approvals are not shared between workers (yet); a call nobody can
-        be asked about is denied."""
-        return None
+    def approvals(self) -> Any:
+        """In PostgreSQL: a call parked by one worker is decided from any terminal that
+        reaches the database (``tether approvals --store``) and carried out by any worker."""
+        return self.shared.approvals
 
     @property
     def reviews(self) -> Any:

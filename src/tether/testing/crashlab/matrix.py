@@ -16,6 +16,10 @@ repeats is its own case. For each case it then
    only where allowed, each with a reason; the second resume appended nothing and changed
    no effect.
 
+``sample=True`` (``tether crashlab --sample``, what ``make demo`` runs) narrows the matrix
+to a representative sample (:func:`sample_cases`): every boundary at least once, the crash
+points around an effect in every scenario, every scenario at least once.
+
 Child processes come from a fork server per worker (:mod:`tether.testing.crashlab.child` ``serve``)
 unless ``fork=False``: a forked job is a real process killed by a real ``SIGKILL``, it only
 skips the interpreter start-up and the imports.
@@ -56,8 +60,10 @@ from tether.testing.crashlab.child import (
 from tether.testing.crashlab.scenarios import EffectSpec, Scenario
 
 __all__ = [
+    "SAMPLE_IN_EVERY_SCENARIO",
     "Case",
     "CaseResult",
+    "Discovery",
     "LabOptions",
     "LabResult",
     "effects_integrated",
@@ -67,6 +73,7 @@ __all__ = [
     "prepare_run_dir",
     "resume_and_evaluate",
     "run_lab",
+    "sample_cases",
     "session_log_path",
 ]
 
@@ -657,6 +664,8 @@ class LabOptions:
     fork: bool = True
     reproduce: Callable[[Case], str] | None = None
     skipped: Sequence[tuple[str, str]] = ()
+    sample: bool = False
+    """Run a representative sample of the matrix (:func:`sample_cases`), not all of it."""
 
 
 @dataclass
@@ -667,7 +676,9 @@ class Discovery:
     baseline: CaseResult
     hits: int
     cases: list[Case] = field(default_factory=list)
-    """The cases to run (``reached`` filtered by ``--boundary``)."""
+    """The cases to run (``reached`` filtered by ``--boundary``, then sampled)."""
+    left_out: list[Case] = field(default_factory=list)
+    """The cases the whole matrix has and a sample leaves out."""
 
 
 @dataclass
@@ -744,6 +755,61 @@ def _matrix(scenario: Scenario, hits: list[str]) -> list[Case]:
         seen[name] += 1
         cases.append(Case(scenario.name, name, seen[name]))
     return cases
+
+
+SAMPLE_IN_EVERY_SCENARIO = ("before_effect", "after_effect")
+"""The crash points on either side of a tool's effect, where a duplicate effect would be
+born: a sample runs them in every scenario that reaches them."""
+
+
+def sample_cases(discoveries: Sequence[Discovery]) -> None:
+    """Narrow every discovery's ``cases`` to a representative sample (the rest go to
+    ``left_out``), chosen in three passes, each case at the middle hit of its boundary in its
+    scenario (the first and last store writes are the header and the closing fact; the
+    middle of a run is where its work is):
+
+    1. every boundary of :data:`SAMPLE_IN_EVERY_SCENARIO` in every scenario that reaches it;
+    2. every other boundary once, in the scenario with the fewest sampled cases so far
+       among those that reach it (the first one listed on a tie): the boundaries are spread
+       over the scenarios;
+    3. a scenario still without a case gets its boundary sampled least often so far.
+    """
+    hits: dict[tuple[str, str], list[Case]] = {}
+    for discovery in discoveries:
+        for case in discovery.cases:
+            hits.setdefault((case.scenario, case.boundary), []).append(case)
+
+    def middle(scenario: str, boundary: str) -> Case:
+        cases = sorted(hits[(scenario, boundary)], key=lambda c: c.hit)
+        return cases[(len(cases) - 1) // 2]
+
+    chosen: dict[str, list[Case]] = {d.scenario.name: [] for d in discoveries}
+    sampled: Counter[str] = Counter()
+
+    def take(scenario: str, boundary: str) -> None:
+        chosen[scenario].append(middle(scenario, boundary))
+        sampled[boundary] += 1
+
+    names = list(chosen)
+    for scenario in names:
+        for boundary in SAMPLE_IN_EVERY_SCENARIO:
+            if (scenario, boundary) in hits:
+                take(scenario, boundary)
+    boundaries = dict.fromkeys(b for d in discoveries for b in (c.boundary for c in d.cases))
+    for boundary in boundaries:
+        if sampled[boundary]:
+            continue
+        reaching = [n for n in names if (n, boundary) in hits]
+        take(min(reaching, key=lambda n: (len(chosen[n]), names.index(n))), boundary)
+    for discovery in discoveries:
+        name = discovery.scenario.name
+        if not chosen[name] and discovery.cases:
+            own = dict.fromkeys(c.boundary for c in discovery.cases)
+            take(name, min(own, key=lambda b: (sampled[b], list(own).index(b))))
+    for discovery in discoveries:
+        keep = set(chosen[discovery.scenario.name])
+        discovery.left_out = [c for c in discovery.cases if c not in keep]
+        discovery.cases = [c for c in discovery.cases if c in keep]
 
 
 def _select(cases: list[Case], wanted: list[tuple[str, int | None]]) -> list[Case]:
@@ -939,6 +1005,8 @@ def run_lab(options: LabOptions, progress: ProgressHook | None = None) -> LabRes
             discovery.cases = _select(discovery.reached, wanted)
             if discovery.baseline.verdict != "fail" and not options.keep:
                 shutil.rmtree(Path(discovery.baseline.run_dir or base / "none"), ignore_errors=True)
+        if options.sample:
+            sample_cases(discoveries)
         if progress is not None:
             progress("discovered", discoveries)
         by_name = {s.name: s for s in options.scenarios}

@@ -1,0 +1,2 @@
+def add(a: int, b: int) -> int:
+    return a + b

@@ -316,7 +316,7 @@ def test_crash_before_tool_started_with_a_lost_db_never_counts_as_allowed(
         assert "lost with the effects database" in result
 
 
-BASH = {"id": "b", "name": "bash", "arguments": {"command": "echo 1 >> ../runs.txt"}}
+BASH = {"id": "b", "name": "bash", "arguments": {"command": "echo 1 >> runs.txt"}}
 
 
 @pytest.mark.parametrize("loss", ["kept", "lost", "fresh"])
@@ -327,13 +327,13 @@ def test_a_persons_deny_before_a_crash_never_becomes_a_run(tmp_path: Path, loss:
     ws = make_workspace(tmp_path, script(calls(BASH), DONE))
     crashed = child("run", ws, "--ask", "no", "--repl", crash_at="authorized")
     assert crashed.returncode == KILLED, crashed.stderr
-    assert (tmp_path / "asked.txt").read_text().startswith("bash echo 1 >> ../runs.txt")
+    assert (tmp_path / "asked.txt").read_text().startswith("bash echo 1 >> runs.txt")
     if loss != "kept":
         lose_effects_db(ws, loss, tmp_path)
     session, log = only_session(ws)
     resumed = json.loads(child("resume", ws, session).stdout)  # no terminal, no policy
     assert resumed["status"] == "completed"
-    assert not (tmp_path / "runs.txt").exists()  # never ran
+    assert not (ws / "runs.txt").exists()  # never ran
     (result,) = tool_results(log)
     assert result.startswith("Error: permission denied")
     if loss == "kept":
@@ -352,7 +352,7 @@ def test_a_deny_rule_denies_whatever_happened_to_the_db(tmp_path: Path) -> None:
     session, log = only_session(ws)
     resumed = json.loads(child("resume", ws, session, "--ask", "yes").stdout)
     assert resumed["status"] == "completed"
-    assert not (tmp_path / "runs.txt").exists()
+    assert not (ws / "runs.txt").exists()
     (result,) = tool_results(log)
     assert result.startswith("Error: permission denied") and "runs.txt" in result
 

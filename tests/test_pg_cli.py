@@ -29,7 +29,7 @@ SCRIPT = {
                     "id": "c1",
                     "name": "bash",
                     "arguments": {
-                        "command": 'echo "$TETHER_SESSION_ID:$TETHER_FENCING_TOKEN" >> ../n.txt'
+                        "command": 'echo "$TETHER_SESSION_ID:$TETHER_FENCING_TOKEN" >> n.txt'
                     },
                 }
             ],
@@ -85,7 +85,7 @@ def test_submit_worker_sessions_inspect_export_import(pg_url: str, ws: Path) -> 
     assert [row["status"] for row in listed] == ["queued"] * 3
     worker = tether("worker", *store, *model, "--until-empty", "-c", "2", cwd=ws)
     assert worker.returncode == 0, worker.stderr
-    counted = sorted((ws.parent / "n.txt").read_text().split())
+    counted = sorted((ws / "n.txt").read_text().split())
     assert counted == sorted(f"{s}:2" for s in ids)  # epoch 2: submit held 1
     listed = json.loads(tether("sessions", *store, "--json", cwd=ws).stdout)
     assert {row["status"] for row in listed} == {"idle"}
@@ -553,5 +553,5 @@ def test_submit_from_a_file_works_on_the_file_store(tmp_path: Path) -> None:
     assert sorted(f.stem.split("_", 1)[1] for f in files) == sorted(ids)
     resumed = tether("resume", ids[1], *model, cwd=ws)
     assert resumed.returncode == 0 and resumed.stdout.strip() == "Done.", resumed.stderr
-    [counted] = (ws.parent / "n.txt").read_text().split()
+    [counted] = (ws / "n.txt").read_text().split()
     assert counted.startswith(f"{ids[1]}:")

@@ -54,7 +54,7 @@ EXIT_FENCED = 11
 
 
 def _bash(call: str, pause: float) -> str:
-    return f'echo "$TETHER_SESSION_ID:{call}" >> ../counter.txt; sleep {pause}'
+    return f'echo "$TETHER_SESSION_ID:{call}" >> counter.txt; sleep {pause}'
 
 
 def _script(pause: float = 0.15) -> dict[str, object]:
@@ -95,7 +95,7 @@ class Farm:
         self.url = url
         self.workspace = root / "ws"
         (self.workspace / ".tether").mkdir(parents=True)
-        self.counter = root / "counter.txt"
+        self.counter = self.workspace / "counter.txt"
         self.script = root / "script.json"
         self.script.write_text(json.dumps(_script(pause)))
         self.procs: list[subprocess.Popen[bytes]] = []

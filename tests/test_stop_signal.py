@@ -25,7 +25,7 @@ from tether.testing import ScriptedModel
 
 
 def _script() -> dict[str, Any]:
-    bash = {"command": "echo ran >> ../counter.txt"}
+    bash = {"command": "echo ran >> counter.txt"}
     return {
         "model": "scripted/stop-signal",
         "responses": [
@@ -85,7 +85,7 @@ def test_a_stop_during_a_tool_call_ends_the_drive_after_its_result(workspace: Pa
     tool_messages = [m for m in state.transcript if m["role"] == "tool"]
     assert len(tool_messages) == 1
     assert "interrupted" not in str(tool_messages[0]["content"]).lower()
-    assert (workspace.parent / "counter.txt").read_text() == "ran\n"
+    assert (workspace / "counter.txt").read_text() == "ran\n"
     assert "abortRequested" not in _record_types(path)
 
     again = _agent(workspace)
@@ -95,7 +95,7 @@ def test_a_stop_during_a_tool_call_ends_the_drive_after_its_result(workspace: Pa
         again.close()
     assert finished.status is RunStatus.COMPLETED
     assert finished.text == "All done."
-    assert (workspace.parent / "counter.txt").read_text() == "ran\nran\n"
+    assert (workspace / "counter.txt").read_text() == "ran\nran\n"
 
 
 def test_without_a_signal_the_drive_runs_to_its_end(workspace: Path) -> None:
@@ -107,7 +107,7 @@ def test_without_a_signal_the_drive_runs_to_its_end(workspace: Path) -> None:
     finally:
         agent.close()
     assert result.status is RunStatus.COMPLETED
-    assert (workspace.parent / "counter.txt").read_text() == "ran\nran\n"
+    assert (workspace / "counter.txt").read_text() == "ran\nran\n"
 
 
 def test_a_stop_set_before_the_drive_changes_nothing(workspace: Path) -> None:
@@ -131,7 +131,7 @@ def test_a_repeated_failure_noted_before_the_stop_still_ends_the_run(workspace: 
     # The second identical failing call is a repeated failure: a stop condition the
     # executor holds in memory until its next plan. A stop arriving during that call must
     # not drop it: the run ends failed, as without the stop.
-    fail = {"command": "echo failing >> ../counter.txt; exit 3"}
+    fail = {"command": "echo failing >> counter.txt; exit 3"}
     script = {
         "model": "scripted/stop-signal",
         "responses": [

@@ -12,6 +12,13 @@
   caller's thread: the first-byte timeout until the first line arrives, then the idle
   timeout between lines, and the cancel event. Deltas (answer text, reasoning text) are
   handed to ``on_delta`` on the caller's thread.
+* **One connection, kept alive.** The pool puts a connection back only when its response
+  was read to the end; a stream abandoned at its last event (``[DONE]``, ``message_stop``)
+  is closed instead, and the next request pays a new connection (a TLS handshake against a
+  provider). So an adapter reads the body to its end after the last event
+  (:func:`drain`), having first handed the complete answer over with ``emit(Settled(...))``:
+  a server that stalls or drops the connection after its last event can no longer turn a
+  complete answer into a timeout or an error.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ __all__ = [
     "Delta",
     "DeltaSink",
     "SSEDecoder",
+    "Settled",
+    "drain",
     "run_stream",
     "tracked_http_client",
 ]
@@ -53,6 +62,13 @@ class Delta:
 
 
 DeltaSink = Callable[[Delta], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """The complete answer, handed to :func:`run_stream` before the body is drained."""
+
+    value: Any
 
 
 class SSEDecoder:
@@ -197,8 +213,9 @@ def tracked_http_client(tracker: ConnectionTracker, timeout: httpx2.Timeout) -> 
 # -- the watchdog -----------------------------------------------------------------------------
 
 
-Emit = Callable[[Delta | None], None]
-"""What the worker calls: ``emit(None)`` when bytes arrived, ``emit(delta)`` for a delta."""
+Emit = Callable[[Delta | Settled | None], None]
+"""What the worker calls: ``emit(None)`` when bytes arrived, ``emit(delta)`` for a delta,
+``emit(Settled(answer))`` when the answer is complete (what is still read is only drained)."""
 
 
 def run_stream(
@@ -216,11 +233,13 @@ def run_stream(
     Before the first ``emit`` the call fails with ``timeout`` after ``first_byte_timeout``
     seconds, afterwards after ``idle_timeout`` seconds without an ``emit``; ``cancel``
     fails it with ``aborted``. Both shut the connection down first. Exceptions of
-    ``work`` are re-raised on the caller's thread.
+    ``work`` are re-raised on the caller's thread. Once ``work`` emitted a
+    :class:`Settled` answer, that answer is the result whatever happens next (a timeout
+    or cancel while the body drains returns it; the drain goes on on its own thread).
     """
     inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
 
-    def emit(delta: Delta | None) -> None:
+    def emit(delta: Delta | Settled | None) -> None:
         inbox.put(("delta", delta))
 
     def target() -> None:
@@ -233,12 +252,18 @@ def run_stream(
     worker.start()
     last = time.monotonic()
     seen = False
+    settled: Settled | None = None
     while True:
         limit = idle_timeout if seen else first_byte_timeout
         remaining = last + limit - time.monotonic()
         try:
             kind, value = inbox.get(timeout=max(min(_POLL, remaining), 0.0))
         except queue.Empty:
+            if settled is not None and (
+                (cancel is not None and cancel.is_set()) or time.monotonic() - last >= limit
+            ):
+                tracker.abort()  # the drain stalled: give the connection up, keep the answer
+                return settled.value  # type: ignore[no-any-return]
             if cancel is not None and cancel.is_set():
                 tracker.abort()
                 raise ModelError("aborted", "Operation aborted") from None
@@ -257,19 +282,36 @@ def run_stream(
         if kind == "delta":
             seen = True
             last = time.monotonic()
+            if isinstance(value, Settled):
+                settled = value
+                continue
             if value is not None and on_delta is not None:
                 try:
                     on_delta(value)
                 except BaseException:
                     tracker.abort()  # the caller is going away: so is the request
                     raise
-            if cancel is not None and cancel.is_set():
+            if cancel is not None and cancel.is_set() and settled is None:
                 tracker.abort()
                 raise ModelError("aborted", "Operation aborted")
             continue
         if kind == "error":
+            if settled is not None:
+                return settled.value  # type: ignore[no-any-return]
             raise value
         return value  # type: ignore[no-any-return]
+
+
+def drain(lines: Iterator[Any]) -> None:
+    """Read what is left of a body after its last event, so its connection is kept.
+
+    A server that breaks the connection at this point cost nothing: the answer is
+    complete, and the pool simply does not keep that connection."""
+    try:
+        for _ in lines:
+            pass
+    except (httpx2.HTTPError, httpcore2.NetworkError, OSError):
+        pass
 
 
 def lines_of(chunks: Iterator[bytes], emit: Emit) -> Iterator[str]:

@@ -1,0 +1,328 @@
+"""Benchmark: the whole agent loop against a scripted OpenAI-compatible server (issue 31).
+
+Run: ``python bench/bench_loop.py`` (200 turns, under a minute; ``--turns``, ``--dir``,
+``--profile``). Everything happens in a temporary directory (default ``$TMPDIR``).
+
+Workload: one durable session of N turns. Each turn is a 400-byte prompt; the model (a
+scripted chat-completions server on loopback, answering in SSE) asks to read a 2,000-byte
+file, then answers 400 bytes. Every request carries the whole history, as with a real
+provider, so every system grows with the session.
+
+Contenders, turn by turn in alternation so that a disturbance of the machine hits all
+alike, each with its own session and its own keep-alive connection to the same server:
+
+* ``floor`` — only the physical work of a turn: two HTTP requests whose bodies are joined
+  from messages encoded once (``orjson``) on a kept-alive ``http.client`` connection, the
+  SSE answers read and parsed, the file read, and four ``os.write`` + ``os.fdatasync`` of
+  the turn's new messages (tether's four durable points);
+* ``tether`` — :class:`tether.Agent` (durable mode, built-in tools) with the
+  OpenAI-compatible adapter: ``agent.run(prompt, session=…)``.
+
+Printed, for each: the median turn, the median of the last 50 turns, the growth (last 50
+over first 50); then tether against the floor. Targets (issue 31): tether's median and
+last-50 median at most **2x** the floor's, its growth at most **1.3x** the floor's growth.
+``--profile`` prints a cProfile of tether's last 10 turns. The script always exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import http.client
+import os
+import pstats
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tether import Agent, RunStatus
+from tether._models.openai_compat import OpenAICompatibleModel
+
+PROMPT_BYTES = 400
+FILE_BYTES = 2000
+ANSWER_BYTES = 400
+MODEL = "bench/model"
+TARGET_TURN = 2.0
+TARGET_GROWTH = 1.3
+
+_ROLE = re.compile(rb'"role"\s*:\s*"(\w+)"')
+
+
+# -- the scripted server ------------------------------------------------------------------------
+
+
+def _sse(payload: Any) -> bytes:
+    return b"data: " + (payload if isinstance(payload, bytes) else orjson.dumps(payload)) + b"\n\n"
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+    return _sse(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "model": MODEL,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+    )
+
+
+def _usage() -> bytes:
+    usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}
+    return _sse(
+        {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "choices": [], "usage": usage}
+    )
+
+
+def _tool_call_answer() -> bytes:
+    call = {
+        "index": 0,
+        "id": "call_read",
+        "type": "function",
+        "function": {"name": "read", "arguments": '{"path": "data.txt"}'},
+    }
+    return b"".join(
+        (
+            _chunk({"role": "assistant", "content": None, "tool_calls": [call]}),
+            _chunk({}, "tool_calls"),
+            _usage(),
+            _sse(b"[DONE]"),
+        )
+    )
+
+
+def _text_answer() -> bytes:
+    text = ("The file says what it says. " * 20)[:ANSWER_BYTES]
+    pieces = [_chunk({"role": "assistant", "content": ""})]
+    pieces += [_chunk({"content": text[i : i + 40]}) for i in range(0, len(text), 40)]
+    pieces += [_chunk({}, "stop"), _usage(), _sse(b"[DONE]")]
+    return b"".join(pieces)
+
+
+TOOL_CALL = _tool_call_answer()
+TEXT = _text_answer()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # else a small second write waits for a delayed ACK
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length)
+        # The last message decides: after a tool result, answer; otherwise ask to read.
+        roles = [m.group(1) for m in _ROLE.finditer(body, max(0, body.rfind(b'"role"') - 1))]
+        answer = TEXT if roles and roles[-1] == b"tool" else TOOL_CALL
+        head = (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        self.wfile.write(b"%s%x\r\n%s\r\n0\r\n\r\n" % (head, len(answer), answer))
+        self.wfile.flush()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    connections = 0
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.connections += 1
+        super().process_request(request, client_address)
+
+
+# -- the floor ----------------------------------------------------------------------------------
+
+
+class Floor:
+    """The physical work of a turn, nothing else."""
+
+    def __init__(self, port: int, workdir: Path) -> None:
+        self.connection = http.client.HTTPConnection("127.0.0.1", port)
+        self.file = workdir / "data.txt"
+        self.fd = os.open(workdir / "floor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        system = orjson.dumps({"role": "system", "content": "You are a helpful agent."})
+        self.pieces = [system]
+        tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": "read",
+                    "description": "Read a file of the workspace.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {"path": {"type": "string"}},
+                        "required": ["path"],
+                    },
+                },
+            }
+        ]
+        self.head = b'{"model":' + orjson.dumps(MODEL) + b',"messages":['
+        self.tail = (
+            b'],"tools":'
+            + orjson.dumps(tools)
+            + b',"stream":true,"stream_options":{"include_usage":true}}'
+        )
+
+    def _durable(self, *messages: bytes) -> None:
+        os.write(self.fd, b"\n".join(messages) + b"\n")
+        os.fdatasync(self.fd)
+
+    def _request(self) -> dict[str, Any]:
+        body = b"".join((self.head, b",".join(self.pieces), self.tail))
+        self.connection.request(
+            "POST", "/v1/chat/completions", body, {"Content-Type": "application/json"}
+        )
+        response = self.connection.getresponse()
+        data = response.read()
+        content: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for line in data.split(b"\n"):
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            chunk = orjson.loads(line[6:])
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    content.append(delta["content"])
+                calls.extend(delta.get("tool_calls") or ())
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(content) or None}
+        if calls:
+            message["tool_calls"] = [
+                {"id": c["id"], "type": "function", "function": c["function"]} for c in calls
+            ]
+        return message
+
+    def turn(self, prompt: str) -> None:
+        user = orjson.dumps({"role": "user", "content": prompt})
+        self.pieces.append(user)
+        self._durable(user)  # the user entry (and the step attempt)
+        asked = orjson.dumps(self._request())
+        self.pieces.append(asked)
+        self._durable(asked)  # the assistant entry (and the tool start)
+        content = self.file.read_text()
+        result = orjson.dumps({"role": "tool", "content": content, "tool_call_id": "call_read"})
+        self.pieces.append(result)
+        self._durable(result)  # the tool result (and the next step attempt)
+        answer = orjson.dumps(self._request())
+        self.pieces.append(answer)
+        self._durable(answer)  # the answer (and the end of the run)
+
+    def close(self) -> None:
+        self.connection.close()
+        os.close(self.fd)
+
+
+# -- tether ---------------------------------------------------------------------------------------
+
+
+class Tether:
+    def __init__(self, port: int, workdir: Path) -> None:
+        self.model = OpenAICompatibleModel(MODEL, base_url=f"http://127.0.0.1:{port}/v1")
+        self.agent = Agent(
+            self.model,
+            workspace=workdir,
+            sessions_dir=workdir / "sessions",
+            durability="durable",
+            read_agents_md=False,
+            system_prompt="You are a helpful agent.",
+        )
+        self.session: str | None = None
+
+    def turn(self, prompt: str) -> None:
+        result = self.agent.run(prompt, session=self.session)
+        if result.status is not RunStatus.COMPLETED:
+            raise SystemExit(f"tether: the run ended {result.status}: {result.message}")
+        self.session = result.session_id
+
+    def close(self) -> None:
+        self.agent.close()
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def _summary(times: list[float]) -> tuple[float, float, float]:
+    window = min(50, max(1, len(times) // 4))
+    median = statistics.median(times)
+    first = statistics.median(times[:window])
+    last = statistics.median(times[-window:])
+    return median * 1000, last * 1000, last / first
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--dir", default=None, help="where the sessions go (default: $TMPDIR)")
+    parser.add_argument("--profile", action="store_true", help="cProfile tether's last 10 turns")
+    args = parser.parse_args()
+    server = _Server(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.daemon = True
+    thread.start()
+    port = int(server.server_address[1])
+    with tempfile.TemporaryDirectory(dir=args.dir) as root:
+        contenders: dict[str, Any] = {}
+        for name, kind in (("floor", Floor), ("tether", Tether)):
+            workdir = Path(root) / name
+            workdir.mkdir()
+            (workdir / "data.txt").write_text(("0123456789abcdef" * 200)[: FILE_BYTES - 1] + "\n")
+            contenders[name] = kind(port, workdir)
+        times: dict[str, list[float]] = {name: [] for name in contenders}
+        profile = cProfile.Profile() if args.profile else None
+        prompt_text = ("Please read data.txt and tell me what it says. " * 10)[:PROMPT_BYTES]
+        try:
+            for index in range(args.turns):
+                prompt = f"{index}: {prompt_text}"
+                order = list(contenders.items())
+                if index % 2:
+                    order.reverse()
+                for name, contender in order:
+                    turn: Callable[[str], None] = contender.turn
+                    profiled = profile is not None and name == "tether" and index >= args.turns - 10
+                    if profiled:
+                        assert profile is not None
+                        profile.enable()
+                    start = time.perf_counter()
+                    turn(prompt)
+                    times[name].append(time.perf_counter() - start)
+                    if profiled:
+                        assert profile is not None
+                        profile.disable()
+        finally:
+            for contender in contenders.values():
+                contender.close()
+            server.shutdown()
+            server.server_close()
+    print(f"loop: {args.turns} turns, one durable session each, loopback SSE server")
+    print(f"{'system':<10}{'median ms':>12}{'last-50 ms':>12}{'growth':>9}")
+    figures = {name: _summary(values) for name, values in times.items()}
+    for name, (median, last, growth) in figures.items():
+        print(f"{name:<10}{median:>12.2f}{last:>12.2f}{growth:>8.2f}x")
+    floor, tether = figures["floor"], figures["tether"]
+    checks = (
+        ("loop.turn", tether[0] / floor[0], TARGET_TURN),
+        ("loop.last50", tether[1] / floor[1], TARGET_TURN),
+        ("loop.growth", tether[2] / floor[2], TARGET_GROWTH),
+    )
+    for name, ratio, target in checks:
+        verdict = "PASS" if ratio <= target else "MISS"
+        print(f"{name:<12} tether/floor {ratio:5.2f}x  (target <= {target}x) {verdict}")
+    print(f"connections: {server.connections} (one per contender when kept alive)")
+    if profile is not None:
+        pstats.Stats(profile, stream=sys.stdout).sort_stats("cumulative").print_stats(30)
+
+
+if __name__ == "__main__":
+    main()

@@ -327,7 +327,7 @@ def test_identity_not_equality(tmp_path: Path) -> None:
     """An equal message that is a new object is encoded again; a shared prefix is not."""
     from tether._models.encoded import EncodedPrefix, dumps
 
-    cache = EncodedPrefix(lambda message, side: dumps(message))
+    cache = EncodedPrefix(lambda message, side, state: (dumps(message), None))
     a, b = {"role": "user", "content": "a"}, {"role": "user", "content": "b"}
     assert cache.join(b"[", [a, b], [], b"]") == b'[{"role":"user","content":"a"},' + (
         b'{"role":"user","content":"b"}]'

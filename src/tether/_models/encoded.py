@@ -24,6 +24,9 @@ Rules of this module:
   count what was encoded, so tests assert O(new bytes) by counting, never by timing.
 * A few sessions may share one adapter (a worker): each keeps its own slot, found by the
   identity of its first message; the least recently used slot is dropped.
+* **Pieces may depend on what came before**, never on what comes after: the encoder gets
+  the state the previous message left (the Anthropic adapter's open turn, for instance)
+  and returns its own, so a cached piece stays valid as long as its prefix is identical.
 """
 
 from __future__ import annotations
@@ -53,9 +56,14 @@ def dumps(value: Any) -> bytes:
     return orjson.dumps(value, default=_default)
 
 
-Encode = Callable[[Mapping[str, Any], Any], bytes]
-"""``encode(message, side)``: the wire bytes of one context message; ``side`` is its
-reasoning side record (or ``None``)."""
+Encode = Callable[[Mapping[str, Any], Any, Any], tuple[bytes, Any]]
+"""``encode(message, side, state) -> (piece, state)``: the wire bytes of one context
+message; ``side`` is its reasoning side record (or ``None``), ``state`` what the previous
+message's encoding left (``None`` before the first)."""
+
+Finish = Callable[[Any], tuple[int, bytes]]
+"""``finish(state) -> (cut, tail)``: how a body ends after the last piece, given the state
+the last message left: drop ``cut`` bytes from the end of the pieces, then ``tail``."""
 
 
 def _identical_prefix(new: Sequence[Any], cached: list[Any], limit: int) -> int:
@@ -69,13 +77,14 @@ def _identical_prefix(new: Sequence[Any], cached: list[Any], limit: int) -> int:
 
 
 class _Slot:
-    __slots__ = ("buffer", "ends", "objects", "sides", "with_side")
+    __slots__ = ("buffer", "ends", "objects", "sides", "states", "with_side")
 
     def __init__(self) -> None:
         self.objects: list[Any] = []
         self.sides: list[Any] = []
+        self.states: list[Any] = []  # states[i]: what message i left for the next
         self.with_side = 0  # how many of ``sides`` are not None
-        self.buffer = bytearray()  # the pieces joined by commas
+        self.buffer = bytearray()  # the pieces, joined by the separator
         self.ends: list[int] = []  # ends[i]: where piece i ends in ``buffer``
 
     def truncate(self, keep: int) -> None:
@@ -83,6 +92,7 @@ class _Slot:
             return
         del self.objects[keep:]
         del self.sides[keep:]
+        del self.states[keep:]
         self.with_side = sum(side is not None for side in self.sides)
         del self.ends[keep:]
         del self.buffer[self.ends[-1] if self.ends else 0 :]
@@ -91,8 +101,9 @@ class _Slot:
 class EncodedPrefix:
     """Encoded context messages, reused across requests by identity (see the module)."""
 
-    def __init__(self, encode: Encode) -> None:
+    def __init__(self, encode: Encode, *, separator: bytes = b",") -> None:
         self._encode = encode
+        self._separator = separator
         self._lock = threading.Lock()
         self._slots: list[_Slot] = []
         self.encoded_messages = 0
@@ -105,19 +116,27 @@ class EncodedPrefix:
         head: bytes,
         messages: Sequence[Mapping[str, Any]],
         sides: Sequence[Any],
-        tail: bytes,
+        tail: bytes | Finish,
     ) -> bytes:
-        """``head`` + the messages' pieces joined by commas + ``tail``, one copy.
+        """``head`` + the messages' pieces (joined by the separator) + ``tail``, one copy.
 
         ``sides[i]`` is the side record of ``messages[i]`` (``sides`` may be shorter:
-        missing ones are ``None``).
+        missing ones are ``None``). ``tail`` may be a :data:`Finish`, for a body whose end
+        depends on its last message.
         """
         if not len(messages):
-            return head + tail
+            return head + (tail if isinstance(tail, bytes) else tail(None)[1])
         with self._lock:
             slot = self._slot(messages)
             self._extend(slot, messages, sides)
-            return b"".join((head, slot.buffer, tail))
+            if isinstance(tail, bytes):
+                return b"".join((head, slot.buffer, tail))
+            cut, end = tail(slot.states[-1])
+            view = memoryview(slot.buffer)
+            try:
+                return b"".join((head, view[: len(view) - cut], end))
+            finally:
+                view.release()  # a bytearray with a live view cannot be resized
 
     def _slot(self, messages: Sequence[Mapping[str, Any]]) -> _Slot:
         slots = self._slots
@@ -147,19 +166,23 @@ class EncodedPrefix:
         if shared == count:
             return
         encode = self._encode
+        separator = self._separator
         buffer = slot.buffer
         ends = slot.ends
+        states = slot.states
+        state = states[-1] if states else None
         encoded = 0
         for index in range(shared, count):
             message = messages[index]
             side = padded[index] if padded is not None else None
-            piece = encode(message, side)
+            piece, state = encode(message, side, state)
             encoded += len(piece)
-            if buffer:
-                buffer += b","
+            if buffer and separator:
+                buffer += separator
             buffer += piece
             ends.append(len(buffer))
             cached.append(message)
+            states.append(state)
             slot.sides.append(side)
             if side is not None:
                 slot.with_side += 1

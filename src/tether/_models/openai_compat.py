@@ -197,7 +197,7 @@ class OpenAICompatibleModel:
         for value in headers.values():
             register_secret(value)  # a header may carry a credential (masked if long enough)
         self._tracker = ConnectionTracker()
-        self._history = EncodedPrefix(_wire_message)
+        self._history = EncodedPrefix(_encode_message)
         self._pieces_lock = threading.Lock()
         self._system: tuple[str, bytes] = ("", b"")
         self._tools: tuple[list[Any], bytes] = ([], b"")
@@ -602,6 +602,13 @@ class OpenAICompatibleModel:
 
 
 # -- the wire form of a message (encoded once per message) ------------------------------------
+
+
+def _encode_message(
+    message: Mapping[str, Any], side: Reasoning | None, state: None
+) -> tuple[bytes, None]:
+    """:class:`~tether._models.encoded.EncodedPrefix`'s encoder: pieces need no state."""
+    return _wire_message(message, side), None
 
 
 def _wire_message(message: Mapping[str, Any], side: Reasoning | None) -> bytes:

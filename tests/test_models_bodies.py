@@ -1,6 +1,6 @@
 """Request bodies in O(new bytes), and one kept-alive connection (issue 31).
 
-One long durable session (tool calls, parallel calls, tool results, OpenRouter reasoning
+One long durable session per adapter (tool calls, parallel calls, tool results, OpenRouter reasoning
 side records, non-ASCII text, a compaction and turns after it) is driven through a real
 :class:`tether.Agent` with the OpenAI-compatible adapter against the loopback server.
 Every request the adapter made is then checked against what the official SDK's
@@ -11,18 +11,28 @@ re-walked the whole history), as JSON values; the messages encoded per request a
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import openai
 import orjson
 import pytest
 
-from fakeprovider import Canned, FakeProvider, chunk, running, sse_data, streamed
+from fakeprovider import (
+    Canned,
+    FakeProvider,
+    anthropic_stream,
+    chunk,
+    running,
+    sse_data,
+    streamed,
+)
 from tether import Agent
+from tether._models.anthropic_native import AnthropicModel
 from tether._models.base import ModelRequest, ModelResponse, Reasoning
 from tether._models.http_common import plain
 from tether._models.openai_compat import OpenAICompatibleModel
@@ -338,3 +348,144 @@ def test_identity_not_equality(tmp_path: Path) -> None:
     assert orjson.loads(cache.join(b"[", [a, dict(b)], [], b"]"))[1] == b
     assert cache.encoded_messages == 4  # b's equal copy: encoded, and the tail dropped
     assert cache.join(b"", [], [], b"[]") == b"[]"
+
+
+# -- the Anthropic adapter ----------------------------------------------------------------------
+
+
+class RecordingAnthropic(AnthropicModel):
+    """The real Anthropic adapter, remembering each request and what encoding it cost."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sent: list[Sent] = []
+
+    def complete(
+        self, request: ModelRequest, *, cancel: threading.Event | None = None, on_delta: Any = None
+    ) -> ModelResponse:
+        before = (self.encoded_messages, self.encoded_bytes)
+        try:
+            return super().complete(request, cancel=cancel, on_delta=on_delta)
+        finally:
+            self.sent.append(
+                Sent(
+                    request,
+                    list(request.messages),
+                    self.encoded_messages - before[0],
+                    self.encoded_bytes - before[1],
+                )
+            )
+
+
+def anthropic_turn(index: int, *, parallel: bool = False, thinking: bool = False) -> list[Canned]:
+    blocks: list[dict[str, Any]] = []
+    if thinking:
+        blocks.append({"type": "thinking", "thinking": f"Think {index}.", "signature": "sig"})
+    blocks.append({"type": "text", "text": f"Reading {index}."})
+    blocks.append(
+        {
+            "type": "tool_use",
+            "id": f"toolu_{index}_a",
+            "name": "read",
+            "input": {"path": f"f{index}.txt"},
+        }
+    )
+    if parallel:
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": f"toolu_{index}_b",
+                "name": "read",
+                "input": {"path": "ü.txt"},
+            }
+        )
+    return [
+        anthropic_stream(*blocks, stop_reason="tool_use"),
+        anthropic_stream({"type": "text", "text": f'Read {index}: «ok» ✓ "q" \\ done.'}),
+    ]
+
+
+@pytest.fixture(scope="module")
+def anthropic_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    workspace = tmp_path_factory.mktemp("ws")
+    for index in range(8):
+        (workspace / f"f{index}.txt").write_text(f"file {index}\n" * 20)
+    (workspace / "ü.txt").write_text("unicode ✓\n")
+    with running() as fake:
+        model = RecordingAnthropic(
+            "claude-fake", base_url=fake.root_url, api_key="sk-ant-test-1234"
+        )
+        agent = Agent(
+            model,
+            workspace=workspace,
+            sessions_dir=tmp_path_factory.mktemp("sessions"),
+            model_options=["temperature=0.5"],
+        )
+        try:
+            session_id: str | None = None
+            for index in range(5):
+                fake.enqueue(*anthropic_turn(index, parallel=index == 1, thinking=index in (2, 3)))
+                result = agent.run(f"read f{index}.txt, «please»", session=session_id)
+                assert result.status is RunStatus.COMPLETED, result.message
+                session_id = result.session_id
+            assert session_id is not None
+            compaction_index = len(model.sent)
+            fake.enqueue(anthropic_stream({"type": "text", "text": "Summary: five files."}))
+            result = agent.compact(session_id, keep_turns=1)
+            assert result.status is RunStatus.COMPLETED, result.message
+            for index in range(5, 7):
+                fake.enqueue(*anthropic_turn(index, thinking=index == 6))
+                result = agent.run(f"read f{index}.txt", session=session_id)
+                assert result.status is RunStatus.COMPLETED, result.message
+        finally:
+            agent.close()
+        yield Session(cast(Any, model), fake, compaction_index)
+
+
+def test_anthropic_bodies_are_the_sdk_bodies(anthropic_session: Session) -> None:
+    import anthropic
+
+    model = cast(RecordingAnthropic, anthropic_session.model)
+    sent = model.sent
+    bodies = [r.body for r in anthropic_session.fake.requests]
+    assert len(bodies) == len(sent) == 5 * 2 + 1 + 2 * 2
+    with running() as reference:
+        client = anthropic.Anthropic(base_url=reference.root_url, api_key="k", max_retries=0)
+        for item in sent:
+            reference.enqueue(anthropic_stream({"type": "text", "text": "x"}))
+            request = dataclasses.replace(item.request, messages=item.messages)
+            client.messages.create(stream=True, **model.build_request(request)).close()
+        client.close()
+        expected = [r.body for r in reference.requests]
+    assert bodies == expected
+    everything = [m for body in bodies for m in body["messages"]]
+    blocks = [b for m in everything for b in m["content"]]
+    assert any(b["type"] == "thinking" and b["signature"] == "sig" for b in blocks)
+    assert any(
+        m["role"] == "user" and [b["type"] for b in m["content"]] == ["tool_result"] * 2
+        for m in everything
+    )  # two results in one user turn
+    assert all(b["messages"][-1]["content"][-1]["cache_control"] for b in bodies)
+    assert "Summary: five files." in str(bodies[-1]["messages"])
+    assert all(b["temperature"] == 0.5 and b["stream"] is True for b in bodies)
+    headers = anthropic_session.fake.requests[0].headers
+    assert "sk-ant-test-1234" in f"{headers.get('authorization')} {headers.get('x-api-key')}"
+    assert headers["anthropic-version"]
+
+
+def test_anthropic_encodes_only_new_messages_on_one_connection(
+    anthropic_session: Session,
+) -> None:
+    sent = anthropic_session.model.sent
+    previous: list[Mapping[str, Any]] = []
+    for index, item in enumerate(sent):
+        shared = 0
+        for old, new in zip(previous, item.messages, strict=False):
+            if old is not new:
+                break
+            shared += 1
+        assert item.encoded_messages == len(item.messages) - shared, index
+        if index and index != anthropic_session.compaction_index + 1:
+            assert item.encoded_messages <= 4, index
+        previous = item.messages
+    assert anthropic_session.fake.connections == 1

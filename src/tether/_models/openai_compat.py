@@ -86,6 +86,7 @@ from tether._models.streaming import (
     Settled,
     SSEDecoder,
     drain,
+    in_worker,
     lines_of,
     run_stream,
     tracked_http_client,
@@ -508,8 +509,7 @@ class OpenAICompatibleModel:
             finally:
                 done.set()
 
-        worker = threading.Thread(target=work, name="tether-model-request", daemon=True)
-        worker.start()
+        in_worker(work)
         deadline = time.monotonic() + self._timeout + _GRACE
         while True:
             remaining = deadline - time.monotonic()

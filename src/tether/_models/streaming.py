@@ -8,10 +8,11 @@
   ``shutdown(SHUT_RDWR)`` wakes a read that is blocked in the worker thread and makes the
   server see the connection close: the provider stops generating (and billing) instead of
   finishing an answer nobody will read.
-* :func:`run_stream` runs the blocking exchange on a worker thread and watches it from the
-  caller's thread: the first-byte timeout until the first line arrives, then the idle
-  timeout between lines, and the cancel event. Deltas (answer text, reasoning text) are
-  handed to ``on_delta`` on the caller's thread.
+* :func:`run_stream` runs the blocking exchange on a worker thread (:func:`in_worker`: kept
+  daemon threads, as starting a thread per request costs a few hundred microseconds on a
+  busy machine) and watches it from the caller's thread: the first-byte timeout until the
+  first line arrives, then the idle timeout between lines, and the cancel event. Deltas
+  (answer text, reasoning text) are handed to ``on_delta`` on the caller's thread.
 * **One connection, kept alive.** The pool puts a connection back only when its response
   was read to the end; a stream abandoned at its last event (``[DONE]``, ``message_stop``)
   is closed instead, and the next request pays a new connection (a TLS handshake against a
@@ -43,6 +44,7 @@ __all__ = [
     "SSEDecoder",
     "Settled",
     "drain",
+    "in_worker",
     "run_stream",
     "tracked_http_client",
 ]
@@ -210,6 +212,44 @@ def tracked_http_client(tracker: ConnectionTracker, timeout: httpx2.Timeout) -> 
     return httpx2.Client(transport=transport, timeout=timeout, follow_redirects=True)
 
 
+# -- worker threads ---------------------------------------------------------------------------
+
+_KEPT_WORKERS: Final = 4
+"""Idle worker threads kept for the next request (one per session driven at once)."""
+
+_idle_lock = threading.Lock()
+_idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+
+
+def _worker(inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+    while True:
+        job = inbox.get()
+        try:
+            job()
+        except BaseException:  # pragma: no cover - a job reports its own outcome
+            pass
+        with _idle_lock:
+            if len(_idle) >= _KEPT_WORKERS:
+                return
+            _idle.append(inbox)
+
+
+def in_worker(job: Callable[[], None]) -> None:
+    """Run ``job`` on a daemon worker thread, an idle one if there is one.
+
+    A worker abandoned by its caller (a timeout, a cancel) is simply busy until its
+    request ends; the next request gets another thread. ``job`` must not raise: it hands
+    its outcome to whoever waits for it."""
+    with _idle_lock:
+        inbox = _idle.pop() if _idle else None
+    if inbox is None:
+        inbox = queue.SimpleQueue()
+        threading.Thread(
+            target=_worker, args=(inbox,), name="tether-model-request", daemon=True
+        ).start()
+    inbox.put(job)
+
+
 # -- the watchdog -----------------------------------------------------------------------------
 
 
@@ -248,8 +288,7 @@ def run_stream(
         except BaseException as exc:  # handed to the waiting caller
             inbox.put(("error", exc))
 
-    worker = threading.Thread(target=target, name="tether-model-stream", daemon=True)
-    worker.start()
+    in_worker(target)
     last = time.monotonic()
     seen = False
     settled: Settled | None = None

@@ -21,7 +21,9 @@ alike, each with its own session and its own keep-alive connection to the same s
 Printed, for each: the median turn, the median of the last 50 turns, the growth (last 50
 over first 50); then tether against the floor. Targets (issue 31): tether's median and
 last-50 median at most **2x** the floor's, its growth at most **1.3x** the floor's growth.
-``--profile`` prints a cProfile of tether's last 10 turns. The script always exits 0.
+``--profile`` prints a cProfile of tether's last 10 turns; ``--process`` drops the syncs from
+both (tether's durability ``process``), which leaves the CPU cost alone. The script always
+exits 0.
 """
 
 from __future__ import annotations
@@ -148,7 +150,8 @@ class _Server(ThreadingHTTPServer):
 class Floor:
     """The physical work of a turn, nothing else."""
 
-    def __init__(self, port: int, workdir: Path) -> None:
+    def __init__(self, port: int, workdir: Path, sync: bool) -> None:
+        self.sync = sync
         self.connection = http.client.HTTPConnection("127.0.0.1", port)
         self.file = workdir / "data.txt"
         self.fd = os.open(workdir / "floor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -177,7 +180,8 @@ class Floor:
 
     def _durable(self, *messages: bytes) -> None:
         os.write(self.fd, b"\n".join(messages) + b"\n")
-        os.fdatasync(self.fd)
+        if self.sync:
+            os.fdatasync(self.fd)
 
     def _request(self) -> dict[str, Any]:
         body = b"".join((self.head, b",".join(self.pieces), self.tail))
@@ -228,13 +232,13 @@ class Floor:
 
 
 class Tether:
-    def __init__(self, port: int, workdir: Path) -> None:
+    def __init__(self, port: int, workdir: Path, sync: bool) -> None:
         self.model = OpenAICompatibleModel(MODEL, base_url=f"http://127.0.0.1:{port}/v1")
         self.agent = Agent(
             self.model,
             workspace=workdir,
             sessions_dir=workdir / "sessions",
-            durability="durable",
+            durability="durable" if sync else "process",
             read_agents_md=False,
             system_prompt="You are a helpful agent.",
         )
@@ -266,6 +270,11 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--dir", default=None, help="where the sessions go (default: $TMPDIR)")
     parser.add_argument("--profile", action="store_true", help="cProfile tether's last 10 turns")
+    parser.add_argument(
+        "--process",
+        action="store_true",
+        help="no fdatasync (tether's durability 'process'): the CPU cost alone",
+    )
     args = parser.parse_args()
     server = _Server(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
@@ -278,7 +287,7 @@ def main() -> None:
             workdir = Path(root) / name
             workdir.mkdir()
             (workdir / "data.txt").write_text(("0123456789abcdef" * 200)[: FILE_BYTES - 1] + "\n")
-            contenders[name] = kind(port, workdir)
+            contenders[name] = kind(port, workdir, not args.process)
         times: dict[str, list[float]] = {name: [] for name in contenders}
         profile = cProfile.Profile() if args.profile else None
         prompt_text = ("Please read data.txt and tell me what it says. " * 10)[:PROMPT_BYTES]
@@ -305,7 +314,8 @@ def main() -> None:
                 contender.close()
             server.shutdown()
             server.server_close()
-    print(f"loop: {args.turns} turns, one durable session each, loopback SSE server")
+    mode = "process mode, no fdatasync" if args.process else "durable"
+    print(f"loop: {args.turns} turns, one session each ({mode}), loopback SSE server")
     print(f"{'system':<10}{'median ms':>12}{'last-50 ms':>12}{'growth':>9}")
     figures = {name: _summary(values) for name, values in times.items()}
     for name, (median, last, growth) in figures.items():

@@ -354,13 +354,24 @@ def drain(lines: Iterator[Any]) -> None:
 
 
 def lines_of(chunks: Iterator[bytes], emit: Emit) -> Iterator[str]:
-    """Decode a byte stream into text lines, calling ``emit(None)`` for every chunk."""
-    buffer = b""
+    """Decode a byte stream into text lines, calling ``emit(None)`` for every chunk.
+
+    Linear in the bytes: a line that spans many chunks is joined once, when its end
+    arrives (re-splitting a growing buffer per chunk would be quadratic in a long line)."""
+    pending: list[bytes] = []
     for chunk in chunks:
         emit(None)
-        buffer += chunk
-        *complete, buffer = buffer.split(b"\n")
-        for raw in complete:
+        if b"\n" not in chunk:
+            if chunk:
+                pending.append(chunk)
+            continue
+        lines = chunk.split(b"\n")
+        if pending:
+            pending.append(lines[0])
+            lines[0] = b"".join(pending)
+        last = lines.pop()
+        pending = [last] if last else []
+        for raw in lines:
             yield raw.rstrip(b"\r").decode("utf-8", "replace")
-    if buffer:
-        yield buffer.rstrip(b"\r").decode("utf-8", "replace")
+    if pending:
+        yield b"".join(pending).rstrip(b"\r").decode("utf-8", "replace")

@@ -624,7 +624,7 @@ def _wire_message(message: Mapping[str, Any], side: Reasoning | None) -> bytes:
             item = dict(message)
             if empty:
                 item["content"] = ""
-            if openrouter:
+            if openrouter:  # OpenRouter wants them back, verbatim, across tool calls
                 assert side is not None
                 item["reasoning_details"] = side.details
             return dumps(item)

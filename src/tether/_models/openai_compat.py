@@ -122,8 +122,6 @@ _POLL: Final = 0.02
 """How often (seconds) the caller checks ``cancel`` while a request is in flight."""
 
 _PATH: Final = "/chat/completions"
-_SEND_OPTIONS: Final[Any] = {"security": {"bearer_auth": True}}
-"""What ``chat.completions.create`` asks of the SDK's ``post`` besides the body: bearer auth."""
 
 _STREAM_TAIL: Final = b',"stream":true,"stream_options":{"include_usage":true}'
 
@@ -428,8 +426,10 @@ class OpenAICompatibleModel:
         The body is sent as given (``content``); ``cast_to=httpx2.Response`` returns the
         raw response (unread when ``stream``), an HTTP error status raises the SDK's error.
         """
+        # What chat.completions.create asks of post besides the body: bearer auth.
+        options: Any = {"security": {"bearer_auth": True}}
         return self._client.post(
-            _PATH, cast_to=httpx2.Response, content=body, options=_SEND_OPTIONS, stream=stream
+            _PATH, cast_to=httpx2.Response, content=body, options=options, stream=stream
         )
 
     def _stream_exchange(

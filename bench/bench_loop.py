@@ -48,6 +48,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -352,6 +353,9 @@ class LangGraph:
         from langgraph.checkpoint.sqlite import SqliteSaver
         from langgraph.prebuilt import create_react_agent
 
+        # Moved to langchain.agents.create_agent (another package), the same graph.
+        warnings.filterwarnings("ignore", message="create_react_agent has been moved")
+
         @tool
         def read(path: str) -> str:
             """Read a file of the workspace."""
@@ -380,13 +384,13 @@ class LangGraph:
 
 
 class PydanticDBOS:
-    """Pydantic AI, made durable with DBOS (SQLite system database); ``run`` asks for whole
-    answers (a DBOS workflow does not stream)."""
+    """Pydantic AI made durable with DBOS (its ``DBOSDurability`` capability, each run a DBOS
+    workflow, SQLite system database); ``run`` asks for whole answers."""
 
     def __init__(self, port: int, workdir: Path, sync: bool) -> None:
         from dbos import DBOS, DBOSConfig
         from pydantic_ai import Agent as PydanticAgent
-        from pydantic_ai.durable_exec.dbos import DBOSAgent
+        from pydantic_ai.durable_exec.dbos import DBOSDurability
         from pydantic_ai.messages import ModelMessage
         from pydantic_ai.models.openai import OpenAIChatModel
         from pydantic_ai.providers.openai import OpenAIProvider
@@ -396,6 +400,7 @@ class PydanticDBOS:
             OpenAIChatModel(MODEL, provider=provider),
             instructions="You are a helpful agent.",
             name="bench",
+            capabilities=[DBOSDurability()],
         )
 
         @agent.tool_plain
@@ -409,18 +414,20 @@ class PydanticDBOS:
             "log_level": "WARNING",
         }
         DBOS(config=config)
-        self.agent = DBOSAgent(agent)
+        history: list[ModelMessage] = []
+
+        @DBOS.workflow()
+        async def turn(prompt: str) -> None:
+            result = await agent.run(prompt, message_history=history)
+            history[:] = result.all_messages()
+
         DBOS.launch()
         self.dbos = DBOS
-        self.history: list[ModelMessage] = []
+        self.workflow = turn
         self.loop = asyncio.new_event_loop()
 
-    async def _turn(self, prompt: str) -> None:
-        result = await self.agent.run(prompt, message_history=self.history)
-        self.history = result.all_messages()
-
     def turn(self, prompt: str) -> None:
-        self.loop.run_until_complete(self._turn(prompt))
+        self.loop.run_until_complete(self.workflow(prompt))
 
     def close(self) -> None:
         self.dbos.destroy()

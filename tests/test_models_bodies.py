@@ -387,7 +387,8 @@ def anthropic_turn(index: int, *, parallel: bool = False, thinking: bool = False
             "type": "tool_use",
             "id": f"toolu_{index}_a",
             "name": "read",
-            "input": {"path": f"f{index}.txt"},
+            # turn 3 reads a file that is not there: a failed result, sent with is_error
+            "input": {"path": "missing.txt" if index == 3 else f"f{index}.txt"},
         }
     )
     if parallel:
@@ -461,6 +462,7 @@ def test_anthropic_bodies_are_the_sdk_bodies(anthropic_session: Session) -> None
     everything = [m for body in bodies for m in body["messages"]]
     blocks = [b for m in everything for b in m["content"]]
     assert any(b["type"] == "thinking" and b["signature"] == "sig" for b in blocks)
+    assert any(b["type"] == "tool_result" and b.get("is_error") is True for b in blocks)
     assert any(
         m["role"] == "user" and [b["type"] for b in m["content"]] == ["tool_result"] * 2
         for m in everything

@@ -15,6 +15,9 @@ results:
 * **The cache breakpoint** (``cache_control`` on the last block of the last message, unless
   that block is thinking) is spliced into the copy that makes the body, before the last
   block's closing brace: the cached pieces never carry it.
+* **A failed tool result** (``ModelRequest.failed_results``, sent with ``is_error``) is
+  keyed like a side record: a tool message has none, so its slot carries a marker, and the
+  same message failed or not is a different piece.
 * **Everything else** (model, ``max_tokens``, system prompt, tools, output options) is the
   adapter's ``build_request`` of the request without its messages, encoded per request (a
   few kilobytes); its ``extra_body`` is merged at the top level, as the SDK does.
@@ -23,6 +26,7 @@ results:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from itertools import islice
 from typing import Any, Final
 
 from tether._models.base import ModelRequest
@@ -40,6 +44,9 @@ Translate = Callable[[ModelRequest], list[dict[str, Any]]]
 
 _State = tuple[str, Any] | None
 """What a piece leaves: the open turn's role and the type of its last block."""
+
+_FAILED: Final = object()
+"""The side slot of a tool result recorded as failed (tool messages have no side record)."""
 
 
 class MessagesBody:
@@ -73,14 +80,23 @@ class MessagesBody:
                 return 1, _CACHE_MARK + b"]}]}"
             return 0, b"]}]}"
 
-        return self._history.join(head, request.messages, request.reasoning, finish)
+        sides: Any = request.reasoning
+        count = len(request.messages)
+        if request.failed_results:  # one step per failure, and a copy of the side list
+            sides = [*islice(sides, count), *([None] * (count - len(sides)))]
+            for index in request.failed_results:
+                if 0 <= index < count:
+                    sides[index] = _FAILED
+        return self._history.join(head, request.messages, sides, finish)
 
     def _encode(self, message: Mapping[str, Any], side: Any, state: _State) -> tuple[bytes, Any]:
+        failed = side is _FAILED
         turns = self._translate(
             ModelRequest(
                 system_prompt="",
                 messages=(message,),
-                reasoning=(side,) if side is not None else (),
+                reasoning=(side,) if side is not None and not failed else (),
+                failed_results=frozenset({0}) if failed else frozenset(),
             )
         )
         if not turns or not turns[0].get("content"):

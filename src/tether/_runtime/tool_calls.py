@@ -270,6 +270,7 @@ class ToolCalls:
             session_id=store.session_id,
             protected=self._parts.protected,
             fencing_token=token,
+            sandbox=self._parts.sandbox,
         )
         runner = RUNNERS[tool.recovery]
         result = runner.run(self._site, store, tool, arguments, context, prepared)

@@ -78,3 +78,21 @@ def is_blank(value: object) -> bool:
     if isinstance(value, str):
         return not value.strip(WHITESPACE)
     return False
+
+
+SANDBOX_LINE: Final = "sandbox: "
+"""How a tool result says its command ran in tether's sandbox: a line
+``sandbox: MODE, network on|off`` after the command's output and exit code (the log keeps
+it, so ``tether show`` can tell, docs/sandbox.md)."""
+
+
+def sandbox_of(content: object) -> str | None:
+    """The mode line's value of a tool result (``workspace-write, network off``), if any:
+    the last line that starts with :data:`SANDBOX_LINE`, without a note in parentheses."""
+    if not isinstance(content, str):
+        return None
+    start = content.rfind("\n" + SANDBOX_LINE)
+    if start < 0:
+        return None
+    line = content[start + 1 + len(SANDBOX_LINE) :].split("\n", 1)[0]
+    return line.split(" (", 1)[0].strip() or None

@@ -28,7 +28,8 @@ Consequently a non-interactive call never yields ASK, and ``assume_yes`` never t
 into an ALLOW.
 
 Bash patterns are a convenience for approving or denying common commands, **not a sandbox**:
-a command can always be disguised (``sh -c '…'``, variables, aliases, scripts).
+a command can always be disguised (``sh -c '…'``, variables, aliases, scripts). What a
+command can do is bounded by the operating system's sandbox (``tether._sandbox``).
 """
 
 from __future__ import annotations

@@ -362,6 +362,9 @@ class Reducer:
         self._context: list[Message] = []
         self._boundary: str | None = None
         self._open_calls: frozenset[str] = frozenset()
+        # Transcript indices of the tool results that are not a success, ascending (a
+        # FrozenView in the state, cut back with the transcript on a rollback).
+        self._failed: list[int] = []
         self._usage = [0, 0, 0, 0]
         self._operations: dict[str, _Operation] = {}
         self._active: _Operation | None = None
@@ -534,6 +537,7 @@ class Reducer:
                 list(self._usage),
                 self._active,
                 self._step_count,
+                len(self._failed),
             )
             undo.append((self._restore, (saved,)))
         facts = value if type(value) is list else [value]
@@ -569,8 +573,10 @@ class Reducer:
             self._usage,
             self._active,
             self._step_count,
+            failed_len,
         ) = saved
         del self._transcript[transcript_len:]
+        del self._failed[failed_len:]
         del self._transcript_ids[transcript_len:]
         self._context = context
         del context[context_len:]
@@ -790,6 +796,7 @@ class Reducer:
         self._use_call(target, index)
         info = _Entry("tool", len(self._transcript), message, active.id, step_id)
         self._accept_message(fact_id, info)
+        self._failed.append(info.index)  # synthetic: the call never ran
 
     def _use_call(self, target: _Entry, index: int) -> None:
         """Mark the pair (``target``, ``index``) as started or answered (spec 7.4, 8.5)."""
@@ -827,6 +834,8 @@ class Reducer:
         self._consume(fact_id)
         info = _Entry("tool", len(self._transcript), message, tool.operation_id, tool.step_id)
         self._accept_message(fact_id, info)
+        if result_type != "success":
+            self._failed.append(info.index)
 
     def _is_pending(self, tool: ToolCallState) -> bool:
         """Whether a started tool still awaits its result.
@@ -1311,6 +1320,7 @@ class Reducer:
             context_boundary=self._boundary,
             last_seq=self._next_seq - 1,
             transcript_ids=FrozenView(self._transcript_ids),
+            failed_results=FrozenView(self._failed),
             step_count=self._step_count,
             last_finished=self._last_finished,
         )

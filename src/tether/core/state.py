@@ -420,8 +420,10 @@ class SessionState:
     ``last_seq`` is the ``seq`` of the last accepted fact (0 when there is none).
     ``transcript_ids`` are the entry ids of the ``transcript`` messages (same order) and
     ``step_count`` the number of steps recorded so far (first attempts), and
-    ``last_finished`` the last finished operation (``None`` before the first). None of
-    these is part of the serialized state.
+    ``last_finished`` the last finished operation (``None`` before the first);
+    ``failed_results`` the ``transcript`` indices (ascending) of the tool results that
+    are not a success (an ``error``, or a synthetic result: the call never ran), which an adapter
+    may mark as failed (Anthropic's ``is_error``). None of these is part of the serialized state.
     """
 
     header: Header
@@ -433,6 +435,7 @@ class SessionState:
     context_boundary: str | None = None
     last_seq: int = 0
     transcript_ids: Sequence[str] = ()
+    failed_results: Sequence[int] = ()
     step_count: int = 0
     last_finished: FinishedOperation | None = None
 

@@ -132,11 +132,9 @@ class EncodedPrefix:
             if isinstance(tail, bytes):
                 return b"".join((head, slot.buffer, tail))
             cut, end = tail(slot.states[-1])
-            view = memoryview(slot.buffer)
-            try:
-                return b"".join((head, view[: len(view) - cut], end))
-            finally:
-                view.release()  # a bytearray with a live view cannot be resized
+            # Views, released at once: a bytearray with a live view cannot be resized.
+            with memoryview(slot.buffer) as view, view[: len(view) - cut] as kept:
+                return b"".join((head, kept, end))
 
     def _slot(self, messages: Sequence[Mapping[str, Any]]) -> _Slot:
         slots = self._slots

@@ -234,6 +234,10 @@ class _Server(ThreadingHTTPServer):
     block_on_close = False
     provider: FakeProvider
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.provider.note_connection()  # one call per accepted TCP connection
+        super().process_request(request, client_address)
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that hangs up (an aborted or timed-out request, a test ending) is part of
         # what the tests do; socketserver would print its traceback to the terminal.
@@ -252,6 +256,8 @@ class FakeProvider:
         self.stopping = threading.Event()
         self.disconnected = threading.Event()
         """Set when a client closed its connection while an answer was still coming."""
+        self.connections = 0
+        """TCP connections accepted so far (a kept-alive client opens one)."""
         self.paths = {"/v1/chat/completions", "/v1/messages"}
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.provider = self
@@ -285,6 +291,10 @@ class FakeProvider:
 
     def note_disconnect(self) -> None:
         self.disconnected.set()
+
+    def note_connection(self) -> None:
+        with self._lock:
+            self.connections += 1
 
     def record(self, request: Recorded) -> None:
         with self._lock:

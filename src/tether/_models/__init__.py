@@ -8,6 +8,8 @@
   (public as ``tether.testing.scripted.ScriptedModel``).
 * :mod:`.http_common` — what the two HTTP adapters share (base URLs, error texts,
   ``Retry-After``).
+* :mod:`.encoded` — request bodies in O(new bytes): each context message encoded once
+  (:mod:`.anthropic_wire` joins them into the Messages API's turns).
 
 :func:`load_model` turns a ``--model`` value into an adapter.
 """

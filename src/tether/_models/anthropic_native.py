@@ -33,16 +33,19 @@ Install with ``pip install 'tether[anthropic]'``. Like the OpenAI-compatible ada
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import math
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final, cast
 
 import httpx2
 
 from tether._credentials import register_secret
+from tether._models.anthropic_wire import MessagesBody
 from tether._models.base import (
     MAX_SAFE_INTEGER,
     ModelRequest,
@@ -62,6 +65,7 @@ from tether._models.streaming import (
     DeltaSink,
     Emit,
     SSEDecoder,
+    drain,
     lines_of,
     run_stream,
     tracked_http_client,
@@ -366,6 +370,11 @@ def build_messages(request: ModelRequest, *, cache: bool = True) -> list[dict[st
     return wire
 
 
+def _translate(request: ModelRequest) -> list[dict[str, Any]]:
+    """What one message becomes (:class:`~tether._models.anthropic_wire.MessagesBody`)."""
+    return build_messages(request, cache=False)
+
+
 def build_tools(request: ModelRequest, *, cache: bool = True) -> list[dict[str, Any]]:
     tools = [
         {
@@ -445,6 +454,7 @@ class AnthropicModel:
         self._idle_timeout = float(idle_timeout)
         self._max_tokens = max_tokens
         self._cache = cache
+        self._bodies = MessagesBody(_translate)
         self._provider = provider.strip() if provider else "anthropic"
         self._tracker = ConnectionTracker()
         http_timeout = httpx2.Timeout(
@@ -523,6 +533,49 @@ class AnthropicModel:
             body["extra_body"] = options
         return body
 
+    # -- the request body in O(new bytes) (tether._models.anthropic_wire) --------------------
+
+    def request_body(self, request: ModelRequest) -> bytes:
+        """The bytes sent for ``request``: the JSON value of :meth:`build_request` with
+        ``stream: true`` and its ``extra_body`` merged, the messages encoded once each."""
+        shell = self.build_request(
+            dataclasses.replace(request, messages=(), reasoning=(), failed_results=frozenset())
+        )
+        return self._bodies.body(shell, request, cache=self._cache)
+
+    @property
+    def encoded_messages(self) -> int:
+        """Context messages encoded so far (each once; see :mod:`tether._models.encoded`)."""
+        return self._bodies.encoded_messages
+
+    @property
+    def encoded_bytes(self) -> int:
+        return self._bodies.encoded_bytes
+
+    @contextlib.contextmanager
+    def _open_stream(self, body: bytes) -> Iterator[httpx2.Response]:
+        """``POST /v1/messages`` with ``body`` as it is, through the SDK's ``post`` (its auth,
+        headers, client and error types; ``create`` would re-encode the history).
+
+        The response is read to its end when the block ends normally, so the pool keeps
+        the connection (a stream left at ``message_stop`` is closed instead)."""
+        http = self._client.post("/v1/messages", cast_to=httpx2.Response, content=body, stream=True)
+        started: list[Iterator[bytes]] = []
+        iter_bytes = http.iter_bytes
+
+        def kept(chunk_size: int | None = None) -> Iterator[bytes]:
+            chunks = iter_bytes(chunk_size)
+            started.append(chunks)
+            return chunks
+
+        http.iter_bytes = kept  # type: ignore[method-assign]
+        try:
+            yield http
+            for chunks in started:
+                drain(chunks)
+        finally:
+            http.close()
+
     def complete(
         self,
         request: ModelRequest,
@@ -533,13 +586,11 @@ class AnthropicModel:
         validate_output_options(request.output_options)
         if cancel is not None and cancel.is_set():
             raise ModelError("aborted", "Operation aborted")
-        body = self.build_request(request)
-        client = self._client
+        body = self.request_body(request)
         where = self._endpoint.display
 
         def work(emit: Emit) -> ModelResponse:
-            with client.messages.with_streaming_response.create(stream=True, **body) as response:
-                http = response.http_response
+            with self._open_stream(body) as http:
                 accumulator = MessagesStreamAccumulator()
                 kind = http.headers.get("content-type", "")
                 if "text/event-stream" not in kind:

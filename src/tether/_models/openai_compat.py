@@ -19,9 +19,20 @@ server that speaks ``POST {base_url}/chat/completions``.
   on it, polling ``cancel``. When ``cancel`` is set the call returns ``aborted`` at
   once and the connection is shut down (:class:`~tether._models.streaming.
   ConnectionTracker`), so the server sees the client go away and stops generating.
-* **Raw parsing.** The answer is read with ``with_raw_response`` and parsed here, so
-  malformed bodies become clear ``bad_response`` errors and provider-specific usage
-  fields (cache reads/writes) are visible.
+* **The request body in O(new bytes).** The body is built here, not by the SDK: every
+  context message is encoded once (``orjson``) when it first enters a request and its bytes
+  are reused by every later request of the session (:class:`~tether._models.encoded.
+  EncodedPrefix`), so a request costs the encoding of the new messages plus one copy of
+  the body. The bytes go through the SDK's own ``post`` (its auth, base URL, headers,
+  client and error types), which sends a given body as is; the SDK's ``create`` would walk
+  the whole history again on every request (``maybe_transform``: 95% of a long turn).
+  :meth:`OpenAICompatibleModel.build_messages` is the value the body's ``messages``
+  encodes, the reference the tests compare the bytes with.
+* **One connection.** A streamed body is read to its end after ``[DONE]``, so the pool
+  keeps the connection for the next request (:func:`~tether._models.streaming.drain`).
+* **Raw parsing.** The answer is read as raw bytes and parsed here, so malformed bodies
+  become clear ``bad_response`` errors and provider-specific usage fields (cache
+  reads/writes) are visible.
 * **Credentials** never appear in identities, error messages or logs; error texts are
   passed through :func:`~tether._models.base.redact`. The key is registered with
   :func:`tether._credentials.register_secret`, so commands do not get it and the session
@@ -36,11 +47,13 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any, Final, cast
+from collections.abc import Mapping, Sequence
+from operator import is_
+from typing import Any, Final
 
 import httpx2
 import openai
+import orjson
 
 from tether._credentials import register_secret
 from tether._models.base import (
@@ -57,6 +70,7 @@ from tether._models.base import (
     validate_output_options,
 )
 from tether._models.chat_stream import ChatStreamAccumulator
+from tether._models.encoded import EncodedPrefix, dumps
 from tether._models.http_common import (
     DEFAULT_BASE_URL,
     ENV_API_KEY,
@@ -69,7 +83,10 @@ from tether._models.streaming import (
     ConnectionTracker,
     DeltaSink,
     Emit,
+    Settled,
     SSEDecoder,
+    drain,
+    in_worker,
     lines_of,
     run_stream,
     tracked_http_client,
@@ -103,6 +120,10 @@ _GRACE: Final = 0.25
 
 _POLL: Final = 0.02
 """How often (seconds) the caller checks ``cancel`` while a request is in flight."""
+
+_PATH: Final = "/chat/completions"
+
+_STREAM_TAIL: Final = b',"stream":true,"stream_options":{"include_usage":true}'
 
 _KNOWN_PROVIDERS: Final = {
     "openrouter.ai": "openrouter",
@@ -175,6 +196,10 @@ class OpenAICompatibleModel:
         for value in headers.values():
             register_secret(value)  # a header may carry a credential (masked if long enough)
         self._tracker = ConnectionTracker()
+        self._history = EncodedPrefix(_encode_message)
+        self._pieces_lock = threading.Lock()
+        self._system: tuple[str, bytes] = ("", b"")
+        self._tools: tuple[list[Any], bytes] = ([], b"")
         self._provider = (
             provider.strip()
             if provider is not None
@@ -295,36 +320,79 @@ class OpenAICompatibleModel:
     # -- the request ------------------------------------------------------------------------
 
     def build_messages(self, request: ModelRequest) -> list[dict[str, Any]]:
-        """The wire ``messages``: the system prompt (if not empty), then the context.
+        """The wire ``messages`` as values: the system prompt (if not empty), then the context.
 
-        Messages are sent in their normalized form, except that an assistant message
-        with ``content: null`` and no tool calls is sent with ``content: ""`` (servers
-        reject a null content without calls), and an assistant message whose side record
-        holds OpenRouter ``reasoning_details`` carries them again.
+        This is the reference the request body's ``messages`` encode (:meth:`request_body`
+        builds the bytes from messages encoded once; the tests compare the two). Messages
+        are sent in their normalized form, except that an assistant message with
+        ``content: null`` and no tool calls is sent with ``content: ""`` (servers reject a
+        null content without calls), and an assistant message whose side record holds
+        OpenRouter ``reasoning_details`` carries them again.
         """
         wire: list[dict[str, Any]] = []
         if request.system_prompt:
             wire.append({"role": "system", "content": request.system_prompt})
         reasoning = list(request.reasoning)
         for index, message in enumerate(request.messages):
-            item = plain(message)
-            if (
-                item.get("role") == "assistant"
-                and item.get("content") is None
-                and not item.get("tool_calls")
-            ):
-                item["content"] = ""
             side = reasoning[index] if index < len(reasoning) else None
-            if item.get("role") == "assistant" and side is not None and side.format == "openrouter":
-                # OpenRouter asks for reasoning_details back, verbatim, across tool calls.
-                item["reasoning_details"] = [plain(d) for d in side.details]
-            wire.append(item)
+            wire.append(orjson.loads(_wire_message(message, side)))
         return wire
 
     @staticmethod
     def build_tools(request: ModelRequest) -> list[dict[str, Any]]:
         """The wire ``tools``: each definition wrapped as ``{"type":"function",...}``."""
         return [{"type": "function", "function": plain(tool)} for tool in request.tools]
+
+    def request_body(self, request: ModelRequest, *, stream: bool | None = None) -> bytes:
+        """The JSON body of the request for ``request`` (streamed unless ``stream`` is false).
+
+        The members ``model``, ``messages`` (:meth:`build_messages`), ``tools`` when there
+        are any, ``stream`` and ``stream_options`` when streaming, then the output options.
+        The context messages come from the encoded history, so this costs the encoding of
+        the messages not seen before plus one copy of the body.
+        """
+        streamed = self._stream if stream is None else stream
+        head = [b'{"model":', dumps(self._model), b',"messages":[']
+        if request.system_prompt:
+            head.append(self._system_piece(request.system_prompt))
+            if len(request.messages):
+                head.append(b",")
+        tail = [b"]"]
+        if request.tools:
+            tail += (b',"tools":', self._tools_piece(request.tools))
+        if streamed:
+            tail.append(_STREAM_TAIL)
+        if request.output_options:
+            tail += (b",", dumps(request.output_options)[1:-1])
+        tail.append(b"}")
+        return self._history.join(
+            b"".join(head), request.messages, request.reasoning, b"".join(tail)
+        )
+
+    @property
+    def encoded_messages(self) -> int:
+        """Context messages encoded so far (each once; see :mod:`tether._models.encoded`)."""
+        return self._history.encoded_messages
+
+    @property
+    def encoded_bytes(self) -> int:
+        """Bytes of the context messages encoded so far."""
+        return self._history.encoded_bytes
+
+    def _system_piece(self, prompt: str) -> bytes:
+        with self._pieces_lock:
+            if self._system[0] != prompt:  # a string compare: the prompt rarely changes
+                self._system = (prompt, dumps({"role": "system", "content": prompt}))
+            return self._system[1]
+
+    def _tools_piece(self, tools: Sequence[Mapping[str, Any]]) -> bytes:
+        """The encoded ``tools`` array; a registry hands out the same definitions each time."""
+        with self._pieces_lock:
+            cached, piece = self._tools
+            if len(cached) != len(tools) or not all(map(is_, tools, cached)):
+                piece = dumps([{"type": "function", "function": tool} for tool in tools])
+                self._tools = (list(tools), piece)
+            return piece
 
     def complete(
         self,
@@ -336,47 +404,46 @@ class OpenAICompatibleModel:
         validate_output_options(request.output_options)
         if cancel is not None and cancel.is_set():
             raise ModelError("aborted", "Operation aborted")
-        messages = self.build_messages(request)
-        tools = self.build_tools(request)
-        extra = plain(request.output_options)
+        body = self.request_body(request)
         status: int
-        body: bytes | str
+        answer: bytes | Mapping[str, Any]
         if self._stream:
-            status, body = self._stream_exchange(messages, tools, extra, cancel, on_delta)
+            status, answer = self._stream_exchange(body, cancel, on_delta)
         else:
-            status, body = self._exchange(messages, tools, extra, cancel)
+            status, answer = self._exchange(body, cancel)
         try:
             return parse_chat_completion(
-                body, position=request.position, status=status, secrets=self._secrets
+                answer, position=request.position, status=status, secrets=self._secrets
             )
         except ModelError as exc:
             raise ModelError(
                 exc.code, f"{self._endpoint.display}: {exc.message}", status=status
             ) from None
 
+    def _post(self, body: bytes, *, stream: bool) -> httpx2.Response:
+        """One request through the SDK's ``post``: its auth, headers, client and errors.
+
+        The body is sent as given (``content``); ``cast_to=httpx2.Response`` returns the
+        raw response (unread when ``stream``), an HTTP error status raises the SDK's error.
+        """
+        # What chat.completions.create asks of post besides the body: bearer auth.
+        options: Any = {"security": {"bearer_auth": True}}
+        return self._client.post(
+            _PATH, cast_to=httpx2.Response, content=body, options=options, stream=stream
+        )
+
     def _stream_exchange(
         self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        extra: dict[str, Any],
+        body: bytes,
         cancel: threading.Event | None,
         on_delta: DeltaSink | None,
-    ) -> tuple[int, bytes | str]:
+    ) -> tuple[int, bytes | Mapping[str, Any]]:
         """Send the one streamed request; reassemble the chunks into a whole answer."""
-        client = self._client
-        model = self._model
         where = self._endpoint.display
 
-        def work(emit: Emit) -> tuple[int, bytes | str]:
-            with client.chat.completions.with_streaming_response.create(
-                model=model,
-                messages=cast(Any, messages),
-                tools=cast(Any, tools) if tools else openai.omit,
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_body=extra or None,
-            ) as response:
-                http = response.http_response
+        def work(emit: Emit) -> tuple[int, bytes | Mapping[str, Any]]:
+            http = self._post(body, stream=True)
+            try:
                 status = http.status_code
                 kind = http.headers.get("content-type", "")
                 if "text/event-stream" not in kind:  # the server ignored stream: true
@@ -385,19 +452,16 @@ class OpenAICompatibleModel:
                 accumulator = ChatStreamAccumulator()
                 decoder = SSEDecoder()
                 done = False
-                for line in lines_of(http.iter_bytes(), emit):
+                lines = lines_of(http.iter_bytes(), emit)
+                for line in lines:
                     event = decoder.line(line)
                     if event is None:
                         continue
-                    if event[1].strip() == "[DONE]":
+                    data = event[1]
+                    if data == "[DONE]" or data.strip() == "[DONE]":
                         done = True
                         break
-                    try:
-                        chunk = json.loads(event[1])
-                    except ValueError:
-                        snippet = " ".join(event[1].split())[:200]
-                        raise _bad(f"a streamed chunk is not JSON: {snippet}") from None
-                    for delta in accumulator.feed(chunk):
+                    for delta in accumulator.feed(_chunk(data)):
                         emit(delta)
                 if not done and accumulator.finish_reason is None and accumulator.error is None:
                     raise ModelError(
@@ -405,7 +469,13 @@ class OpenAICompatibleModel:
                         f"the answer from {where} ended before it was complete "
                         f"({accumulator.chunks} chunks, no finish_reason)",
                     )
-                return status, json.dumps(accumulator.completion())
+                result = (status, accumulator.completion())
+                if done:
+                    emit(Settled(result))
+                    drain(lines)  # read to the end: the connection goes back to the pool
+                return result
+            finally:
+                http.close()
 
         try:
             return run_stream(
@@ -425,35 +495,21 @@ class OpenAICompatibleModel:
                 self._redact(f"the answer from {where} broke off: {exc or type(exc).__name__}"),
             ) from None
 
-    def _exchange(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        extra: dict[str, Any],
-        cancel: threading.Event | None,
-    ) -> tuple[int, bytes]:
+    def _exchange(self, body: bytes, cancel: threading.Event | None) -> tuple[int, bytes]:
         """Send the one request on a worker thread; wait for it, the deadline or cancel."""
         outcome: list[tuple[int, bytes] | BaseException] = []
         done = threading.Event()
-        client = self._client
-        model = self._model
 
         def work() -> None:
             try:
-                raw = client.chat.completions.with_raw_response.create(
-                    model=model,
-                    messages=cast(Any, messages),
-                    tools=cast(Any, tools) if tools else openai.omit,
-                    extra_body=extra or None,
-                )
-                outcome.append((raw.http_response.status_code, raw.http_response.read()))
+                http = self._post(body, stream=False)
+                outcome.append((http.status_code, http.content))
             except BaseException as exc:  # handed to the waiting caller
                 outcome.append(exc)
             finally:
                 done.set()
 
-        worker = threading.Thread(target=work, name="tether-model-request", daemon=True)
-        worker.start()
+        in_worker(work)
         deadline = time.monotonic() + self._timeout + _GRACE
         while True:
             remaining = deadline - time.monotonic()
@@ -543,6 +599,49 @@ class OpenAICompatibleModel:
                 retry_after=retry_after,
             )
         return ModelError("provider_error", self._redact(f"{where}: {exc}"))
+
+
+# -- the wire form of a message (encoded once per message) ------------------------------------
+
+
+def _encode_message(
+    message: Mapping[str, Any], side: Reasoning | None, state: None
+) -> tuple[bytes, None]:
+    """:class:`~tether._models.encoded.EncodedPrefix`'s encoder: pieces need no state."""
+    return _wire_message(message, side), None
+
+
+def _wire_message(message: Mapping[str, Any], side: Reasoning | None) -> bytes:
+    """The bytes of one context message as the chat-completions API takes it.
+
+    The normalized message as it is, except an assistant message with ``content: null``
+    and no tool calls gets ``content: ""`` and one with an OpenRouter side record gets its
+    ``reasoning_details`` back (:meth:`OpenAICompatibleModel.build_messages`)."""
+    if message.get("role") == "assistant":
+        openrouter = side is not None and side.format == "openrouter"
+        empty = message.get("content") is None and not message.get("tool_calls")
+        if openrouter or empty:
+            item = dict(message)
+            if empty:
+                item["content"] = ""
+            if openrouter:  # OpenRouter wants them back, verbatim, across tool calls
+                assert side is not None
+                item["reasoning_details"] = side.details
+            return dumps(item)
+    return dumps(message)
+
+
+def _chunk(data: str) -> Any:
+    """One streamed chunk's JSON (orjson; the stdlib parser only for what orjson refuses, so
+    an unpaired surrogate is reported as one, by the answer's checks)."""
+    try:
+        return orjson.loads(data)
+    except ValueError:
+        try:
+            return json.loads(data)
+        except ValueError:
+            snippet = " ".join(data.split())[:200]
+            raise _bad(f"a streamed chunk is not JSON: {snippet}") from None
 
 
 # -- parsing (pure) ---------------------------------------------------------------------------
@@ -692,7 +791,7 @@ def _tool_calls(message: Mapping[str, Any], position: int) -> tuple[ToolCallOut,
 
 
 def parse_chat_completion(
-    body: bytes | str,
+    body: bytes | str | Mapping[str, Any],
     *,
     position: int = 0,
     status: int = 200,
@@ -704,8 +803,10 @@ def parse_chat_completion(
     ``error`` object in a 2xx body (OpenRouter does this for upstream failures)
     raises ``provider_error`` with the provider's message. Bad tool arguments and
     unknown tool names are *not* errors (the planner handles them), nor is an empty
-    answer.
+    answer. A ``Mapping`` is an answer already decoded (a reassembled stream).
     """
+    if isinstance(body, Mapping):
+        return _parse_completion(body, status=status, position=position, secrets=secrets)
     try:
         data = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -716,6 +817,12 @@ def parse_chat_completion(
         ) from None
     if not isinstance(data, Mapping):
         raise _bad(f"the answer (HTTP {status}) is not a JSON object")
+    return _parse_completion(data, status=status, position=position, secrets=secrets)
+
+
+def _parse_completion(
+    data: Mapping[str, Any], *, status: int, position: int, secrets: tuple[str, ...]
+) -> ModelResponse:
     choices = data.get("choices")
     error = data.get("error")
     if error is not None and not choices:

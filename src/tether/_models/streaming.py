@@ -8,10 +8,18 @@
   ``shutdown(SHUT_RDWR)`` wakes a read that is blocked in the worker thread and makes the
   server see the connection close: the provider stops generating (and billing) instead of
   finishing an answer nobody will read.
-* :func:`run_stream` runs the blocking exchange on a worker thread and watches it from the
-  caller's thread: the first-byte timeout until the first line arrives, then the idle
-  timeout between lines, and the cancel event. Deltas (answer text, reasoning text) are
-  handed to ``on_delta`` on the caller's thread.
+* :func:`run_stream` runs the blocking exchange on a worker thread (:func:`in_worker`: kept
+  daemon threads, as starting a thread per request costs a few hundred microseconds on a
+  busy machine) and watches it from the caller's thread: the first-byte timeout until the
+  first line arrives, then the idle timeout between lines, and the cancel event. Deltas
+  (answer text, reasoning text) are handed to ``on_delta`` on the caller's thread.
+* **One connection, kept alive.** The pool puts a connection back only when its response
+  was read to the end; a stream abandoned at its last event (``[DONE]``, ``message_stop``)
+  is closed instead, and the next request pays a new connection (a TLS handshake against a
+  provider). So an adapter reads the body to its end after the last event
+  (:func:`drain`), having first handed the complete answer over with ``emit(Settled(...))``:
+  a server that stalls or drops the connection after its last event can no longer turn a
+  complete answer into a timeout or an error.
 """
 
 from __future__ import annotations
@@ -37,6 +45,9 @@ __all__ = [
     "Delta",
     "DeltaSink",
     "SSEDecoder",
+    "Settled",
+    "drain",
+    "in_worker",
     "run_stream",
     "tracked_http_client",
 ]
@@ -56,6 +67,13 @@ class Delta:
 
 
 DeltaSink = Callable[[Delta], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """The complete answer, handed to :func:`run_stream` before the body is drained."""
+
+    value: Any
 
 
 class SSEDecoder:
@@ -213,11 +231,50 @@ def _default_ssl_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSL
     return httpx2.create_ssl_context(verify=True)
 
 
+# -- worker threads ---------------------------------------------------------------------------
+
+_KEPT_WORKERS: Final = 4
+"""Idle worker threads kept for the next request (one per session driven at once)."""
+
+_idle_lock = threading.Lock()
+_idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+
+
+def _worker(inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+    while True:
+        job = inbox.get()
+        try:
+            job()
+        except BaseException:  # pragma: no cover - a job reports its own outcome
+            pass
+        with _idle_lock:
+            if len(_idle) >= _KEPT_WORKERS:
+                return
+            _idle.append(inbox)
+
+
+def in_worker(job: Callable[[], None]) -> None:
+    """Run ``job`` on a daemon worker thread, an idle one if there is one.
+
+    A worker abandoned by its caller (a timeout, a cancel) is simply busy until its
+    request ends; the next request gets another thread. ``job`` must not raise: it hands
+    its outcome to whoever waits for it."""
+    with _idle_lock:
+        inbox = _idle.pop() if _idle else None
+    if inbox is None:
+        inbox = queue.SimpleQueue()
+        threading.Thread(
+            target=_worker, args=(inbox,), name="tether-model-request", daemon=True
+        ).start()
+    inbox.put(job)
+
+
 # -- the watchdog -----------------------------------------------------------------------------
 
 
-Emit = Callable[[Delta | None], None]
-"""What the worker calls: ``emit(None)`` when bytes arrived, ``emit(delta)`` for a delta."""
+Emit = Callable[[Delta | Settled | None], None]
+"""What the worker calls: ``emit(None)`` when bytes arrived, ``emit(delta)`` for a delta,
+``emit(Settled(answer))`` when the answer is complete (what is still read is only drained)."""
 
 
 def run_stream(
@@ -235,11 +292,13 @@ def run_stream(
     Before the first ``emit`` the call fails with ``timeout`` after ``first_byte_timeout``
     seconds, afterwards after ``idle_timeout`` seconds without an ``emit``; ``cancel``
     fails it with ``aborted``. Both shut the connection down first. Exceptions of
-    ``work`` are re-raised on the caller's thread.
+    ``work`` are re-raised on the caller's thread. Once ``work`` emitted a
+    :class:`Settled` answer, that answer is the result whatever happens next (a timeout
+    or cancel while the body drains returns it; the drain goes on on its own thread).
     """
     inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
 
-    def emit(delta: Delta | None) -> None:
+    def emit(delta: Delta | Settled | None) -> None:
         inbox.put(("delta", delta))
 
     def target() -> None:
@@ -248,16 +307,21 @@ def run_stream(
         except BaseException as exc:  # handed to the waiting caller
             inbox.put(("error", exc))
 
-    worker = threading.Thread(target=target, name="tether-model-stream", daemon=True)
-    worker.start()
+    in_worker(target)
     last = time.monotonic()
     seen = False
+    settled: Settled | None = None
     while True:
         limit = idle_timeout if seen else first_byte_timeout
         remaining = last + limit - time.monotonic()
         try:
             kind, value = inbox.get(timeout=max(min(_POLL, remaining), 0.0))
         except queue.Empty:
+            if settled is not None and (
+                (cancel is not None and cancel.is_set()) or time.monotonic() - last >= limit
+            ):
+                tracker.abort()  # the drain stalled: give the connection up, keep the answer
+                return settled.value  # type: ignore[no-any-return]
             if cancel is not None and cancel.is_set():
                 tracker.abort()
                 raise ModelError("aborted", "Operation aborted") from None
@@ -276,29 +340,57 @@ def run_stream(
         if kind == "delta":
             seen = True
             last = time.monotonic()
+            if isinstance(value, Settled):
+                settled = value
+                continue
             if value is not None and on_delta is not None:
                 try:
                     on_delta(value)
                 except BaseException:
                     tracker.abort()  # the caller is going away: so is the request
                     raise
-            if cancel is not None and cancel.is_set():
+            if cancel is not None and cancel.is_set() and settled is None:
                 tracker.abort()
                 raise ModelError("aborted", "Operation aborted")
             continue
         if kind == "error":
+            if settled is not None:
+                return settled.value  # type: ignore[no-any-return]
             raise value
         return value  # type: ignore[no-any-return]
 
 
+def drain(lines: Iterator[Any]) -> None:
+    """Read what is left of a body after its last event, so its connection is kept.
+
+    A server that breaks the connection at this point cost nothing: the answer is
+    complete, and the pool simply does not keep that connection."""
+    try:
+        for _ in lines:
+            pass
+    except (httpx2.HTTPError, httpcore2.NetworkError, OSError):
+        pass
+
+
 def lines_of(chunks: Iterator[bytes], emit: Emit) -> Iterator[str]:
-    """Decode a byte stream into text lines, calling ``emit(None)`` for every chunk."""
-    buffer = b""
+    """Decode a byte stream into text lines, calling ``emit(None)`` for every chunk.
+
+    Linear in the bytes: a line that spans many chunks is joined once, when its end
+    arrives (re-splitting a growing buffer per chunk would be quadratic in a long line)."""
+    pending: list[bytes] = []
     for chunk in chunks:
         emit(None)
-        buffer += chunk
-        *complete, buffer = buffer.split(b"\n")
-        for raw in complete:
+        if b"\n" not in chunk:
+            if chunk:
+                pending.append(chunk)
+            continue
+        lines = chunk.split(b"\n")
+        if pending:
+            pending.append(lines[0])
+            lines[0] = b"".join(pending)
+        last = lines.pop()
+        pending = [last] if last else []
+        for raw in lines:
             yield raw.rstrip(b"\r").decode("utf-8", "replace")
-    if buffer:
-        yield buffer.rstrip(b"\r").decode("utf-8", "replace")
+    if pending:
+        yield b"".join(pending).rstrip(b"\r").decode("utf-8", "replace")

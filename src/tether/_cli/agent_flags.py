@@ -71,6 +71,7 @@ _TYPES: dict[Kind, Any] = {
     Kind.TEXT: str | None,
     Kind.PATH: Path | None,
     Kind.SECONDS: float | None,
+    Kind.AMOUNT: float | None,
     Kind.COUNT: int | None,
     Kind.FLAG: bool,
     Kind.CHOICE: Durability | None,
@@ -80,6 +81,7 @@ _TYPES: dict[Kind, Any] = {
 
 _LIMITS: dict[Kind, dict[str, Any]] = {
     Kind.SECONDS: {"min": 0.001},
+    Kind.AMOUNT: {"min": 0.000001},
     Kind.COUNT: {"min": 1},
     Kind.CHOICE: {"case_sensitive": False},
 }

@@ -65,6 +65,9 @@ class AgentOptions(TypedDict, total=False):
     max_steps: int | None
     max_tokens: int | None
     max_seconds: float | None
+    max_cost_usd: float | None
+    max_session_tokens: int | None
+    max_session_cost_usd: float | None
     store: str | None
     store_url: str | None  # the name ``store`` had before the settings table; still accepted
     lease_seconds: float | None

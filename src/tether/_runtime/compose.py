@@ -64,6 +64,7 @@ from tether._runtime.evidence import SessionEvidence
 from tether._runtime.guards import Authorizer, Guards
 from tether._runtime.masking import masked_sink
 from tether._runtime.retry import RetryPolicy
+from tether._runtime.spend import Spending
 from tether._settings import Settings
 from tether._stores.file import Durability, FileSessions
 from tether._stores.protocol import SessionOpener
@@ -132,6 +133,9 @@ class Composition:
     """The settings the agent was built from."""
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     """Automatic retries of a transient model failure."""
+    spending: Spending = field(default_factory=lambda: Spending(""))
+    """The money side of the spend: the model's price (``[prices]``, else tether's table)
+    and the costs providers reported (:mod:`tether._runtime.spend`)."""
 
 
 def load_agents_md(workspace: Path) -> str | None:
@@ -259,6 +263,9 @@ def _budget(settings: Settings, project: ProjectConfig) -> BudgetConfig:
         max_steps=settings.max_steps,
         max_tokens=settings.max_tokens,
         max_seconds=settings.max_seconds,
+        max_cost_usd=settings.max_cost_usd,
+        max_session_tokens=settings.max_session_tokens,
+        max_session_cost_usd=settings.max_session_cost_usd,
     )
 
 
@@ -339,6 +346,7 @@ def compose(
         owned_sessions=owned,
         settings=settings,
         retry_policy=RetryPolicy(retries=retries, base_delay=float(seams.retry_base_delay)),
+        spending=Spending(adapter.model, dict(config.prices)),
     )
 
 

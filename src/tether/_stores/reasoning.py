@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from tether._models.base import ModelResponse, Reasoning
 from tether._stores.protocol import SessionStoreProtocol
+from tether.core.state import Usage
 
 __all__ = [
     "RECORD_VERSION",
@@ -49,9 +50,12 @@ class SideRecord:
     reasoning: Reasoning | None
     reasoning_tokens: int | None
     cost: float | None
+    usage: Usage | None = None
+    """The attempt's token counts (the log's usage fact): what ``cost`` paid for."""
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "usage": self.usage.to_json() if self.usage is not None else None,
             "version": RECORD_VERSION,
             "entryId": self.entry_id,
             "attemptId": self.attempt_id,
@@ -94,6 +98,7 @@ def write_side_record(
         reasoning=response.reasoning,
         reasoning_tokens=response.reasoning_tokens,
         cost=response.cost,
+        usage=response.usage,
     )
     data = json.dumps(_masked(record.to_json(), mask), ensure_ascii=False, allow_nan=False)
     store.sidecar(side_record_name(entry_id)).write(data.encode("utf-8"))
@@ -127,7 +132,17 @@ def parse_side_record(data: bytes, entry_id: str) -> SideRecord | None:
         if isinstance(tokens, int) and not isinstance(tokens, bool)
         else None,
         cost=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
+        usage=_usage(value.get("usage")),
     )
+
+
+def _usage(value: Any) -> Usage | None:
+    if not isinstance(value, Mapping):
+        return None
+    try:
+        return Usage.from_json(value)
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
 def align_context_ids(

@@ -288,3 +288,45 @@ def test_a_kill_and_resume_loop_never_overspends(
     assert finished.error is not None
     assert finished.error["message"] == "the run used its money budget ($0.3281 of $0.328125)"
     assert spent == (CRASHES + 1) * STEP_TOKENS
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def test_inspect_sessions_show_and_the_result_report_the_cost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from tether._cli import app
+
+    root = _workspace(tmp_path, monkeypatch)
+    # Two answers report $1/64 each; the last reports nothing and is priced from [prices]:
+    # 10 input tokens at $1000 and 5 output tokens at $2000 per million: $0.02.
+    (root / "tether.toml").write_text(
+        '[prices."scripted/budget"]\ninput = 1000\noutput = 2000\n'
+    )
+    agent = _agent(root, _script(2, cost=STEP_COST), FakeClock())
+    try:
+        result = agent.run("go")
+    finally:
+        agent.close()
+    expected = 2 * STEP_COST + 0.02
+    assert result.status is RunStatus.COMPLETED
+    assert result.session_cost_usd == pytest.approx(expected)
+    assert result.to_dict()["sessionCostUsd"] == pytest.approx(expected)
+
+    monkeypatch.chdir(root)
+    runner = CliRunner()
+    human = runner.invoke(app, ["inspect", "--last"], catch_exceptions=False)
+    assert "$0.0513" in human.stdout
+    listed = runner.invoke(app, ["sessions", "--json"], catch_exceptions=False)
+    (row,) = json.loads(listed.stdout)
+    assert row["costUsd"] == pytest.approx(expected)
+    assert row["usage"] == {"input": 30, "output": 15, "cacheRead": 0, "cacheWrite": 0}
+    shown = runner.invoke(app, ["show", "--last", "--json"], catch_exceptions=False)
+    assert json.loads(shown.stdout)["costUsd"] == pytest.approx(expected)
+    drawn = runner.invoke(app, ["show", "--last"], catch_exceptions=False)
+    assert "Cost $0.0513" in drawn.stdout

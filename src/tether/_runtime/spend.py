@@ -22,15 +22,23 @@ Rules of this module:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tether._models.prices import Price, cost_of, price_for
+from tether._project import find_workspace_root, load_project_config
 from tether._stores.protocol import SessionStoreProtocol
-from tether._stores.reasoning import read_side_record
+from tether._stores.reasoning import (
+    ReportedCost,
+    SideRecord,
+    read_side_record,
+    reported_costs,
+)
 from tether.core.state import SessionState, Usage
+from tether.errors import TetherError
 
-__all__ = ["Cost", "Spending"]
+__all__ = ["Cost", "Spending", "cost_of_answers", "log_cost", "workspace_prices"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,17 +49,47 @@ class Cost:
     usd: float = 0.0
     known: bool = True
 
+    def to_json(self) -> float | None:
+        """The figure ``--json`` reports: ``null`` when it is not known."""
+        return round(self.usd, 9) if self.known else None
+
+    def text(self) -> str:
+        """``$0.0123``, or ``≥ $0.0123 (some tokens have no price)``."""
+        if self.known:
+            return f"${self.usd:.4f}"
+        return f"≥ ${self.usd:.4f} (some tokens have no price: add [prices] to tether.toml)"
+
+
+def cost_of_answers(
+    reported: Sequence[ReportedCost], usage: Usage, price: Price | None, *, start: int = 0
+) -> Cost:
+    """The cost of the answers from transcript index ``start`` on, which used ``usage``:
+    what their providers reported, plus the tokens no report covers at ``price``."""
+    paid = 0.0
+    covered = Usage()
+    reasoning = 0
+    for answer in reported:
+        if answer.index < start:
+            continue
+        if answer.cost is not None and answer.usage is not None:
+            paid += answer.cost
+            covered += answer.usage
+        else:
+            reasoning += answer.reasoning_tokens
+    rest = _clamped(usage, covered)
+    if rest == Usage():
+        return Cost(paid)
+    if price is None:
+        return Cost(paid, known=False)
+    return Cost(paid + cost_of(rest, price, reasoning_tokens=reasoning))
+
 
 @dataclass(slots=True)
 class _Answers:
-    """The costs the side records of one session report, in transcript order."""
+    """The side records of one session read so far (the transcript only grows)."""
 
     scanned: int = 0
-    """Transcript entries looked at so far (the transcript only grows)."""
-    reports: list[tuple[int, float, Usage, int]] = field(default_factory=list)
-    """``(index, reported cost, tokens it covers, reasoning tokens)`` per reporting answer."""
-    reasoning: list[tuple[int, int]] = field(default_factory=list)
-    """``(index, reasoning tokens)`` of answers without a reported cost."""
+    reported: list[ReportedCost] = field(default_factory=list)
 
 
 class Spending:
@@ -71,39 +109,14 @@ class Spending:
     ) -> Cost:
         """The cost of the transcript's entries from index ``start`` on, which used
         ``usage`` (the run's share of the ledger, or the session's total with ``start=0``)."""
-        answers = self._scan(store, state)
-        reported = 0.0
-        covered = Usage()
-        for index, usd, tokens, _reasoning in answers.reports:
-            if index >= start:
-                reported += usd
-                covered += tokens
-        reasoning = sum(tokens for index, tokens in answers.reasoning if index >= start)
-        rest = _clamped(usage, covered)
-        if rest == Usage():
-            return Cost(reported)
-        if self.price is None:
-            return Cost(reported, known=False)
-        return Cost(reported + cost_of(rest, self.price, reasoning_tokens=reasoning))
-
-    def _scan(self, store: SessionStoreProtocol, state: SessionState) -> _Answers:
         answers = self._sessions.setdefault(store.session_id, _Answers())
-        ids = state.transcript_ids
-        transcript = state.transcript
-        for index in range(answers.scanned, len(ids)):
-            if transcript[index].get("role") != "assistant":
-                continue
-            record = read_side_record(store, ids[index])
-            if record is None:
-                continue
-            if record.cost is not None and record.usage is not None:
-                answers.reports.append(
-                    (index, record.cost, record.usage, record.reasoning_tokens or 0)
-                )
-            elif record.reasoning_tokens:
-                answers.reasoning.append((index, record.reasoning_tokens))
-        answers.scanned = len(ids)
-        return answers
+        scanned = len(state.transcript_ids)
+        if answers.scanned < scanned:
+            answers.reported += reported_costs(
+                state, lambda entry: read_side_record(store, entry), start=answers.scanned
+            )
+            answers.scanned = scanned
+        return cost_of_answers(answers.reported, usage, self.price, start=start)
 
 
 def _clamped(usage: Usage, covered: Usage) -> Usage:
@@ -115,3 +128,25 @@ def _clamped(usage: Usage, covered: Usage) -> Usage:
         max(usage.cache_read - covered.cache_read, 0),
         max(usage.cache_write - covered.cache_write, 0),
     )
+
+
+def workspace_prices(workspace: str | None = None) -> dict[str, Price]:
+    """``[prices]`` of the workspace's ``tether.toml`` for a read-only report (``inspect``,
+    ``sessions``, ``show``): a missing or unreadable file means tether's table alone — a
+    report never fails over the price table."""
+    try:
+        root = find_workspace_root(workspace).path
+        return dict(load_project_config(Path(root)).prices)
+    except TetherError:
+        return {}
+
+
+def log_cost(
+    state: SessionState,
+    read: Callable[[str], SideRecord | None],
+    prices: Mapping[str, Price],
+) -> Cost:
+    """The cost of a whole session read back from its log and side records (``read``),
+    the model priced as its header names it."""
+    reported = reported_costs(state, read)
+    return cost_of_answers(reported, state.usage, price_for(state.header.model, prices))

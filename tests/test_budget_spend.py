@@ -305,9 +305,7 @@ def test_inspect_sessions_show_and_the_result_report_the_cost(
     root = _workspace(tmp_path, monkeypatch)
     # Two answers report $1/64 each; the last reports nothing and is priced from [prices]:
     # 10 input tokens at $1000 and 5 output tokens at $2000 per million: $0.02.
-    (root / "tether.toml").write_text(
-        '[prices."scripted/budget"]\ninput = 1000\noutput = 2000\n'
-    )
+    (root / "tether.toml").write_text('[prices."scripted/budget"]\ninput = 1000\noutput = 2000\n')
     agent = _agent(root, _script(2, cost=STEP_COST), FakeClock())
     try:
         result = agent.run("go")

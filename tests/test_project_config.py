@@ -386,13 +386,13 @@ UNKNOWN = [
         "[verfy]\n",
         "tether.toml: unknown setting [verfy] "
         "(known: [verify], [artifact], [budget], [prices], [policy], [tools], [mcp], [store], "
-        "[model])",
+        "[model], [telemetry])",
     ),
     (
         "timeout = 3\n",
         "tether.toml: unknown setting timeout "
         "(known: [verify], [artifact], [budget], [prices], [policy], [tools], [mcp], [store], "
-        "[model])",
+        "[model], [telemetry])",
     ),
     (
         "[verify.extra]\nx = 1\n",
@@ -401,7 +401,7 @@ UNKNOWN = [
     (
         '"odd key\\n" = 1\n',
         'tether.toml: unknown setting "odd key\\n" (known: [verify], [artifact], [budget], '
-        "[prices], [policy], [tools], [mcp], [store], [model])",
+        "[prices], [policy], [tools], [mcp], [store], [model], [telemetry])",
     ),
 ]
 

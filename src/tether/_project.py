@@ -37,6 +37,7 @@ from tether._inputs import MAX_CONFIG_BYTES, read_optional_file
 from tether._mcp.config import McpConfig, mcp_config_from_mapping
 from tether._models.options import ModelConfig, model_config_from_mapping
 from tether._models.prices import Price
+from tether._telemetry import TelemetryConfig
 from tether._tools.workspace import TETHER_DIR
 from tether.core.policy import (
     Policy,
@@ -133,6 +134,8 @@ class ProjectConfig:
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     artifact: ArtifactConfig = field(default_factory=ArtifactConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    """``[telemetry]``: OpenTelemetry export (:mod:`tether._telemetry`)."""
     prices: tuple[tuple[str, Price], ...] = ()
     """``[prices]``: (model id, price) pairs, before tether's built-in table
     (:mod:`tether._models.prices`); a tuple so the configuration stays hashable."""
@@ -296,7 +299,8 @@ def parse_project_config(text: str, *, source: str = CONFIG_FILE) -> ProjectConf
 
 
 _SECTIONS: Final = (
-    "verify", "artifact", "budget", "prices", "policy", "tools", "mcp", "store", "model"
+    "verify", "artifact", "budget", "prices", "policy", "tools", "mcp", "store", "model",
+    "telemetry",
 )  # fmt: skip
 
 
@@ -319,6 +323,7 @@ def project_config_from_mapping(
         artifact=_artifact(source, data.get("artifact", {})),
         budget=_budget(source, data.get("budget", {})),
         prices=_prices(source, data.get("prices", {})),
+        telemetry=_telemetry(source, data.get("telemetry", {})),
         policy=policy_from_mapping(data.get("policy", {}), source),
         tools=_tools(source, data.get("tools", {})),
         mcp=mcp_config_from_mapping(data.get("mcp", {}), source),
@@ -392,6 +397,30 @@ _BUDGET_KEYS: Final[Mapping[str, str | None]] = {
     "max_session_cost_usd": "dollars",
 }
 """``[budget]``'s keys and the unit their error names (``None``: seconds)."""
+
+
+def _telemetry(source: str, table: Mapping[str, Any]) -> TelemetryConfig:
+    check_known(
+        source, "[telemetry]", table, ("enabled", "endpoint", "capture_content", "service_name")
+    )
+    for key in ("enabled", "capture_content"):
+        if key in table and not isinstance(table[key], bool):
+            raise _bad(source, f"[telemetry] {key}", "true or false", table[key])
+    endpoint = table.get("endpoint")
+    if endpoint is not None and (
+        not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://"))
+    ):
+        raise _bad(source, "[telemetry] endpoint", "an http:// or https:// URL", endpoint)
+    service = table.get("service_name", "tether")
+    if not isinstance(service, str) or not service.strip():
+        raise _bad(source, "[telemetry] service_name", "a non-empty string", service)
+    return TelemetryConfig(
+        enabled=table.get("enabled"),
+        endpoint=endpoint,
+        capture_content=table.get("capture_content", False),
+        service_name=service,
+    )
+
 
 _PRICE_KEYS: Final = ("input", "cached_input", "cache_write", "output", "reasoning")
 

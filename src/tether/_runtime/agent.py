@@ -36,6 +36,7 @@ from tether._runtime.results import RunResult
 from tether._settings import SETTINGS, Settings, override_settings, resolve_settings
 from tether._stores.file import Durability
 from tether._stores.protocol import SessionOpener
+from tether._telemetry import Telemetry
 from tether._tools.base import Tool, ToolRegistry
 from tether._tools.workspace import ProtectedState
 from tether._wsdb.protocol import WorkspaceDBOpener
@@ -89,6 +90,7 @@ class AgentOptions(TypedDict, total=False):
     ids: IdSource | None
     model_retries: int | None
     retry_base_delay: float
+    telemetry: Telemetry | None
 
 
 _SETTING_NAMES = frozenset(row.name for row in SETTINGS)

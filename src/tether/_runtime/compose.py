@@ -32,7 +32,9 @@ Steps, in this order (so the first problem is the one reported):
    (:class:`~tether._tools.workspace.ProtectedState`);
 8. the environment identity and the configuration snapshot;
 9. the masker (a credential in the snapshot is refused) and the masked event sink;
-10. the session-store opener, the workspace-database opener, the clock and the ids.
+10. the session-store opener, the workspace-database opener, the clock and the ids;
+11. the spans: the ``telemetry`` seam, else what the ``OTEL_*`` variables and
+    ``[telemetry]`` ask for (:mod:`tether._runtime.tracing`; usually nothing).
 """
 
 from __future__ import annotations
@@ -59,15 +61,17 @@ from tether._models.options import (
     parse_model_options,
 )
 from tether._project import BudgetConfig, ProjectConfig, find_workspace_root, load_project_config
-from tether._runtime.events import EventSink
+from tether._runtime.events import Event, EventSink
 from tether._runtime.evidence import SessionEvidence
 from tether._runtime.guards import Authorizer, Guards
 from tether._runtime.masking import masked_sink
 from tether._runtime.retry import RetryPolicy
 from tether._runtime.spend import Spending
+from tether._runtime.tracing import Tracing
 from tether._settings import Settings
 from tether._stores.file import Durability, FileSessions
 from tether._stores.protocol import SessionOpener
+from tether._telemetry import Telemetry, open_telemetry
 from tether._tools.base import Tool, ToolRegistry
 from tether._tools.builtin import builtin_tools
 from tether._tools.workspace import ProtectedState
@@ -133,6 +137,8 @@ class Composition:
     """The settings the agent was built from."""
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     """Automatic retries of a transient model failure."""
+    tracing: Tracing = field(default_factory=lambda: Tracing(None))
+    """The OpenTelemetry spans of this agent (:mod:`tether._runtime.tracing`)."""
     spending: Spending = field(default_factory=lambda: Spending(""))
     """The money side of the spend: the model's price (``[prices]``, else tether's table)
     and the costs providers reported (:mod:`tether._runtime.spend`)."""
@@ -195,6 +201,9 @@ class Seams:
     model tether loads from the settings; 0 for an adapter the caller built, whose client
     is the caller's to configure)."""
     retry_base_delay: float = 1.0
+    telemetry: Telemetry | None = None
+    """Where spans go (default: what the ``OTEL_*`` variables and ``[telemetry]`` of
+    ``tether.toml`` say, :func:`tether._telemetry.open_telemetry`; usually nothing)."""
 
 
 @dataclass(frozen=True)
@@ -321,6 +330,9 @@ def compose(
     time_source = seams.clock if seams.clock is not None else SYSTEM_CLOCK
     id_source = seams.ids if seams.ids is not None else new_uuid7
     sessions, owned = _sessions(settings, store_url, real, seams, time_source, id_source)
+    # 11. The spans (telemetry: the seam, else the OTEL_* variables and [telemetry]).
+    telemetry = seams.telemetry if seams.telemetry is not None else open_telemetry(config.telemetry)
+    tracing = Tracing(telemetry, model=adapter.model, provider=adapter.provider)
     return Composition(
         workspace=real,
         model=adapter,
@@ -338,7 +350,9 @@ def compose(
         environment=identity,
         configuration=configuration,
         masker=masker,
-        on_event=masked_sink(seams.on_event, masker),
+        on_event=masked_sink(
+            _tee(tracing.on_event, seams.on_event) if tracing.enabled else seams.on_event, masker
+        ),
         sessions=sessions,
         evidence=evidence,
         clock=time_source,
@@ -347,6 +361,7 @@ def compose(
         settings=settings,
         retry_policy=RetryPolicy(retries=retries, base_delay=float(seams.retry_base_delay)),
         spending=Spending(adapter.model, dict(config.prices)),
+        tracing=tracing,
     )
 
 
@@ -460,3 +475,16 @@ def _effects_db_opener(workspace: Path) -> WorkspaceDBOpener:
         return EffectsDB.open_workspace(workspace)
 
     return open_effects_db
+
+
+def _tee(tracing: EventSink, sink: EventSink | None) -> EventSink:
+    """The spans see every event first; then the caller's sink, if any."""
+    if sink is None:
+        return tracing
+    user = sink
+
+    def both(event: Event) -> None:
+        tracing(event)
+        user(event)
+
+    return both

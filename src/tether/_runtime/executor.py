@@ -468,7 +468,8 @@ class Executor:
         """
         store = self._hold(session)
         try:
-            yield store
+            with self.parts.tracing.invocation(store.session_id):
+                yield store
             store.flush()
         except BaseException:
             self._release()

@@ -252,3 +252,41 @@ def test_an_unreachable_collector_costs_one_warning_line(tmp_path: Path) -> None
     assert len(warnings) == 1, result.stderr
     assert warnings[0].startswith("warning: telemetry: cannot export spans")
     assert "Traceback" not in result.stderr
+
+
+def test_an_mcp_call_carries_the_trace_context_in_its_meta(
+    tmp_path: Path, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("mcp")
+    root, _ = _workspace(tmp_path)
+    monkeypatch.delenv("TETHER_ENVIRONMENT_IDENTITY", raising=False)
+    (root / "tether.toml").write_text(
+        "[mcp.servers.notes]\n"
+        f"command = {json.dumps(sys.executable)}\n"
+        'args = ["-m", "tether.testing.mcp_notes"]\n'
+    )
+    script = {
+        "model": MODEL,
+        "responses": [
+            {"tool_calls": [{"id": "m1", "name": "notes__append", "arguments": {"line": "x"}}]},
+            {"content": "done", "finish_reason": "stop"},
+        ],
+    }
+    telemetry = open_telemetry(TelemetryConfig(endpoint=receiver.endpoint), environ={})
+    assert telemetry is not None
+    agent = Agent(
+        ScriptedModel.from_json(script), workspace=root, read_agents_md=False, telemetry=telemetry
+    )
+    try:
+        result = agent.run(PROMPT)
+    finally:
+        agent.close()
+    assert result.status is RunStatus.COMPLETED, result.message
+    telemetry.flush()
+    (span,) = _by_name(receiver.spans, "execute_tool notes__append")
+    # The server got the W3C traceparent of the tool's span: its spans can join the trace.
+    (sent,) = (root / "mcp-traceparents.txt").read_text().split()
+    version, trace, parent, flags = sent.split("-")
+    assert (version, trace, parent) == ("00", span.trace_id, span.span_id)
+    assert int(flags, 16) & 1  # sampled
+    assert span.trace_id == uuid.UUID(result.session_id).hex

@@ -33,6 +33,7 @@ from functools import partial
 from typing import Any, Final
 
 import tether._runtime.events as events
+from tether._mcp.manager import TRACE_CONTEXT
 from tether._telemetry import Telemetry
 
 __all__ = ["HANDLERS", "RECOVERY_EVENT", "Tracing"]
@@ -126,16 +127,6 @@ class Tracing:
         if handler is not None:
             _quietly(lambda: handler(self, event))
 
-    def trace_context(self) -> dict[str, str]:
-        """``traceparent``/``tracestate`` of the innermost open span (an MCP tool call's
-        ``_meta``); empty without telemetry."""
-        telemetry = self.telemetry
-        if telemetry is None:
-            return {}
-        spans = list(self._tools.values())
-        span = spans[-1] if spans else self._invocation
-        return telemetry.traceparent(span) if span is not None else {}
-
     # ------------------------------------------------------------------ handlers
 
     def _recovery(self, decision: str, plan: str, **attributes: Any) -> None:
@@ -201,7 +192,7 @@ class Tracing:
 
     def _tool_started(self, event: events.ToolStarted) -> None:
         assert self.telemetry is not None
-        self._tools[event.call_id] = self.telemetry.begin(
+        span = self._tools[event.call_id] = self.telemetry.begin(
             f"execute_tool {event.name}",
             {
                 **self._common(),
@@ -212,12 +203,15 @@ class Tracing:
             },
             parent=self._invocation,
         )
+        # An MCP tools/call made while this span is open carries its trace context.
+        TRACE_CONTEXT.set(self.telemetry.traceparent(span))
         if event.replay:
             self._recovery("replayed_call", "startTool", **_call(event.name, event.call_id))
 
     def _tool_finished(self, event: events.ToolFinished) -> None:
         assert self.telemetry is not None
         span = self._tools.pop(event.call_id, None)
+        TRACE_CONTEXT.set(None)
         if span is not None:
             self.telemetry.end(span, error="tool_error" if event.is_error else None)
 

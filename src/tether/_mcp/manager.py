@@ -43,7 +43,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,13 +70,13 @@ __all__ = [
 
 OPERATION_META_KEY: Final = "dev.tether/operationId"
 """The ``_meta`` member of every ``tools/call`` request that carries the operation id."""
-TRACE_CONTEXT: contextvars.ContextVar[Mapping[str, str] | None] = contextvars.ContextVar(
-    "tether_mcp_trace_context", default=None
+TRACE_CONTEXT: contextvars.ContextVar[Callable[[], Mapping[str, str]] | None] = (
+    contextvars.ContextVar("tether_mcp_trace_context", default=None)
 )
-"""The W3C trace context (``traceparent``, ``tracestate``) of the tool call being made in
-this thread, set by the runtime's tracing (``tether._runtime.tracing``) while the call's span
-is open: a ``tools/call`` sends it in ``_meta``, as MCP's trace-context proposal has it, so
-the server's spans join the session's trace."""
+"""How to make the W3C trace context (``traceparent``, ``tracestate``) of the tool call
+being made in this thread, set by the runtime's tracing (``tether._runtime.tracing``) while
+the call's span is open: a ``tools/call`` sends it in ``_meta``, as MCP's trace-context
+proposal has it, so the server's spans join the session's trace."""
 IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
 """The HTTP header that carries the operation id of a ``tools/call`` over HTTP."""
 LOG_DIR: Final = "mcp"
@@ -641,7 +641,8 @@ class McpManager:
         except McpCallFailed as exc:
             raise McpCallFailed(str(exc), sent=False) from None
         loop = self._ensure_loop()
-        trace = dict(TRACE_CONTEXT.get() or {})  # read here: the loop runs in its own thread
+        context = TRACE_CONTEXT.get()  # read here: the loop runs in its own thread
+        trace = dict(context()) if context is not None else {}
         future = asyncio.run_coroutine_threadsafe(
             connection.call(tool, arguments, operation_id, timeout, trace), loop
         )

@@ -204,7 +204,7 @@ class Tracing:
             parent=self._invocation,
         )
         # An MCP tools/call made while this span is open carries its trace context.
-        TRACE_CONTEXT.set(self.telemetry.traceparent(span))
+        TRACE_CONTEXT.set(partial(self.telemetry.traceparent, span))
         if event.replay:
             self._recovery("replayed_call", "startTool", **_call(event.name, event.call_id))
 

@@ -30,12 +30,14 @@ import atexit
 import contextvars
 import logging
 import os
+import socket
 import sys
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 __all__ = [
     "EXIT_FLUSH_SECONDS",
@@ -155,10 +157,20 @@ _ROOT_TRACE: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 class Telemetry:
     """A tracer over the OTLP/HTTP exporter (see the module docstring)."""
 
-    def __init__(self, tracer: Any, provider: Any, capture_content: bool) -> None:
+    def __init__(
+        self, tracer: Any, provider: Any, capture_content: bool, exporter: Any = None
+    ) -> None:
         self._tracer = tracer
         self._provider = provider
         self.capture_content = capture_content
+        self._exporter = exporter
+
+    @property
+    def down(self) -> bool:
+        """The collector could not be reached: spans are no longer made at all (they would
+        be dropped; making them would be all the cost an unreachable collector has)."""
+        exporter = self._exporter
+        return exporter is not None and bool(exporter.down)
 
     @classmethod
     def start(cls, endpoint: str | None, service: str, env: Mapping[str, str]) -> Telemetry:
@@ -196,12 +208,15 @@ class Telemetry:
             )
         )
         atexit.register(_close, provider, exporter)
-        return cls(provider.get_tracer("tether"), provider, False)
+        # A collector nobody listens on is found out at once, not after the exporter's
+        # retries (seconds): from then on no span is made at all.
+        threading.Thread(target=_probe, args=(str(where), exporter), daemon=True).start()
+        return cls(provider.get_tracer("tether"), provider, False, exporter)
 
     def with_capture(self, capture: bool) -> Telemetry:
         if capture == self.capture_content:
             return self
-        return Telemetry(self._tracer, self._provider, capture)
+        return Telemetry(self._tracer, self._provider, capture, self._exporter)
 
     # ------------------------------------------------------------------ spans
 
@@ -215,7 +230,10 @@ class Telemetry:
         kind: str = "internal",
     ) -> Any:
         """Start a span (a child of ``parent``, else a root in the trace of the session
-        ``trace_of``); the handle goes to :meth:`end` and :meth:`event`."""
+        ``trace_of``); the handle goes to :meth:`end` and :meth:`event`. ``None`` once the
+        collector is known to be down (every method takes ``None`` and does nothing)."""
+        if self.down:
+            return None
         from opentelemetry import trace
 
         context = trace.set_span_in_context(parent) if parent is not None else None
@@ -235,6 +253,8 @@ class Telemetry:
         attributes: Mapping[str, AttributeValue] | None = None,
         error: str | None = None,
     ) -> None:
+        if span is None:
+            return
         from opentelemetry.trace import Status, StatusCode
 
         if attributes:
@@ -245,7 +265,8 @@ class Telemetry:
         span.end()
 
     def event(self, span: Any, name: str, attributes: Mapping[str, AttributeValue]) -> None:
-        span.add_event(name, dict(attributes))
+        if span is not None:
+            span.add_event(name, dict(attributes))
 
     def traceparent(self, span: Any) -> dict[str, str]:
         """The W3C trace context of ``span`` (``traceparent``, ``tracestate``)."""
@@ -253,6 +274,8 @@ class Telemetry:
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         carrier: dict[str, str] = {}
+        if span is None:
+            return carrier
         TraceContextTextMapPropagator().inject(carrier, trace.set_span_in_context(span))
         return carrier
 
@@ -283,6 +306,22 @@ def _close(provider: Any, exporter: Any) -> None:
 FIRST_ANSWER_SECONDS: Final = 0.3
 """How long the exit waits for a collector that has not answered yet (a healthy one on the
 same network answers in milliseconds)."""
+
+
+PROBE_SECONDS: Final = 3.0
+"""How long the first look at the collector may take to connect."""
+
+
+def _probe(url: str, exporter: Any) -> None:
+    """Connect to the collector once (in a thread of its own): a refused or unreachable
+    address marks the exporter down, with its one warning line."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "localhost", port), PROBE_SECONDS):
+            return
+    except OSError:
+        exporter.give_up()
 
 
 def _seconds(text: str | None, *, default: float) -> float:
@@ -322,9 +361,13 @@ def _exporter(inner: Any, where: str) -> Any:
             if result is SpanExportResult.SUCCESS:
                 self.answered = True
             else:
+                self.give_up()
+            return result
+
+        def give_up(self) -> None:
+            if not self.answered:
                 self.down = True
                 _warn(f"telemetry: cannot export spans to {where}; this process sends no more")
-            return result
 
         def abort(self) -> None:
             """Cut a retry's backoff short (the exporter's shutdown does)."""

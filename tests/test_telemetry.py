@@ -290,3 +290,52 @@ def test_an_mcp_call_carries_the_trace_context_in_its_meta(
     assert (version, trace, parent) == ("00", span.trace_id, span.span_id)
     assert int(flags, 16) & 1  # sampled
     assert span.trace_id == uuid.UUID(result.session_id).hex
+
+
+@pytest.mark.parametrize(
+    ("config", "environ", "on"),
+    [
+        (TelemetryConfig(), {}, False),  # nothing asks: no telemetry at all
+        (TelemetryConfig(), {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, True),
+        (TelemetryConfig(), {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9/x"}, True),
+        (TelemetryConfig(endpoint="http://127.0.0.1:9"), {}, True),
+        (TelemetryConfig(enabled=True), {}, True),
+        (
+            TelemetryConfig(endpoint="http://127.0.0.1:9"),
+            {"OTEL_SDK_DISABLED": "true"},
+            False,
+        ),
+        (TelemetryConfig(enabled=False), {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:1"}, False),
+    ],
+)
+def test_what_turns_telemetry_on(
+    config: TelemetryConfig, environ: dict[str, str], on: bool
+) -> None:
+    assert (open_telemetry(config, environ=environ) is not None) is on
+
+
+def test_content_capture_follows_the_conventions_switch() -> None:
+    switch = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}
+    captured = open_telemetry(TelemetryConfig(endpoint="http://127.0.0.1:9"), environ=switch)
+    plain = open_telemetry(TelemetryConfig(endpoint="http://127.0.0.1:9"), environ={})
+    assert captured is not None and captured.capture_content
+    assert plain is not None and not plain.capture_content
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("[telemetry]\nendpoint = 'localhost:4318'", "[telemetry] endpoint"),
+        ("[telemetry]\nenabled = 'yes'", "[telemetry] enabled"),
+        ("[telemetry]\nsample = 1", "unknown setting [telemetry] sample"),
+    ],
+)
+def test_a_bad_telemetry_table_is_one_line(table: str, message: str) -> None:
+    import tomllib
+
+    from tether._project import project_config_from_mapping
+    from tether.errors import ProjectConfigError
+
+    with pytest.raises(ProjectConfigError) as caught:
+        project_config_from_mapping(tomllib.loads(table))
+    assert message in str(caught.value) and "\n" not in str(caught.value)

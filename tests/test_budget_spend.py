@@ -144,6 +144,19 @@ def test_a_resume_continues_the_run_clock(tmp_path: Path, monkeypatch: pytest.Mo
     assert clock.waits == [2.0, 2.0]
 
 
+def test_a_resume_continues_the_tool_call_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _workspace(tmp_path, monkeypatch)
+    result = _crash_then_resume(
+        root, _script(8), FakeClock(), steps_before=1, budget=BudgetConfig(max_tool_calls=2)
+    )
+    assert result.status is RunStatus.FAILED
+    assert result.error is not None
+    assert result.error["message"] == "the run used its tool-call budget (2 of 2 calls)"
+    assert _session_usage(root) == Usage(30, 15)  # the third step's call never started
+
+
 def test_the_reported_cost_stops_the_run_at_the_right_attempt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

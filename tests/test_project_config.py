@@ -371,7 +371,8 @@ UNKNOWN = [
     (
         "[budget]\nmax_step = 3",
         "tether.toml: unknown setting [budget] max_step "
-        "(known: max_steps, max_tokens, max_seconds, max_cost_usd, max_session_tokens, "
+        "(known: max_steps, max_tokens, max_seconds, max_tool_calls, max_cost_usd, "
+        "max_session_tokens, "
         "max_session_cost_usd)",
     ),
     (

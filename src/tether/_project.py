@@ -100,6 +100,8 @@ class BudgetConfig:
     max_steps: int | None = None
     max_tokens: int | None = None
     max_seconds: float | None = None
+    max_tool_calls: int | None = None
+    """Tool calls a run may start (a replay after a crash is not a new one)."""
     max_cost_usd: float | None = None
     """US dollars per run (the provider's reported cost, else ``[prices]``)."""
     max_session_tokens: int | None = None
@@ -392,6 +394,7 @@ _BUDGET_KEYS: Final[Mapping[str, str | None]] = {
     "max_steps": "steps",
     "max_tokens": "tokens",
     "max_seconds": None,  # seconds
+    "max_tool_calls": "tool calls",
     "max_cost_usd": "dollars",
     "max_session_tokens": "tokens",
     "max_session_cost_usd": "dollars",

@@ -183,6 +183,11 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         fallback="unlimited", help="Wall time of a run in seconds, from its first start.",
     ),
     Setting(
+        "max_tool_calls", Kind.COUNT, None, flag="--max-tool-calls",
+        toml="[budget] max_tool_calls", metavar="N", fallback="unlimited",
+        help="Tool calls a run may start.",
+    ),
+    Setting(
         "max_cost_usd", Kind.AMOUNT, None, flag="--max-cost-usd",
         toml="[budget] max_cost_usd", metavar="USD", fallback="unlimited",
         help="US dollars a run may spend (the provider's reported cost, else [prices]).",
@@ -241,6 +246,7 @@ class Settings:
     max_steps: int | None = None
     max_tokens: int | None = None
     max_seconds: float | None = None
+    max_tool_calls: int | None = None
     max_cost_usd: float | None = None
     max_session_tokens: int | None = None
     max_session_cost_usd: float | None = None

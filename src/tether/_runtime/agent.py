@@ -66,6 +66,7 @@ class AgentOptions(TypedDict, total=False):
     max_steps: int | None
     max_tokens: int | None
     max_seconds: float | None
+    max_tool_calls: int | None
     max_cost_usd: float | None
     max_session_tokens: int | None
     max_session_cost_usd: float | None

@@ -272,6 +272,7 @@ def _budget(settings: Settings, project: ProjectConfig) -> BudgetConfig:
         max_steps=settings.max_steps,
         max_tokens=settings.max_tokens,
         max_seconds=settings.max_seconds,
+        max_tool_calls=settings.max_tool_calls,
         max_cost_usd=settings.max_cost_usd,
         max_session_tokens=settings.max_session_tokens,
         max_session_cost_usd=settings.max_session_cost_usd,

@@ -159,7 +159,7 @@ class Recovery:
 
     def budget_stop(self, drive: Drive, state: SessionState, work: NewWork) -> StopError | None:
         """``budget_exhausted`` before a new step (steps, tokens, time, money) or a new tool
-        call (tokens, time, money). Retries and replays after a crash are not new work.
+        call (tool calls, tokens, time, money). Retries and replays after a crash are not new work.
 
         Every figure is the run's (or the session's) over every process that drove it, as
         the log says (:mod:`tether._runtime.spend`): a resume continues the spend."""
@@ -185,6 +185,8 @@ class Recovery:
             max_steps=budget.max_steps,
             max_tokens=budget.max_tokens,
             max_seconds=budget.max_seconds,
+            tool_calls=len(operation.tool_calls) if work is NewWork.TOOL_CALL else 0,
+            max_tool_calls=budget.max_tool_calls if work is NewWork.TOOL_CALL else None,
             cost=cost,
             max_cost=budget.max_cost_usd,
             session_tokens=state.usage.input + state.usage.output,
@@ -306,6 +308,7 @@ def _limited(budget: BudgetConfig) -> bool:
             budget.max_steps,
             budget.max_tokens,
             budget.max_seconds,
+            budget.max_tool_calls,
             budget.max_cost_usd,
             budget.max_session_tokens,
             budget.max_session_cost_usd,

@@ -5,9 +5,10 @@ Pure: counts, elapsed time and the failures to compare are passed in.
 * ``repeated_failure`` — the same tool with the same arguments failed twice in a row while
   the artifact version stayed the same: the second attempt learned nothing, a third would
   not either.
-* ``budget_exhausted`` — the run used its steps, tokens, wall time or money, or the session
-  its tokens or money (``[budget]`` in ``tether.toml`` or the ``--max-*`` flags); the figures
-  count every process that drove the run (:data:`BUDGET_CHECKS` is the table).
+* ``budget_exhausted`` — the run used its steps, tokens, wall time, tool calls or money, or
+  the session its tokens or money (``[budget]`` in ``tether.toml`` or the ``--max-*``
+  flags); the figures count every process that drove the run (:data:`BUDGET_CHECKS` is the
+  table).
 """
 
 from __future__ import annotations
@@ -92,6 +93,11 @@ BUDGET_CHECKS: Final[tuple[_Limit, ...]] = (
     _Limit("steps", "max_steps", "the run used its step budget ({spent} of {limit} steps)"),
     _Limit("tokens", "max_tokens", "the run used its token budget ({spent} of {limit} tokens)"),
     _Limit("elapsed", "max_seconds", "the run used its time budget ({spent:.1f} s of {limit:g} s)"),
+    _Limit(
+        "tool_calls",
+        "max_tool_calls",
+        "the run used its tool-call budget ({spent} of {limit} calls)",
+    ),
     _Limit("cost", "max_cost", "the run used its money budget (${spent:.4f} of ${limit:g})"),
     _Limit(
         "session_tokens",
@@ -115,6 +121,8 @@ def budget_exhausted(
     max_steps: int | None,
     max_tokens: int | None,
     max_seconds: float | None,
+    tool_calls: int = 0,
+    max_tool_calls: int | None = None,
     cost: float = 0.0,
     max_cost: float | None = None,
     session_tokens: int = 0,

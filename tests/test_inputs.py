@@ -28,6 +28,7 @@ from tether._inputs import (
     MAX_JSON_DEPTH,
     MAX_SCRIPT_BYTES,
     MAX_SESSION_FILE_BYTES,
+    MAX_SUBMIT_BYTES,
     deeper_than,
     nesting_depth,
     read_file,
@@ -70,6 +71,7 @@ def test_documented_limits() -> None:
     """The numbers docs/cli.md states (and test_cli_inputs.py checks through the CLI)."""
     assert MAX_SESSION_FILE_BYTES == 1 << 30
     assert MAX_SCRIPT_BYTES == 8 << 20
+    assert MAX_SUBMIT_BYTES == 256 << 20
     assert MAX_CURRENT_BYTES == 1 << 20
     assert MAX_CONFIG_BYTES == 1 << 20
     assert MAX_AGENTS_BYTES == 64 << 10

@@ -27,6 +27,7 @@ LAYERS = (
     "tether._loading",
     "tether._credentials",
     "tether._procs",
+    "tether._sandbox",
     "tether._models",
     "tether._stores",
     "tether._wsdb",

@@ -1,4 +1,9 @@
-"""The OpenAI-compatible adapter against a third-party server: the LiteLLM proxy (PyPI).
+"""The HTTP adapters against a third-party server: the LiteLLM proxy (PyPI).
+
+The OpenAI-compatible adapter talks to its chat endpoint (``/v1/chat/completions``), the
+Anthropic adapter to its Anthropic endpoint (``/v1/messages``, translated to chat
+completions by ``use_chat_completions_url_for_anthropic_messages: true``), both to the one
+proxy this module starts (its start-up is the slow part).
 
 LiteLLM pins an ``openai``/``httpx`` generation other than tether's, so it lives in its own
 virtual environment, ``.venv-litellm`` (``.ci/run`` creates it: ``pip install
@@ -12,7 +17,13 @@ with three kinds of deployment:
   with ``finish_reason: "stop"``; LiteLLM mocks tool calls only in whole answers);
 * ``mock-429`` — ``mock_response: litellm.RateLimitError``;
 * ``via-proxy`` — LiteLLM forwarding to tether's loopback fake, so the streamed tool-call
-  fragments tether reads are LiteLLM's re-serialization, not the fake's.
+  fragments tether reads are LiteLLM's re-serialization, not the fake's;
+* ``via-anthropic`` — LiteLLM forwarding ``/v1/messages`` to the same fake speaking
+  Anthropic's protocol (how an overload reaches a client inside a 200 stream).
+
+On ``/v1/messages`` LiteLLM answers the mock deployments with a whole JSON Message whatever
+``stream`` says, and it drops ``mock_tool_calls`` there, so tool calls go through
+``via-proxy``.
 """
 
 from __future__ import annotations
@@ -26,14 +37,17 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from fakeprovider import FakeProvider, chunk, streamed
+from fakeprovider import Canned, FakeProvider, anthropic_event, chunk, sse_data, streamed
 from tether._models import OpenAICompatibleModel
+from tether._models.anthropic_native import AnthropicModel
 from tether._models.base import ModelRequest
 from tether._models.streaming import Delta
 from tether._runtime import Agent, RunStatus
+from tether._runtime.retry import is_transient
 from tether.core import reduce_session
 from tether.core.state import StopReason
 from tether.errors import ModelError
@@ -51,6 +65,11 @@ def _litellm() -> str | None:
 class Proxy:
     base_url: str
     upstream: FakeProvider
+
+    @property
+    def root_url(self) -> str:
+        """The proxy root, for the Anthropic SDK (which appends ``/v1/messages``)."""
+        return self.base_url.removesuffix("/v1")
 
 
 def _free_port() -> int:
@@ -99,9 +118,15 @@ model_list:
       model: openai/fake-model
       api_key: sk-fake-upstream
       api_base: {upstream.base_url}
+  - model_name: via-anthropic
+    litellm_params:
+      model: anthropic/claude-fake
+      api_key: sk-fake-upstream
+      api_base: {upstream.root_url}
 litellm_settings:
   num_retries: 0
   request_timeout: 30
+  use_chat_completions_url_for_anthropic_messages: true
 general_settings:
   master_key: {MASTER_KEY}
 """
@@ -239,3 +264,120 @@ def test_agent_through_the_proxy_streams_tool_calls(proxy: Proxy, tmp_path: Path
     ]
     tool_results = [m["content"] for m in state.transcript if m["role"] == "tool"]
     assert tool_results == ["a\n", "b\n"]
+
+
+# -- the Anthropic adapter against LiteLLM's /v1/messages ------------------------------------
+
+
+def anthropic_adapter(proxy: Proxy, model: str, **kw: Any) -> AnthropicModel:
+    return AnthropicModel(model, base_url=proxy.root_url, api_key=MASTER_KEY, timeout=30.0, **kw)
+
+
+def test_anthropic_whole_json_answer_is_taken(proxy: Proxy) -> None:
+    """LiteLLM's mock models answer ``/v1/messages`` with a complete ``application/json``
+    Message although ``stream: true`` was asked: that is the answer, first time."""
+    seen: list[Delta] = []
+    response = anthropic_adapter(proxy, "mock-text").complete(request(), on_delta=seen.append)
+    assert response.content == "Hello from LiteLLM."
+    assert response.stop_reason is StopReason.STOP and response.finish_reason == "end_turn"
+    assert response.usage.output > 0 and seen == []
+
+
+def test_anthropic_streamed_overload_is_retryable(proxy: Proxy) -> None:
+    """An overload inside a 200 stream (how Anthropic usually sends it), passed through by
+    LiteLLM, is classed like HTTP 529, so the executor retries it; a chat-completions
+    backend failing mid-stream reaches the client as ``api_error``, a retried 500 too."""
+    upstream = proxy.upstream
+    events = [
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-fake",
+                "content": [],
+                "stop_reason": None,
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            },
+        },
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+    ]
+    upstream.enqueue(Canned(chunks=tuple((0.0, anthropic_event(e)) for e in events)))
+    with pytest.raises(ModelError) as info:
+        anthropic_adapter(proxy, "via-anthropic").complete(request())
+    err = info.value
+    assert (err.code, err.status, is_transient(err)) == ("provider_error", 529, True)
+    assert "Overloaded" in err.message and MASTER_KEY not in err.message
+
+    broken = {"error": {"message": "Overloaded", "type": "overloaded_error", "code": 529}}
+    upstream.enqueue(
+        Canned(chunks=((0.0, sse_data(chunk(content="Hal"))), (0.0, sse_data(broken))))
+    )
+    with pytest.raises(ModelError) as info:
+        anthropic_adapter(proxy, "via-proxy").complete(request())
+    err = info.value
+    assert (err.code, err.status, is_transient(err)) == ("provider_error", 500, True)
+
+
+def test_anthropic_two_tool_calls_in_one_answer(proxy: Proxy, tmp_path: Path) -> None:
+    """Through the agent: two tool_use blocks in one streamed answer (LiteLLM's translation
+    of a chat-completions stream), both results back in one user turn, the failed one with
+    ``is_error`` (which LiteLLM accepts)."""
+    upstream = proxy.upstream
+    before = len(upstream.requests)
+    first = [
+        {
+            "index": 0,
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "read", "arguments": '{"path": '},
+        }
+    ]
+    second = [
+        {
+            "index": 1,
+            "id": "call_2",
+            "type": "function",
+            "function": {"name": "read", "arguments": '{"path": "missing.md"}'},
+        }
+    ]
+    upstream.enqueue(
+        streamed(
+            chunk(content="Reading."),
+            chunk(tool_calls=first),
+            chunk(tool_calls=[{"index": 0, "function": {"arguments": '"README.md"}'}}]),
+            chunk(tool_calls=second),
+            chunk(finish_reason="tool_calls"),
+            chunk(no_choices=True, usage={"prompt_tokens": 20, "completion_tokens": 9}),
+        ),
+        streamed(chunk(content="One read, one missing."), chunk(finish_reason="stop")),
+    )
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "README.md").write_text("a\n")
+    result = Agent(anthropic_adapter(proxy, "via-proxy"), workspace=workspace).run("read both")
+    assert result.status is RunStatus.COMPLETED, result.message
+    assert result.text == "One read, one missing."
+    state = reduce_session(result.session_path.read_bytes())
+    assistant = state.transcript[1]
+    assert [(c["id"], c["function"]["arguments"]) for c in assistant["tool_calls"]] == [
+        ("call_1", '{"path": "README.md"}'),
+        ("call_2", '{"path": "missing.md"}'),
+    ]
+    results = [m for m in state.transcript if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in results] == ["call_1", "call_2"]
+    assert results[0]["content"] == "a\n" and results[1]["content"].startswith("Error")
+    # LiteLLM turned the two tool_result blocks back into two tool messages upstream
+    sent = upstream.requests[before + 1].body["messages"]
+    assert [m["tool_call_id"] for m in sent if m["role"] == "tool"] == ["call_1", "call_2"]
+
+
+def test_anthropic_wrong_base_url_shows_the_server_message(proxy: Proxy) -> None:
+    model = AnthropicModel("mock-text", base_url=proxy.root_url + "/gateway", api_key=MASTER_KEY)
+    with pytest.raises(ModelError) as info:
+        model.complete(request())
+    err = info.value
+    assert err.code == "provider_error" and err.status == 404
+    assert "Not Found" in err.message  # FastAPI's detail, not a bare "HTTP 404"
+    assert f"{proxy.root_url}/gateway/v1/messages" in err.message

@@ -64,7 +64,8 @@ stream = true
         assert output_options_for(config, api="anthropic") == {
             "temperature": 0.2,
             "max_tokens": 2048,
-            "thinking": {"type": "enabled", "budget_tokens": 24576},
+            # budget_tokens must stay below max_tokens: cut to fit the configured 2048
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
             "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
         }
         suffix = identity_suffix(config)
@@ -240,3 +241,37 @@ def test_ctrl_c_mid_stream_closes_the_connection(fake: FakeProvider, tmp_path: P
     assert proc.returncode == 130
     result = json.loads(out.strip().splitlines()[-1])
     assert result["status"] == "aborted"
+
+
+def test_anthropic_from_the_cli_effort_key_and_base_url(fake: FakeProvider, tmp_path: Path) -> None:
+    """End to end for anthropic: ANTHROPIC_BASE_URL is honoured, the key is
+    ANTHROPIC_API_KEY's and never TETHER_API_KEY's, reasoning_effort takes the model
+    family's form, and a /v1 base URL is one line before any request."""
+    from fakeprovider import anthropic_stream
+
+    router_key, anthropic_key = "sk-or-v1-ROUTER-0123456789", "sk-ant-CLI-0123456789"
+    env = {k: v for k, v in cli_env().items() if not k.startswith("ANTHROPIC_")}
+    env.update(
+        TETHER_API_KEY=router_key,
+        ANTHROPIC_API_KEY=anthropic_key,
+        ANTHROPIC_BASE_URL=fake.root_url,
+    )
+    fake.enqueue(anthropic_stream({"type": "text", "text": "Thought about it."}))
+    model = ("--model", "anthropic:claude-opus-4-6")
+    effort = ("--model-option", "reasoning_effort=high")
+    result = tether("run", "hi", *model, *effort, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Thought about it.\n"
+    [sent] = fake.requests
+    assert sent.path == "/v1/messages"
+    assert anthropic_key in repr(sent.headers) and router_key not in repr(sent.headers)
+    assert sent.body["thinking"] == {"type": "adaptive"}
+    assert sent.body["output_config"] == {"effort": "high"}
+
+    bad = tether("run", "hi", *model, "--base-url", fake.root_url + "/v1", cwd=tmp_path, env=env)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1] == (
+        "error: the Anthropic base URL ends in /v1, which the SDK appends itself "
+        f"(it posts to BASE/v1/messages): use {fake.root_url}"
+    )
+    assert len(fake.requests) == 1

@@ -326,3 +326,186 @@ def test_the_store_variable_alone_serves_every_reading_command(
     inspected = json.loads(tether("inspect", "--last", "--json", cwd=ws, env=env).stdout)
     assert inspected["state"]["header"]["id"] == session
     assert not (ws / ".tether" / "sessions").exists()  # nothing went to the file store
+
+
+# --------------------------------------------------------------------------- the printed --store
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        # A Unix-socket URL stays one (it came back as postgresql://postgres@/sock/db).
+        ("postgresql:///db?host=/var/run/postgresql", "postgresql:///db?host=/var/run/postgresql"),
+        ("postgresql://u:pw@/db?host=/sock&port=5433", "postgresql://u@/db?host=/sock&port=5433"),
+        (
+            "postgres://u:s3cr%40t@h:5432/db?sslmode=require",
+            "postgres://u@h:5432/db?sslmode=require",
+        ),
+        (
+            "postgresql://u@h/db?password=pw&options=-csearch_path%3Dt",
+            "postgresql://u@h/db?options=-csearch_path%3Dt",
+        ),
+        ("postgresql://h/db?pass%77ord=pw", "postgresql://h/db"),
+        ("postgresql://:pw@h/db", "postgresql://h/db"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),
+        ("postgresql://u:p@ss@h/db", "postgresql://u@h/db"),
+    ],
+)
+def test_display_url_is_the_given_url_minus_its_password(given: str, shown: str) -> None:
+    from tether._stores.postgres import display_url
+
+    assert display_url(given) == shown
+
+
+def test_resume_hint_prints_the_store_url_as_given_and_it_connects(
+    pg_store: str,  # noqa: F811
+    ws: Path,
+) -> None:
+    """The hint keeps everything but the password: the schema (options=…), host and port;
+    run as printed (the password from the environment, as a user's .pgpass would give it),
+    it reaches the same session."""
+    import shlex
+    from urllib.parse import urlsplit
+
+    password = urlsplit(pg_store).password
+    assert password, "the test server's URL carries a password"
+    ran = tether("run", "count", "--store", pg_store, "-m", "scripted:script.json", cwd=ws)
+    assert ran.returncode == 0, ran.stderr
+    hint = next(line for line in ran.stderr.splitlines() if line.startswith("resume with: "))
+    argv = shlex.split(hint.removeprefix("resume with: "))
+    printed = argv[argv.index("--store") + 1]
+    assert printed == pg_store.replace(f":{password}@", "@", 1)
+    assert f":{password}@" not in hint
+    resumed = tether(*argv[1:], "-m", "scripted:script.json", cwd=ws, env={"PGPASSWORD": password})
+    assert resumed.returncode == 0, resumed.stderr
+    session_id = argv[argv.index("resume") + 1]
+    # The same session of the same schema: it finished, so there is nothing to do.
+    assert f"session {session_id}\nnothing to do" in resumed.stderr, resumed.stderr
+
+
+# --------------------------------------------------------------------------- submit --from
+
+
+def test_submit_from_a_file_accepts_thousands_in_batches(pg_store: str, ws: Path) -> None:  # noqa: F811
+    """2,000 prompts in one command: every id printed once, in the file's order, each a
+    queued session whose log is a user entry and runStarted; a line naming a session adds a
+    run to it; a worker drives a submitted session like any other."""
+    first = tether("submit", "seed", "--store", pg_store, "-m", "scripted:script.json", cwd=ws)
+    seed = first.stdout.strip()
+    # The seed's run must be finished before a line can add one to its session.
+    done = tether("resume", seed, "--store", pg_store, "-m", "scripted:script.json", cwd=ws)
+    assert done.returncode == 0, done.stderr
+    lines = [json.dumps({"prompt": f"task {n}"}) for n in range(2000)]
+    lines.insert(1500, json.dumps({"prompt": "one more for the seed", "session": seed}))
+    lines.insert(10, "")  # blank lines are skipped
+    lines.insert(20, json.dumps("a bare string is a prompt"))
+    (ws / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    model = ["-m", "scripted:script.json"]
+    result = tether("submit", "--from", "prompts.jsonl", "--store", pg_store, *model, cwd=ws)
+    assert result.returncode == 0, result.stderr
+    ids = result.stdout.split()
+    # In the file's order, the blank line skipped: the seed's line is the 1,502nd id.
+    assert len(ids) == len(set(ids)) == 2002 and ids.index(seed) == 1501
+    with psycopg.connect(pg_store) as conn:
+        rows = conn.execute(
+            "SELECT session_id, lines, pending, lease_owner, lease_epoch FROM tether_sessions"
+        ).fetchall()
+        logs = dict(
+            conn.execute(
+                "SELECT session_id, string_agg(convert_from(data, 'UTF8'), E'\\n' "
+                "ORDER BY line_no) || E'\\n' FROM tether_lines GROUP BY session_id"
+            ).fetchall()
+        )
+    assert len(rows) == 2002
+    new = [r for r in rows if r[0] != seed]
+    assert {(r[1], r[2], r[3], r[4]) for r in new} == {(2, True, None, 1)}
+    for n, session_id in ((0, ids[0]), (1999, ids[-1])):
+        state = Reducer.load(logs[session_id].encode()).state
+        assert state.transcript[-1]["content"] == f"task {n}"
+        assert state.operation.kind == "run"
+    bare = Reducer.load(logs[ids[19]].encode()).state
+    assert bare.transcript[-1]["content"] == "a bare string is a prompt"
+    seeded = Reducer.load(logs[seed].encode()).state
+    assert [m["content"] for m in seeded.transcript if m["role"] == "user"] == [
+        "seed",
+        "one more for the seed",
+    ]
+    driven = tether("resume", ids[-1], "--store", pg_store, *model, cwd=ws)
+    assert driven.returncode == 0 and driven.stdout.strip() == "Done.", driven.stderr
+
+
+GOOD = json.dumps({"prompt": "fine"})
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        ([GOOD, "{not json"], "p.jsonl line 2: not valid JSON (Expecting property name"),
+        (
+            [GOOD, GOOD, "[1, 2]"],
+            'p.jsonl line 3: expected an object {"prompt": …} or a string, got an array',
+        ),
+        (["null"], 'p.jsonl line 1: expected an object {"prompt": …} or a string, got null'),
+        (
+            [json.dumps({"prompt": ""})],
+            'p.jsonl line 1: "prompt" must be a non-empty string, got an empty prompt',
+        ),
+        (
+            [json.dumps({"prompt": 3})],
+            'p.jsonl line 1: "prompt" must be a non-empty string, got a number',
+        ),
+        (
+            [json.dumps({"session": "x"})],
+            'p.jsonl line 1: "prompt" must be a non-empty string, got null',
+        ),
+        (
+            [json.dumps({"promt": "x"})],
+            "p.jsonl line 1: unknown key 'promt' (known: prompt, session)",
+        ),
+        (
+            [GOOD, json.dumps({"prompt": "x", "session": 7})],
+            'p.jsonl line 2: "session" must be a session id string, got a number',
+        ),
+        (["[" * 100_000], "p.jsonl line 1: not valid JSON"),
+        (["", "  "], "p.jsonl: no prompts in it"),
+    ],
+)
+def test_a_bad_prompts_file_is_one_line_naming_the_line(lines: list[str], expected: str) -> None:
+    from tether._runtime.worker import parse_submissions
+    from tether.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError) as raised:
+        parse_submissions(("\n".join(lines) + "\n").encode(), "p.jsonl")
+    assert str(raised.value).startswith(expected) and "\n" not in str(raised.value)
+
+
+def test_submit_from_a_bad_file_accepts_nothing(pg_store: str, ws: Path) -> None:  # noqa: F811
+    model = ["-m", "scripted:script.json"]
+    (ws / "prompts.jsonl").write_text(f"{GOOD}\n{GOOD}\n{{oops\n")
+    result = tether("submit", "--from", "prompts.jsonl", "--store", pg_store, *model, cwd=ws)
+    assert result.returncode == 2, result.stderr
+    assert "prompts.jsonl line 3: not valid JSON" in one_error_line(result)
+    both = tether("submit", "x", "--from", "prompts.jsonl", "--store", pg_store, *model, cwd=ws)
+    assert both.returncode == 2 and "give no PROMPT" in one_error_line(both)
+    with psycopg.connect(pg_store) as conn:
+        assert conn.execute("SELECT count(*) FROM tether_sessions").fetchone() == (0,)
+
+
+def test_submit_from_a_file_works_on_the_file_store(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "script.json").write_text(json.dumps(SCRIPT))
+    (ws / "prompts.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"t{n}"}) + "\n" for n in range(3))
+    )
+    model = ["-m", "scripted:script.json"]
+    result = tether("submit", "--from", "prompts.jsonl", *model, cwd=ws)
+    assert result.returncode == 0, result.stderr
+    ids = result.stdout.split()
+    assert len(ids) == 3 and "accepted 3 runs in the file store" in result.stderr
+    files = sorted((ws / ".tether" / "sessions").glob("*.jsonl"))
+    assert sorted(f.stem.split("_", 1)[1] for f in files) == sorted(ids)
+    resumed = tether("resume", ids[1], *model, cwd=ws)
+    assert resumed.returncode == 0 and resumed.stdout.strip() == "Done.", resumed.stderr
+    [counted] = (ws.parent / "n.txt").read_text().split()
+    assert counted.startswith(f"{ids[1]}:")

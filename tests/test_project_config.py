@@ -387,13 +387,13 @@ UNKNOWN = [
         "[verfy]\n",
         "tether.toml: unknown setting [verfy] "
         "(known: [verify], [artifact], [budget], [prices], [policy], [tools], [mcp], [store], "
-        "[model], [telemetry])",
+        "[model], [sandbox], [telemetry])",
     ),
     (
         "timeout = 3\n",
         "tether.toml: unknown setting timeout "
         "(known: [verify], [artifact], [budget], [prices], [policy], [tools], [mcp], [store], "
-        "[model], [telemetry])",
+        "[model], [sandbox], [telemetry])",
     ),
     (
         "[verify.extra]\nx = 1\n",
@@ -402,7 +402,7 @@ UNKNOWN = [
     (
         '"odd key\\n" = 1\n',
         'tether.toml: unknown setting "odd key\\n" (known: [verify], [artifact], [budget], '
-        "[prices], [policy], [tools], [mcp], [store], [model], [telemetry])",
+        "[prices], [policy], [tools], [mcp], [store], [model], [sandbox], [telemetry])",
     ),
 ]
 

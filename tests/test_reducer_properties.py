@@ -603,6 +603,17 @@ def test_line_by_line_equals_whole_file(kit: SessionKit) -> None:
         state = reducer.state
         snapshots.append((state, state.to_json()))
     assert reducer.state.to_json() == whole.to_json() == loaded.state.to_json()
+    # failed_results (not serialized): the transcript positions of the results that are not
+    # a success, read here straight from the facts
+    failed_ids = {
+        fact["id"]
+        for raw in lines[1:]
+        for fact in _facts(raw)
+        if fact.get("entry", {}).get("result", {"type": "success"})["type"] != "success"
+    }
+    expected = [i for i, e in enumerate(whole.transcript_ids) if e in failed_ids]
+    assert list(reducer.state.failed_results) == list(whole.failed_results) == expected
+    assert list(loaded.state.failed_results) == expected
     assert reducer.length == loaded.length == len(data) == whole.repaired_length
     assert reducer.next_seq == loaded.next_seq == kit.seq + 1
     assert whole.last_seq == kit.seq
@@ -671,7 +682,8 @@ def _late_failures(raw: bytes) -> list[tuple[bytes, str, int | None]]:
 
 
 def _fingerprint(reducer: Reducer) -> tuple[Any, ...]:
-    return (reducer.state.to_json(), reducer.length, reducer.next_seq)
+    state = reducer.state
+    return (state.to_json(), tuple(state.failed_results), reducer.length, reducer.next_seq)
 
 
 def _roll_back_everything(reducer: Reducer, valid: bytes, line: int, extra: list[bytes]) -> None:

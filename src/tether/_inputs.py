@@ -41,6 +41,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_SCRIPT_BYTES",
     "MAX_SESSION_FILE_BYTES",
+    "MAX_SUBMIT_BYTES",
     "deeper_than",
     "nesting_depth",
     "read_file",
@@ -57,6 +58,9 @@ file's size on top of its bytes, so a log near the limit needs about 3 GB of mem
 
 MAX_SCRIPT_BYTES: Final = 8 << 20
 """A model script (8 MiB)."""
+
+MAX_SUBMIT_BYTES: Final = 256 << 20
+"""The prompts file of ``tether submit --from`` (256 MiB: 100,000 prompts of 2 KB)."""
 
 MAX_CURRENT_BYTES: Final = 1 << 20
 """``CURRENT.json`` of ``tether plan`` (1 MiB)."""

@@ -162,13 +162,18 @@ def run_in_group(
     cancel: threading.Event | None = None,
     supervision: Supervision = Supervision(),
     merge_stderr: bool = True,
+    contained: bool = False,
 ) -> Finished:
     """Run ``argv`` (``argv[0]`` an absolute path) in its own process group.
 
     Output (stdout and stderr, merged) is handed to ``on_output`` as it arrives. Returns
     when the command exited, the ``timeout`` expired or ``cancel`` was set, and the whole
     group is gone (see the module docstring). ``merge_stderr=False`` sends stderr to
-    ``/dev/null`` instead. Raises :class:`OSError` when the command
+    ``/dev/null`` instead. ``contained``: ``argv`` is a sandbox (bubblewrap) around the
+    command, whose death ends every process inside (:mod:`tether._sandbox`); ending it
+    then sends ``SIGTERM`` to the process groups *inside* first (the sandbox itself would
+    die of it at once, and take the command's grace with it), and ``SIGKILL`` to the
+    sandbox after the grace. Raises :class:`OSError` when the command
     cannot be started (``argv[0]`` missing or not executable, no ``/bin/sh``, ``cwd``
     missing).
     """
@@ -192,7 +197,7 @@ def run_in_group(
         raise
     finally:
         os.close(gate_read)
-    group = _Group(proc, on_output, supervision, cancel)
+    group = _Group(proc, on_output, supervision, cancel, contained=contained)
     registered = False
     try:
         registered = _REAPER.register(proc.pid)
@@ -243,9 +248,12 @@ class _Group:
         on_output: Callable[[bytes], None],
         supervision: Supervision,
         cancel: threading.Event | None,
+        *,
+        contained: bool = False,
     ) -> None:
         assert proc.stdout is not None
         self.proc = proc
+        self.contained = contained
         self.pgid = proc.pid
         self.on_output = on_output
         self.supervision = supervision
@@ -338,8 +346,12 @@ class _Group:
         for signum, patience in steps:
             if not self.alive():
                 break
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pgid, signum)
+            targets = [self.pgid]
+            if self.contained and signum == signal.SIGTERM:
+                targets = sorted(_inner_groups(self.pgid))
+            for target in targets:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(target, signum)
             until = time.monotonic() + patience
             while self.alive() and time.monotonic() < until:
                 self.read(min(0.01, max(0.0, until - time.monotonic())))
@@ -384,6 +396,33 @@ def group_alive(pgid: int) -> bool:
         if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
             return True
     return False
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError):
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
+                found.extend(int(p) for p in handle.read().split())
+    return found
+
+
+def _inner_groups(leader: int) -> set[int]:
+    """The process groups of ``leader``'s descendants other than its own: inside a sandbox,
+    the command's (it runs in a session of its own) and whatever it started."""
+    groups: set[int] = set()
+    pending = _children(leader)
+    while pending:
+        pid = pending.pop()
+        with contextlib.suppress(OSError):
+            groups.add(os.getpgid(pid))
+        pending.extend(_children(pid))
+    groups.discard(leader)
+    return groups
 
 
 # --------------------------------------------------------------------------- the reaper

@@ -37,6 +37,7 @@ from tether._inputs import MAX_CONFIG_BYTES, read_optional_file
 from tether._mcp.config import McpConfig, mcp_config_from_mapping
 from tether._models.options import ModelConfig, model_config_from_mapping
 from tether._models.prices import Price
+from tether._sandbox.policy import SandboxMode
 from tether._telemetry import TelemetryConfig
 from tether._tools.workspace import TETHER_DIR
 from tether.core.policy import (
@@ -130,6 +131,17 @@ class StoreConfig:
 
 
 @dataclass(frozen=True)
+class SandboxConfig:
+    """``[sandbox]``: how the commands the agent runs are confined (docs/sandbox.md);
+    ``None`` is "not set here" (the setting's default applies)."""
+
+    mode: SandboxMode | None = None
+    network: bool | None = None
+    writable_roots: tuple[str, ...] | None = None
+    deny_read: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
 class ProjectConfig:
     """Everything ``tether.toml`` configures; ``path`` is the file read (``None``: absent)."""
 
@@ -147,6 +159,7 @@ class ProjectConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     """``[model]``: the model, endpoint and request options (docs/config.md)."""
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     path: Path | None = None
 
 
@@ -301,9 +314,18 @@ def parse_project_config(text: str, *, source: str = CONFIG_FILE) -> ProjectConf
 
 
 _SECTIONS: Final = (
-    "verify", "artifact", "budget", "prices", "policy", "tools", "mcp", "store", "model",
+    "verify",
+    "artifact",
+    "budget",
+    "prices",
+    "policy",
+    "tools",
+    "mcp",
+    "store",
+    "model",
+    "sandbox",
     "telemetry",
-)  # fmt: skip
+)
 
 
 def project_config_from_mapping(
@@ -331,6 +353,37 @@ def project_config_from_mapping(
         mcp=mcp_config_from_mapping(data.get("mcp", {}), source),
         store=_store(source, data.get("store", {})),
         model=model_config_from_mapping(data.get("model", {}), source),
+        sandbox=_sandbox(source, data.get("sandbox", {})),
+    )
+
+
+def _sandbox(source: str, table: Mapping[str, Any]) -> SandboxConfig:
+    check_known(source, "[sandbox]", table, ("mode", "network", "writable_roots", "deny_read"))
+    mode = table.get("mode")
+    if mode is not None:
+        choices = " | ".join(f'"{m.value}"' for m in SandboxMode)
+        if not isinstance(mode, str) or mode not in {m.value for m in SandboxMode}:
+            raise _bad(source, "[sandbox] mode", choices, mode)
+        mode = SandboxMode(mode)
+    network = table.get("network")
+    if network is not None and not isinstance(network, bool):
+        # A list of allowed hosts would need a filtering proxy, which tether does not have:
+        # say so rather than read a list as "on".
+        raise _bad(source, "[sandbox] network", "true or false (no host lists)", network)
+    lists: dict[str, tuple[str, ...] | None] = {}
+    for key in ("writable_roots", "deny_read"):
+        value = table.get(key)
+        if value is None:
+            lists[key] = None
+            continue
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise _bad(source, f"[sandbox] {key}", "a list of paths", value)
+        lists[key] = tuple(value)
+    return SandboxConfig(
+        mode=mode,
+        network=network,
+        writable_roots=lists["writable_roots"],
+        deny_read=lists["deny_read"],
     )
 
 

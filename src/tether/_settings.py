@@ -30,6 +30,7 @@ from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from tether._sandbox.policy import SandboxMode
 from tether._stores.file import Durability
 from tether.errors import ConfigurationError
 
@@ -55,7 +56,7 @@ class Kind(StrEnum):
     AMOUNT = "amount"  # a positive, finite number of US dollars
     COUNT = "count"  # a positive integer
     FLAG = "flag"  # a boolean switch: given or not
-    CHOICE = "choice"  # one of Durability's values
+    CHOICE = "choice"  # one of the values of the row's ``choices`` enum
     LIST = "list"  # a repeatable flag
 
 
@@ -80,6 +81,8 @@ class Setting:
     metavar: str | None = None
     fallback: str | None = None
     """The default in words, for the help (``60``, ``unlimited``), when it is not nothing."""
+    choices: type[StrEnum] | None = None
+    """The enum a :attr:`Kind.CHOICE` setting takes its values from."""
 
     def toml_value(self, project: ProjectConfig) -> Any:
         """The value ``tether.toml`` gives (parsed and checked already), or ``None``.
@@ -103,16 +106,18 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         "base_url", Kind.TEXT, None, flag="--base-url", env="TETHER_BASE_URL",
         toml="[model] base_url", digest=True, remembered=True,
         metavar="URL",
-        fallback="https://openrouter.ai/api/v1 for the OpenAI-compatible API",
-        help="Endpoint of the model API.",
+        fallback="https://openrouter.ai/api/v1 for the OpenAI-compatible API; for "
+        "anthropic: $ANTHROPIC_BASE_URL, else https://api.anthropic.com",
+        help="Endpoint of the model API: the root before /chat/completions (…/v1) for the "
+        "OpenAI-compatible API; the root before /v1/messages, without /v1, for anthropic:.",
     ),
     Setting(
         # No variable here: each adapter reads its own provider's ($TETHER_API_KEY for the
         # OpenAI-compatible API, $ANTHROPIC_API_KEY for anthropic:), so that a key only goes
         # to the provider it was given for.
         "api_key", Kind.TEXT, None, flag="--api-key", metavar="KEY",
-        fallback="$TETHER_API_KEY ($ANTHROPIC_API_KEY, else $TETHER_API_KEY, for "
-        "anthropic:), or the variable [model] api_key_env names",
+        fallback="$TETHER_API_KEY ($ANTHROPIC_API_KEY for anthropic:, never "
+        "$TETHER_API_KEY), or the variable [model] api_key_env names",
         help="API key. Never printed or logged. Prefer a variable: other local users can "
         "read a flag in the process list.",
     ),
@@ -141,7 +146,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         fallback=".tether/sessions in the workspace", help="Folder of session logs.",
     ),
     Setting(
-        "durability", Kind.CHOICE, Durability.DURABLE, flag="--durability",
+        "durability", Kind.CHOICE, Durability.DURABLE, flag="--durability", choices=Durability,
         fallback="durable", help="durable: fdatasync every commit (survives power loss); process: "
         "write only (survives a crash of tether, not of the machine).",
     ),
@@ -221,6 +226,35 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         help="The environment identity. Replays of tools are "
         "gated on it, and a worker only drives sessions recorded with its identity.",
     ),
+    # The sandbox: what the commands the agent runs (bash, MCP stdio servers) may do. The
+    # rows enter the digest through the tools' definitions (the model is told its confines),
+    # so a resume under another sandbox meets the configuration gate.
+    Setting(
+        "sandbox", Kind.CHOICE, SandboxMode.WORKSPACE_WRITE, flag="--sandbox",
+        env="TETHER_SANDBOX", toml="[sandbox] mode", digest=True, choices=SandboxMode,
+        metavar="MODE", fallback="workspace-write",
+        help="Confinement of the commands the agent runs (bubblewrap): off, read-only, or "
+        "workspace-write (writes only in the workspace; tether's .tether/ and credential "
+        "folders hidden). See docs/sandbox.md.",
+    ),
+    Setting(
+        "sandbox_network", Kind.FLAG, False, flag="--sandbox-network",
+        env="TETHER_SANDBOX_NETWORK", toml="[sandbox] network", digest=True,
+        help="Let sandboxed commands reach the network (off by default).",
+    ),
+    Setting(
+        "writable_roots", Kind.LIST, (), flag="--writable-root", toml="[sandbox] writable_roots",
+        digest=True, metavar="DIR",
+        help="A folder besides the workspace that sandboxed commands may write (repeatable; "
+        "e.g. a cache).",
+    ),
+    Setting(
+        "deny_read", Kind.LIST, (), flag="--deny-read", toml="[sandbox] deny_read",
+        digest=True, metavar="PATH",
+        fallback="~/.ssh, ~/.aws, ~/.config/gcloud, ~/.netrc, ~/.docker and other credential "
+        "folders, always",
+        help="A path sandboxed commands may not read, added to the built-in list (repeatable).",
+    ),
 )  # fmt: skip
 """The table. The order is the order of the flags in ``--help``."""
 
@@ -253,6 +287,10 @@ class Settings:
     store: str | None = None
     lease_seconds: float | None = None
     environment: str | None = None
+    sandbox: SandboxMode = SandboxMode.WORKSPACE_WRITE
+    sandbox_network: bool = False
+    writable_roots: tuple[str, ...] = ()
+    deny_read: tuple[str, ...] = ()
 
 
 def _parse_env(row: Setting, text: str) -> Any:
@@ -270,7 +308,25 @@ def _parse_env(row: Setting, text: str) -> Any:
         return number
     if row.kind is Kind.PATH:
         return Path(value)
+    if row.kind is Kind.CHOICE:
+        assert row.choices is not None
+        try:
+            return row.choices(value.lower())
+        except ValueError:
+            known = ", ".join(c.value for c in row.choices)
+            raise ConfigurationError(f"{row.env} must be one of {known}, got {text!r}") from None
+    if row.kind is Kind.FLAG:
+        answer = _SWITCHES.get(value.lower())
+        if answer is None:
+            raise ConfigurationError(f"{row.env} must be true or false (1/0), got {text!r}")
+        return answer
     return value
+
+
+_SWITCHES: Final = {
+    **dict.fromkeys(("1", "true", "yes", "on"), True),
+    **dict.fromkeys(("0", "false", "no", "off"), False),
+}
 
 
 def _normal(row: Setting, value: Any) -> Any:
@@ -278,7 +334,8 @@ def _normal(row: Setting, value: Any) -> Any:
     if row.kind is Kind.LIST:
         return tuple(value)
     if row.kind is Kind.CHOICE:
-        return Durability(value)
+        assert row.choices is not None
+        return row.choices(value)
     if row.kind is Kind.PATH:
         return Path(value)
     return value

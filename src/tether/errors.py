@@ -429,6 +429,11 @@ class ProjectConfigError(ConfigurationError):
     """
 
 
+class SandboxUnavailable(TetherError):
+    """The sandbox mode is not ``off`` and its mechanism (bubblewrap) does not work here:
+    tether refuses to run tools rather than run them unconfined (docs/sandbox.md)."""
+
+
 class ArtifactError(TetherError):
     """The workspace's artifact version cannot be computed (e.g. an unreadable file).
 
@@ -580,6 +585,11 @@ EXIT_STATUSES: tuple[ExitStatus, ...] = (
     ExitStatus(24, "a started call needs review", errors=(ReviewRequired,)),
     ExitStatus(25, "no such parked call", errors=(ApprovalNotFound,)),
     ExitStatus(26, "the parked call is already decided or void", errors=(ApprovalDecided,)),
+    ExitStatus(
+        27,
+        "the sandbox cannot confine commands here (and its mode is not off)",
+        errors=(SandboxUnavailable,),
+    ),
     ExitStatus(30, "a file of the workspace cannot be read for verify", errors=(ArtifactError,)),
     ExitStatus(31, "the check command could not run", errors=(CheckCommandError,)),
     ExitStatus(EXIT_BLOCKED, "recovery is blocked", outcomes=("blocked",)),

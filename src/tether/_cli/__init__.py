@@ -31,6 +31,7 @@ from tether._cli import (
     resume_cmd,
     review_cmd,
     run_cmd,
+    sandbox_cmd,
     sessions_cmd,
     show_cmd,
     store_cmd,
@@ -69,6 +70,7 @@ COMMAND_MODULES = (
     mcp_cmd,
     store_cmd,
     approvals_cmd,
+    sandbox_cmd,
 )
 for _module in COMMAND_MODULES:
     _module.register(app)

@@ -36,7 +36,6 @@ from tether._credentials import (
 from tether._models.options import ConfiguredModel
 from tether._project import find_workspace_root
 from tether._settings import SETTINGS, Kind, Setting, Settings, resolve_settings
-from tether._stores.file import Durability
 
 if TYPE_CHECKING:
     import threading
@@ -74,7 +73,7 @@ _TYPES: dict[Kind, Any] = {
     Kind.AMOUNT: float | None,
     Kind.COUNT: int | None,
     Kind.FLAG: bool,
-    Kind.CHOICE: Durability | None,
+    Kind.CHOICE: None,  # the row's own enum (Setting.choices)
     Kind.LIST: list[str] | None,
 }
 """The Python type typer parses each kind of setting into."""
@@ -108,7 +107,9 @@ def _parameter(row: Setting) -> inspect.Parameter:
         row.name,
         inspect.Parameter.KEYWORD_ONLY,
         default=default,
-        annotation=Annotated[_TYPES[row.kind], option],
+        annotation=Annotated[
+            (row.choices | None) if row.choices is not None else _TYPES[row.kind], option
+        ],
     )
 
 

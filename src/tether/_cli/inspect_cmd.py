@@ -26,6 +26,7 @@ from tether._inputs import MAX_SESSION_FILE_BYTES
 from tether._loading import reduce_session
 from tether._stores.file import find_session
 from tether.core import SessionCorruption, SessionState
+from tether.core.contents import sandbox_of
 from tether.core.state import (
     CompactionOperation,
     Message,
@@ -155,7 +156,9 @@ def message_preview(message: Message) -> str:
     role = message.get("role")
     content = message.get("content")
     if role == "tool":
-        return abbreviate(f"[{message.get('tool_call_id')}] {content or '(empty)'}")
+        preview = abbreviate(f"[{message.get('tool_call_id')}] {content or '(empty)'}")
+        sandbox = sandbox_of(content)  # the preview may not reach the last line
+        return f"{preview} [sandboxed: {sandbox}]" if sandbox else preview
     text = content if isinstance(content, str) and content.strip() else ""
     calls = message.get("tool_calls") or []
     if calls:

@@ -25,11 +25,14 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from tether._cli.agent_flags import cli_settings
 from tether._cli.common import EXIT_USAGE, WORKSPACE_HELP, emit_json, handle_errors, workspace_root
 from tether._mcp.config import McpServerConfig
 from tether._mcp.manager import log_path, manager
-from tether._mcp.tools import describe_server
+from tether._mcp.tools import describe_server, launched
 from tether._project import load_project_config
+from tether._runtime.compose import sandbox_for
+from tether._sandbox.bwrap import Sandbox
 from tether.errors import ConfigurationError
 
 mcp_app = typer.Typer(
@@ -71,9 +74,14 @@ def list_servers(
         root = workspace_root(workspace)
         config = load_project_config(root)
         servers: list[dict[str, Any]] = []
+        # The servers start as an agent would start them: stdio ones in its sandbox.
+        sandbox = sandbox_for(cli_settings({}, project=config), root)
+        configured = config.mcp.servers
+        if any(s.command is not None and s.sandboxed for s in configured):
+            sandbox.ensure()
         try:
-            failures = prestart(config.mcp.servers, root)
-            for server in config.mcp.servers:
+            failures = prestart(launched(configured, root, sandbox), root)
+            for server in launched(configured, root, sandbox):
                 entry: dict[str, Any] = {
                     "server": server.name,
                     "transport": server.transport,
@@ -81,6 +89,7 @@ def list_servers(
                 }
                 if server.command is not None:
                     entry["log"] = str(log_path(root, server.name))
+                    entry["sandbox"] = _sandbox_text(server, sandbox)
                 try:
                     if server in failures:  # not started a second time: one report
                         raise failures[server]
@@ -97,6 +106,12 @@ def list_servers(
             _show(servers, schemas=schemas)
     if failed:
         raise typer.Exit(EXIT_USAGE)
+
+
+def _sandbox_text(server: McpServerConfig, sandbox: Sandbox) -> str:
+    if not server.sandboxed:
+        return "off for this server (sandbox = false in its table)"
+    return sandbox.policy.describe()
 
 
 def prestart(
@@ -134,6 +149,8 @@ def _show(servers: list[dict[str, Any]], *, schemas: bool = False) -> None:
         return
     for entry in servers:
         out.print(Text(f"{entry['server']}  ({entry['transport']}: {entry['endpoint']})"))
+        if "sandbox" in entry:
+            out.print(Text(f"  sandbox: {entry['sandbox']}"))
         if "error" in entry:
             err.print(Text(f"error: {entry['error']}"))
             continue

@@ -32,6 +32,7 @@ from tether._cli.common import (
     printable,
     read_input,
 )
+from tether._inputs import MAX_SUBMIT_BYTES
 from tether.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -232,33 +233,81 @@ def _store_settings(flags: Flags) -> Settings:
 
 @agent_command
 def submit(
-    prompt: Annotated[str, typer.Argument(help="What the agent should do.", metavar="PROMPT")],
+    prompt: Annotated[
+        str | None,
+        typer.Argument(help="What the agent should do (or --from FILE).", metavar="PROMPT"),
+    ] = None,
     session: Annotated[
         str | None,
         typer.Option("--session", "-s", help="Add the run to this session.", metavar="ID"),
+    ] = None,
+    from_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--from",
+            help='Submit every line of a JSON-lines file ({"prompt": …, "session": …}).',
+            metavar="FILE",
+            show_default=False,
+        ),
     ] = None,
     *,
     flags: Flags,
 ) -> None:
     """Accept PROMPT durably as a run (user entry + runStarted) and print the session id.
 
-    Nothing runs here: `tether worker` picks the session up.
+    Nothing runs here: `tether worker` picks the session up. With --from FILE, one run per
+    line of a JSON-lines file (docs/scale-out.md, "Submitting many"), each in a new session
+    unless the line names one: on a PostgreSQL store 1,000 new sessions per transaction; the
+    ids are printed in the file's order as each group is durable. Without a store, --from
+    writes to the file store (drive each with `tether resume ID`).
 
     Examples:
 
         tether submit "fix the failing test" --store postgresql://db/tether --model gpt-4o-mini
 
-    Exit status: 0 accepted, 2 usage error (no store, no model, an unfinished session),
-    3 no such session, 4 busy, 10-12 store errors.
+        tether submit --from prompts.jsonl --store postgresql://db/tether --model gpt-4o-mini
+
+    Exit status: 0 accepted, 2 usage error (no store, no model, an unfinished session, a bad
+    line of FILE), 3 no such session, 4 busy, 10-12 store errors.
     """
+    from tether._runtime.worker import parse_submissions, submit_all
     from tether._runtime.worker import submit as submit_prompt
 
     with handle_errors():
-        agent = quiet_agent(_store_settings(flags))
+        if from_file is None:
+            if prompt is None:
+                raise ConfigurationError("give a PROMPT or --from FILE")
+            agent = quiet_agent(_store_settings(flags))
+            try:
+                typer.echo(submit_prompt(agent, prompt, session))
+            finally:
+                agent.close()
+            return
+        if prompt is not None or session is not None:
+            raise ConfigurationError(
+                "--from FILE takes the prompts (and sessions) from the file: give no PROMPT "
+                "or --session with it"
+            )
+        items = parse_submissions(
+            read_input(from_file, "prompts file", limit=MAX_SUBMIT_BYTES), str(from_file)
+        )
+        settings = cli_settings(flags)
+        agent = quiet_agent(settings)
         try:
-            typer.echo(submit_prompt(agent, prompt, session))
+
+            def accepted(ids: list[str]) -> None:
+                typer.echo("\n".join(ids))
+                sys.stdout.flush()
+
+            count = submit_all(agent, items, accepted=accepted)
         finally:
             agent.close()
+        if settings.store is None:
+            typer.echo(
+                f"accepted {count} runs in the file store; drive each with `tether resume ID` "
+                "(a worker needs --store)",
+                err=True,
+            )
 
 
 @agent_command

@@ -61,6 +61,7 @@ _SERVER_KEYS: Final = (
     "start_timeout",
     "trusted_read_only",
     "tools",
+    "sandbox",
 )
 
 
@@ -84,6 +85,13 @@ class McpServerConfig:
     start_timeout: float = DEFAULT_START_TIMEOUT
     trusted_read_only: tuple[str, ...] = ()
     lookups: tuple[tuple[str, str], ...] = ()
+    sandboxed: bool = True
+    """A stdio server runs inside the agent's sandbox unless its table says
+    ``sandbox = false`` (docs/sandbox.md)."""
+    launch: tuple[str, ...] = ()
+    """The command line that actually starts a stdio server (the sandbox's wrapping of
+    ``command`` and ``args``); empty: ``command`` itself. Set by the shell, never read from
+    ``tether.toml``; part of the value, so servers under two sandboxes are two servers."""
 
     @property
     def transport(self) -> str:
@@ -157,6 +165,11 @@ def _server(source: str, where: str, name: str, table: Mapping[str, Any]) -> Mcp
                 raise ProjectConfigError(f"{source}: {where} {key}: only for a stdio server")
     if command is not None and "headers" in table:
         raise ProjectConfigError(f"{source}: {where} headers: only for an HTTP server")
+    sandboxed = table.get("sandbox", True)
+    if not isinstance(sandboxed, bool):
+        raise _bad(source, f"{where} sandbox", "true or false", sandboxed)
+    if url is not None and "sandbox" in table:
+        raise ProjectConfigError(f"{source}: {where} sandbox: only for a stdio server")
     env = _pairs(source, f"{where} env", table.get("env", {}), names=True)
     headers = _pairs(source, f"{where} headers", table.get("headers", {}), names=False)
     cwd = table.get("cwd")
@@ -201,6 +214,7 @@ def _server(source: str, where: str, name: str, table: Mapping[str, Any]) -> Mcp
         start_timeout=start,
         trusted_read_only=tuple(dict.fromkeys(trusted)),
         lookups=tuple(lookups),
+        sandboxed=sandboxed,
     )
 
 

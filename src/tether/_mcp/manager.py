@@ -342,8 +342,9 @@ class _Connection:
             self.log_offset = errlog.tell()
             _watch_spawns()
             _SPAWNED.set(self.processes)
+            launch = config.launch or (config.command, *config.args)
             parameters = StdioServerParameters(
-                command=config.command, args=list(config.args), env=env, cwd=cwd
+                command=launch[0], args=list(launch[1:]), env=env, cwd=cwd
             )
             # The SDK starts the server in a session of its own: that group goes to tether's
             # reaper, which kills it if tether dies; released once the SDK has stopped it.

@@ -29,9 +29,11 @@
 from __future__ import annotations
 
 import math
+import os
+import shutil
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,6 +42,7 @@ import orjson
 from tether._effects.contract import EffectTool, LookupResult
 from tether._mcp.config import McpConfig, McpServerConfig
 from tether._mcp.manager import Answer, McpCallFailed, ServerTool, manager
+from tether._sandbox.bwrap import Sandbox
 from tether._tools.base import TOOL_NAME_PATTERN, Tool, ToolContext, ToolResult
 from tether.core.canonical import canonical_json, sha256_digest
 from tether.core.state import Replay
@@ -406,9 +409,38 @@ def _build(server: McpServerConfig, workspace: Path, listed: Sequence[ServerTool
     return tools
 
 
-def mcp_tools(config: McpConfig, workspace: Path) -> list[Tool]:
+def launched(
+    servers: Sequence[McpServerConfig], workspace: Path, sandbox: Sandbox | None
+) -> tuple[McpServerConfig, ...]:
+    """``servers`` with the command line that starts each stdio server inside ``sandbox``
+    (unless the server opted out, ``sandbox = false``)."""
+    if sandbox is None or not sandbox.confined:
+        return tuple(servers)
+    out = []
+    for server in servers:
+        if server.command is not None and server.sandboxed:
+            cwd = Path(os.path.realpath(workspace / server.cwd if server.cwd else workspace))
+            # A command that cannot be found is left as it is: it fails to start with the
+            # SDK's clear "not found", and nothing runs unconfined.
+            if shutil.which(server.command, path=_search_path(server)) is not None or (
+                "/" in server.command and os.access(cwd / server.command, os.X_OK)
+            ):
+                launch = sandbox.wrap([server.command, *server.args], cwd)
+                server = replace(server, launch=tuple(launch))
+        out.append(server)
+    return tuple(out)
+
+
+def _search_path(server: McpServerConfig) -> str | None:
+    """Where the server's command is looked up: its own ``PATH`` when its table sets one."""
+    given = dict(server.env).get("PATH")
+    return given if given is not None and "${" not in given else os.environ.get("PATH")
+
+
+def mcp_tools(config: McpConfig, workspace: Path, sandbox: Sandbox | None = None) -> list[Tool]:
     """The tools of every configured server, in configuration order (servers are started
-    as needed; a server that does not start is a :class:`ConfigurationError` naming it)."""
+    as needed, stdio ones inside ``sandbox``; a server that does not start is a
+    :class:`ConfigurationError` naming it)."""
     try:
         import mcp  # noqa: F401
     except ImportError:
@@ -416,7 +448,7 @@ def mcp_tools(config: McpConfig, workspace: Path) -> list[Tool]:
             "tether.toml configures MCP servers, but the mcp package is not installed "
             "(pip install 'tether[mcp]')"
         ) from None
-    servers = config.servers
+    servers = launched(config.servers, workspace, sandbox)
     with ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:  # start them at once
         started = [pool.submit(manager().tools, server, workspace) for server in servers]
         listings = [future.result() for future in started]  # the first failure, in order

@@ -99,7 +99,8 @@ def load_model(
 
     ``scripted:PATH`` loads a :class:`ScriptedModel` from ``PATH`` (the connection
     flags are ignored). ``anthropic:MODEL`` is Anthropic's Messages API (key from
-    ``--api-key``, ``ANTHROPIC_API_KEY`` or ``TETHER_API_KEY``). Anything else is a model
+    ``--api-key`` or ``ANTHROPIC_API_KEY``, never ``TETHER_API_KEY``; base URL from
+    ``--base-url``/``TETHER_BASE_URL``, else ``ANTHROPIC_BASE_URL``). Anything else is a model
     id for the OpenAI-compatible adapter, configured from the flags and the ``TETHER_*``
     environment variables. An empty or missing ``spec`` falls back to ``TETHER_MODEL``.
     """
@@ -123,6 +124,9 @@ def load_model(
             anthropic_options["extra_headers"] = extra_headers
         return AnthropicModel.from_env(
             name,
+            # TETHER_BASE_URL as for the CLI, where the --base-url setting reads it; else
+            # from_env reads ANTHROPIC_BASE_URL. A /v1 ending is refused, so an
+            # OpenAI-style TETHER_BASE_URL never receives the Anthropic key.
             base_url=base_url or env.get("TETHER_BASE_URL", "").strip() or None,
             api_key=api_key,
             provider=provider,

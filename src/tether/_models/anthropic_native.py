@@ -8,19 +8,23 @@ Install with ``pip install 'tether[anthropic]'``. Like the OpenAI-compatible ada
   (``message_start``, ``content_block_start/delta/stop``, ``message_delta``,
   ``message_stop``, ``error``) are reassembled here; text and thinking deltas go to
   ``on_delta``. ``timeout`` is the first-byte timeout, ``idle_timeout`` bounds the silence
-  between events; cancel and timeouts shut the connection down.
+  between events; cancel and timeouts shut the connection down. A ``200 application/json``
+  answer (a server that ignores ``stream``) is a whole Message, taken as the answer; an
+  ``error`` event is classed like its HTTP status (:data:`STREAM_ERRORS`).
 * **The request**: the normalized context (spec 6.2) is translated: the system prompt
   becomes ``system``; assistant tool calls become ``tool_use`` blocks (arguments parsed as
   JSON; arguments that are not a JSON object are sent as ``{}``); ``tool`` messages become
   ``tool_result`` blocks in a user turn (consecutive ones in one turn, as parallel tool use
-  requires). **Prompt caching**: ``cache_control: {"type": "ephemeral"}`` breakpoints on
+  requires), with ``is_error: true`` for a failed one (``ModelRequest.failed_results``).
+  **Prompt caching**: ``cache_control: {"type": "ephemeral"}`` breakpoints on
   the last tool definition, the system prompt and the last block of the last message, so a
   long agent loop reads its prefix from the cache (``cache=False`` turns them off).
 * **Thinking**: enabled with the output option ``thinking`` (``{"type": "enabled",
-  "budget_tokens": N}``). ``thinking`` and ``redacted_thinking`` blocks are kept verbatim
-  (with their signatures) in :class:`~tether._models.base.Reasoning` (format
-  ``anthropic``) and sent back at the start of their assistant turn, as the API requires
-  during tool use.
+  "budget_tokens": N}``, or ``{"type": "adaptive"}`` with ``output_config``), which
+  ``[model] reasoning_effort`` derives per model family (``tether._models.options``).
+  ``thinking`` and ``redacted_thinking`` blocks are kept verbatim (with their signatures)
+  in :class:`~tether._models.base.Reasoning` (format ``anthropic``) and sent back at the
+  start of their assistant turn, as the API requires during tool use.
 * **Usage**: ``input_tokens`` (Anthropic's count excludes the cache), ``output_tokens``,
   ``cache_read_input_tokens``, ``cache_creation_input_tokens``: already disjoint.
 * ``max_tokens`` is required by the API: the output option ``max_tokens`` if given, else
@@ -68,6 +72,9 @@ __all__ = [
     "ADAPTER_IDENTITY",
     "DEFAULT_BASE_URL",
     "ENV_API_KEY",
+    "ENV_BASE_URL",
+    "FINISH_REASONS",
+    "STREAM_ERRORS",
     "AnthropicModel",
     "MessagesStreamAccumulator",
 ]
@@ -75,8 +82,38 @@ __all__ = [
 ADAPTER_IDENTITY: Final = "anthropic:messages:v1"
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 ENV_API_KEY: Final = "ANTHROPIC_API_KEY"
+ENV_BASE_URL: Final = "ANTHROPIC_BASE_URL"
 DEFAULT_MAX_TOKENS: Final = 8192
 _CACHE: Final = {"type": "ephemeral"}
+
+STREAM_ERRORS: Final[Mapping[str, tuple[str, int]]] = {
+    "invalid_request_error": ("provider_error", 400),
+    "authentication_error": ("authentication", 401),
+    "permission_error": ("provider_error", 403),
+    "not_found_error": ("provider_error", 404),
+    "request_too_large": ("provider_error", 413),
+    "rate_limit_error": ("rate_limited", 429),
+    "api_error": ("provider_error", 500),
+    "timeout_error": ("provider_error", 504),
+    "overloaded_error": ("provider_error", 529),
+}
+"""An ``error`` event inside a 200 stream, by its ``error.type``: the error code and the
+HTTP status Anthropic gives the same error before the stream starts (its documented error
+table), so the retry policy treats both forms alike — an overload is retried whether it
+came as HTTP 529 or, as it usually does, as an event mid-stream. An unknown type is a
+permanent ``provider_error``."""
+
+FINISH_REASONS: Final[Mapping[str, str]] = {
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+}
+"""Anthropic ``stop_reason`` values that mean the answer was cut short; every other value
+(``end_turn``, ``tool_use``, ``stop_sequence``, ``pause_turn``, ``refusal``) is decided by
+the tool calls alone (:func:`~tether._models.base.stop_reason_for`)."""
+
+
+_NAMED_HERE: Final = frozenset({"bad_response", "provider_error", "rate_limited", "authentication"})
+"""Codes of errors found in the answer itself, which get the endpoint in front of them."""
 
 
 def _bad(message: str) -> ModelError:
@@ -140,10 +177,35 @@ class MessagesStreamAccumulator:
             self.error = data.get("error", data)
         return out
 
+    def whole(self, message: Mapping[str, Any]) -> None:
+        """Take a complete (non-streamed) Message, as a server that ignores ``stream``
+        answers, or its ``{"type": "error"}`` body."""
+        if message.get("type") == "error":
+            self.error = message.get("error", message)
+            return
+        content = message.get("content")
+        if message.get("type", "message") != "message" or not isinstance(content, list):
+            raise _bad("the JSON answer is not a Message (no content list)")
+        for index, block in enumerate(content):
+            if not isinstance(block, Mapping):
+                raise _bad(f"content block #{index} is not an object")
+            self.blocks[index] = plain(block)
+        if isinstance(message.get("usage"), Mapping):
+            self.usage.update({k: v for k, v in message["usage"].items() if v is not None})
+        if isinstance(message.get("stop_reason"), str):
+            self.stop_reason = message["stop_reason"]
+        self.stopped = True
+
     def response(self, position: int) -> ModelResponse:
         if self.error is not None:
             said = provider_message({"error": self.error}) or "unspecified error"
-            raise ModelError("provider_error", f"provider reported an error: {said}")
+            kind = self.error.get("type") if isinstance(self.error, Mapping) else None
+            code: str = "provider_error"
+            status: int | None = None
+            if isinstance(kind, str) and kind in STREAM_ERRORS:
+                code, status = STREAM_ERRORS[kind]
+            shown = f" ({kind})" if isinstance(kind, str) and kind not in said else ""
+            raise ModelError(code, f"provider reported an error: {said}{shown}", status=status)
         texts: list[str] = []
         calls: list[ToolCallOut] = []
         thinking: list[str] = []
@@ -183,7 +245,7 @@ class MessagesStreamAccumulator:
                 )
         if len({c.id for c in calls}) != len(calls):
             raise _bad("the answer repeats a tool_use id")
-        finish = "length" if self.stop_reason == "max_tokens" else self.stop_reason
+        finish = FINISH_REASONS.get(self.stop_reason or "", self.stop_reason)
         reasoning = (
             Reasoning(text="".join(thinking), details=tuple(details), format="anthropic")
             if details
@@ -197,6 +259,19 @@ class MessagesStreamAccumulator:
             finish_reason=self.stop_reason,
             reasoning=reasoning,
         )
+
+
+def _json_answer(raw: bytes, content_type: str) -> Mapping[str, Any]:
+    """The JSON object of a non-streamed answer (``bad_response`` when it is none)."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        snippet = " ".join(raw.decode("utf-8", "replace").split())[:200]
+        shown = content_type.split(";")[0].strip() or "no content type"
+        raise _bad(f"the answer is neither an event stream nor JSON ({shown}): {snippet}") from None
+    if not isinstance(data, Mapping):
+        raise _bad("the JSON answer is not an object")
+    return data
 
 
 def _checked(value: object, where: str) -> str:
@@ -253,13 +328,14 @@ def build_messages(request: ModelRequest, *, cache: bool = True) -> list[dict[st
             text = content if isinstance(content, str) else json.dumps(plain(content))
             user_blocks().append({"type": "text", "text": text})
         elif role == "tool":
-            user_blocks().append(
-                {
-                    "type": "tool_result",
-                    "tool_use_id": str(message.get("tool_call_id", "")),
-                    "content": content if isinstance(content, str) else "",
-                }
-            )
+            result: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": str(message.get("tool_call_id", "")),
+                "content": content if isinstance(content, str) else "",
+            }
+            if index in request.failed_results:
+                result["is_error"] = True
+            user_blocks().append(result)
         elif role == "assistant":
             blocks: list[dict[str, Any]] = []
             side = reasoning[index] if index < len(reasoning) else None
@@ -344,15 +420,19 @@ class AnthropicModel:
             raise ConfigurationError("max_tokens must be a positive integer")
         url = (base_url or DEFAULT_BASE_URL).strip()
         endpoint = parse_base_url(url, "the Anthropic base URL")
-        if endpoint.identity_path.endswith("/v1/messages"):
-            raise ConfigurationError(
-                "the Anthropic base URL ends in /v1/messages, which the SDK appends itself: "
-                f"use {endpoint.display[: -len('/v1/messages')]}"
-            )
+        for suffix in ("/v1/messages", "/v1"):
+            # The SDK posts to {base_url}/v1/messages; a /v1 of the user's would make that
+            # /v1/v1/messages, a bare 404 (an OpenAI-style TETHER_BASE_URL ends in /v1 too).
+            if endpoint.identity_path.endswith(suffix):
+                raise ConfigurationError(
+                    f"the Anthropic base URL ends in {suffix}, which the SDK appends itself "
+                    f"(it posts to BASE/v1/messages): use {endpoint.display[: -len(suffix)]}"
+                )
         key = (api_key or "").strip()
         if not key:
             raise ConfigurationError(
-                f"no API key for {endpoint.display}: set {ENV_API_KEY} (or pass --api-key)"
+                f"no API key for {endpoint.display}: set {ENV_API_KEY} (or pass --api-key); "
+                "TETHER_API_KEY is not sent to Anthropic"
             )
         register_secret(key)
         headers = {str(k): str(v) for k, v in (extra_headers or {}).items()}
@@ -390,11 +470,14 @@ class AnthropicModel:
         environ: Mapping[str, str] | None = None,
         **kw: Any,
     ) -> AnthropicModel:
-        """``api_key`` falls back to ``ANTHROPIC_API_KEY``, then ``TETHER_API_KEY``."""
+        """``api_key`` falls back to ``ANTHROPIC_API_KEY`` — never to ``TETHER_API_KEY``,
+        the OpenAI-compatible endpoint's key (OpenRouter's by default): a key only goes to
+        the provider it was given for. ``base_url`` falls back to ``ANTHROPIC_BASE_URL``,
+        then to Anthropic's API."""
         env = os.environ if environ is None else environ
         key = (api_key or "").strip() or env.get(ENV_API_KEY, "").strip()
-        key = key or env.get("TETHER_API_KEY", "").strip()
-        return cls(model, base_url=base_url, api_key=key or None, **kw)
+        url = (base_url or "").strip() or env.get(ENV_BASE_URL, "").strip()
+        return cls(model, base_url=url or None, api_key=key or None, **kw)
 
     @property
     def provider(self) -> str:
@@ -458,6 +541,13 @@ class AnthropicModel:
             with client.messages.with_streaming_response.create(stream=True, **body) as response:
                 http = response.http_response
                 accumulator = MessagesStreamAccumulator()
+                kind = http.headers.get("content-type", "")
+                if "text/event-stream" not in kind:
+                    # The server ignored ``stream: true`` (LiteLLM's mock models do): a whole
+                    # Message is the answer, not a stream cut short to be retried.
+                    emit(None)
+                    accumulator.whole(_json_answer(http.read(), kind))
+                    return accumulator.response(request.position)
                 decoder = SSEDecoder()
                 for line in lines_of(http.iter_bytes(), emit):
                     event = decoder.line(line)
@@ -501,8 +591,13 @@ class AnthropicModel:
                 ),
             ) from None
         except ModelError as exc:
-            if exc.code in ("bad_response", "provider_error") and not exc.message.startswith(where):
-                raise ModelError(exc.code, f"{where}: {exc.message}", status=exc.status) from None
+            if exc.code in _NAMED_HERE and not exc.message.startswith(where):
+                raise ModelError(
+                    exc.code,
+                    redact(f"{where}: {exc.message}", self._secrets),
+                    status=exc.status,
+                    retry_after=exc.retry_after,
+                ) from None
             raise
 
     def _map_error(self, exc: Exception) -> ModelError:
@@ -542,7 +637,8 @@ class AnthropicModel:
                     "provider_error",
                     clean(
                         f"{where} answered HTTP 404 for model {self._model!r}: {said} "
-                        "(check the model id and the base URL)"
+                        f"(check the model id and the base URL: tether posts to "
+                        f"{where}/v1/messages)"
                     ),
                     status=status,
                 )

@@ -121,6 +121,11 @@ class ModelRequest:
     """Side records aligned with ``messages`` (``reasoning[i]`` belongs to ``messages[i]``,
     an assistant message); empty or shorter when they are missing. Adapters send them
     back to providers that want them; they never affect the configuration digest."""
+    failed_results: frozenset[int] = frozenset()
+    """Indices of the ``messages`` that are tool results recorded as failed (an ``error``
+    result, or a synthetic one: the call never ran). The normalized message has no member
+    for it (spec 6); an adapter whose provider has one sends it (Anthropic's
+    ``is_error``)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.position, bool) or not isinstance(self.position, int):

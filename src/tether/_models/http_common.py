@@ -115,6 +115,9 @@ def provider_message(body: object) -> str:
             if isinstance(raw, str) and raw.strip() and raw.strip() not in text:
                 label = f"{name}: " if isinstance(name, str) and name else ""
                 text = f"{text} ({label}{raw.strip()})" if text else f"{label}{raw.strip()}"
+        detail = inner.get("detail")
+        if not text and isinstance(detail, str):  # FastAPI's own 404/405 body (LiteLLM's)
+            text = detail.strip()
         if not text:
             code = inner.get("code")
             if isinstance(code, (str, int)) and not isinstance(code, bool):

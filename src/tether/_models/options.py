@@ -32,10 +32,13 @@ from tether.core.policy import check_known, show_value
 from tether.errors import ConfigurationError, ProjectConfigError
 
 __all__ = [
+    "ANTHROPIC_THINKING",
     "DEFAULT_RETRIES",
     "KNOWN_SETTINGS",
     "ConfiguredModel",
     "ModelConfig",
+    "anthropic_thinking",
+    "anthropic_thinking_form",
     "identity_suffix",
     "model_config_from_mapping",
     "output_options_for",
@@ -46,6 +49,29 @@ DEFAULT_RETRIES: Final = 2
 REASONING_EFFORTS: Final = ("minimal", "low", "medium", "high")
 ANTHROPIC_BUDGETS: Final = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
 """Thinking budget (tokens) an effort asks of Anthropic's extended thinking."""
+ANTHROPIC_MIN_BUDGET: Final = 1024
+"""The API's smallest ``budget_tokens``; it must also stay below ``max_tokens``."""
+ANTHROPIC_ANSWER_ROOM: Final = 4096
+"""Tokens kept for the answer above the thinking budget, out of ``max_tokens``."""
+ANTHROPIC_EFFORTS: Final = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+"""``output_config.effort`` for an effort (Anthropic has no ``minimal``)."""
+
+ANTHROPIC_THINKING: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
+    # Claude 3 (but 3.7), 2 and Instant have no extended thinking at all.
+    (re.compile(r"claude-(?:3[-.](?!7)|2(?!\d)|instant)"), "none"),
+    # Opus/Sonnet 4.6, Opus 4.7 and every later generation take adaptive thinking with an
+    # effort; budget_tokens is deprecated (4.6) or refused (4.7 and later) there.
+    (
+        re.compile(
+            r"claude-(?:(?:opus|sonnet)-4[-.]6|opus-4[-.][7-9]|[a-z]+-(?:[5-9]|\d\d))(?!\d)"
+        ),
+        "adaptive",
+    ),
+)
+"""How a Claude model family takes ``reasoning_effort``, first match on the model id
+(``claude-opus-4-6``, ``anthropic.claude-opus-4-6-v1``, ``claude-sonnet-4.6`` alike).
+Any other model — Claude 3.7, Sonnet/Opus 4 to 4.5, Haiku 4.5, an unknown id — takes
+``thinking: {type: enabled, budget_tokens}``, which every thinking model accepts."""
 
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
@@ -198,9 +224,57 @@ def merge(config: ModelConfig, overrides: Mapping[str, Any], source: str) -> Mod
     return replace(config, **{k: getattr(checked, k) for k in overrides})
 
 
-def output_options_for(config: ModelConfig, *, api: str, base_host: str = "") -> dict[str, Any]:
+def anthropic_thinking_form(model: str) -> str:
+    """``adaptive``, ``budget`` or ``none``: how ``model`` takes a reasoning effort."""
+    name = model.lower()
+    for pattern, form in ANTHROPIC_THINKING:
+        if pattern.search(name):
+            return form
+    return "budget"
+
+
+def anthropic_thinking(effort: str, model: str, max_tokens: int | None) -> dict[str, Any]:
+    """The request members ``reasoning_effort = effort`` means for the Anthropic ``model``,
+    given the configured ``max_tokens`` (``None``: the adapter's default).
+
+    A budget must be at least 1,024 tokens and below ``max_tokens``: without a configured
+    ``max_tokens``, tether raises it to the budget plus :data:`ANTHROPIC_ANSWER_ROOM`; a
+    configured one is a limit the user chose, so the budget is cut to fit under it instead.
+    """
+    form = anthropic_thinking_form(model)
+    if form == "none":
+        raise ConfigurationError(
+            f"[model] reasoning_effort: {model} has no extended thinking "
+            "(Claude 3.7 and later have it); remove reasoning_effort"
+        )
+    if form == "adaptive":
+        return {
+            "thinking": {"type": "adaptive"},
+            "output_config": {"effort": ANTHROPIC_EFFORTS[effort]},
+        }
+    budget = ANTHROPIC_BUDGETS[effort]
+    if max_tokens is None:
+        from tether._models.anthropic_native import DEFAULT_MAX_TOKENS
+
+        out: dict[str, Any] = {"thinking": {"type": "enabled", "budget_tokens": budget}}
+        if budget >= DEFAULT_MAX_TOKENS:
+            out["max_tokens"] = budget + ANTHROPIC_ANSWER_ROOM
+        return out
+    budget = max(ANTHROPIC_MIN_BUDGET, min(budget, max_tokens - ANTHROPIC_ANSWER_ROOM))
+    if budget >= max_tokens:
+        raise ConfigurationError(
+            f"[model] reasoning_effort needs max_tokens above {ANTHROPIC_MIN_BUDGET} for "
+            f"{model} (its thinking budget is at least {ANTHROPIC_MIN_BUDGET} tokens and must "
+            f"stay below max_tokens), got max_tokens = {max_tokens}"
+        )
+    return {"thinking": {"type": "enabled", "budget_tokens": budget}}
+
+
+def output_options_for(
+    config: ModelConfig, *, api: str, base_host: str = "", model: str = ""
+) -> dict[str, Any]:
     """The request members the config asks for, in the dialect of ``api``
-    (``chat-completions`` or ``anthropic``)."""
+    (``chat-completions`` or ``anthropic``; ``model`` picks the Anthropic thinking form)."""
     options: dict[str, Any] = {}
     if config.temperature is not None:
         options["temperature"] = config.temperature
@@ -208,10 +282,7 @@ def output_options_for(config: ModelConfig, *, api: str, base_host: str = "") ->
         options["max_tokens"] = config.max_tokens
     if api == "anthropic":
         if config.reasoning_effort is not None:
-            options["thinking"] = {
-                "type": "enabled",
-                "budget_tokens": ANTHROPIC_BUDGETS[config.reasoning_effort],
-            }
+            options.update(anthropic_thinking(config.reasoning_effort, model, config.max_tokens))
         choice: dict[str, Any] | None = None
         if isinstance(config.tool_choice, Mapping):
             choice = dict(config.tool_choice)

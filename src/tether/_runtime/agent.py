@@ -33,6 +33,7 @@ from tether._runtime.events import EventSink
 from tether._runtime.executor import Executor
 from tether._runtime.guards import Authorizer
 from tether._runtime.results import RunResult
+from tether._sandbox.policy import SandboxMode
 from tether._settings import SETTINGS, Settings, override_settings, resolve_settings
 from tether._stores.file import Durability
 from tether._stores.protocol import SessionOpener
@@ -74,6 +75,10 @@ class AgentOptions(TypedDict, total=False):
     store_url: str | None  # the name ``store`` had before the settings table; still accepted
     lease_seconds: float | None
     environment: str | None
+    sandbox: SandboxMode | str | None
+    sandbox_network: bool | None
+    writable_roots: Sequence[str] | None
+    deny_read: Sequence[str] | None
     # Seams.
     on_event: EventSink | None
     authorize: Authorizer | None

@@ -24,12 +24,13 @@ Steps, in this order (so the first problem is the one reported):
 3. the guards, over the workspace database of this agent (:class:`SessionEvidence`);
 4. the model: the adapter the settings name (or the caller's), ``[model]``'s request
    options and identity suffix, the retries;
-5. the tools: the caller's or the built-ins, plus ``verify`` for a configured check
+5. the state the tools must never touch (:class:`~tether._tools.workspace.ProtectedState`)
+   and the sandbox of the commands the agent runs (:mod:`tether._sandbox`);
+6. the tools: the caller's or the built-ins, plus ``verify`` for a configured check
    command, plus the tools of the MCP servers of ``[mcp.servers]`` (started now if this
-   process has not started them yet, :mod:`tether._mcp`); names must be unique;
-6. the system prompt, with ``AGENTS.md`` appended (:func:`load_agents_md`);
-7. durability and the state the file tools must never touch
-   (:class:`~tether._tools.workspace.ProtectedState`);
+   process has not started them yet, :mod:`tether._mcp`); names must be unique; when any
+   of them runs programs, the sandbox is checked first (it fails closed);
+7. the system prompt, with ``AGENTS.md`` appended (:func:`load_agents_md`);
 8. the environment identity and the configuration snapshot;
 9. the masker (a credential in the snapshot is refused) and the masked event sink;
 10. the session-store opener, the workspace-database opener, the clock and the ids;
@@ -60,7 +61,13 @@ from tether._models.options import (
     output_options_for,
     parse_model_options,
 )
-from tether._project import BudgetConfig, ProjectConfig, find_workspace_root, load_project_config
+from tether._project import (
+    CONFIG_FILE,
+    BudgetConfig,
+    ProjectConfig,
+    find_workspace_root,
+    load_project_config,
+)
 from tether._runtime.events import Event, EventSink
 from tether._runtime.evidence import SessionEvidence
 from tether._runtime.guards import Authorizer, Guards
@@ -68,6 +75,8 @@ from tether._runtime.masking import masked_sink
 from tether._runtime.retry import RetryPolicy
 from tether._runtime.spend import Spending
 from tether._runtime.tracing import Tracing
+from tether._sandbox.bwrap import Sandbox
+from tether._sandbox.policy import DEFAULT_DENY_READ, SandboxMode, resolve_policy
 from tether._settings import Settings
 from tether._stores.file import Durability, FileSessions
 from tether._stores.protocol import SessionOpener
@@ -121,6 +130,7 @@ class Composition:
     output_options: Mapping[str, Any]
     sessions_dir: Path | None
     protected: ProtectedState
+    sandbox: Sandbox
     tool_timeout: float | None
     environment: str
     configuration: AgentConfiguration
@@ -260,7 +270,7 @@ def load_configured_model(
         )
     api = "anthropic" if inner.adapter_identity.startswith("anthropic:") else "chat-completions"
     host = inner.routing_identity.split("/", 1)[0]
-    options = output_options_for(config, api=api, base_host=host)
+    options = output_options_for(config, api=api, base_host=host, model=inner.model)
     retries = config.retries if given is None else 0
     return LoadedModel(ConfiguredModel(inner, identity_suffix(config)), options, retries, config)
 
@@ -310,11 +320,13 @@ def compose(
     )
     # 4. The model, its request options and its retries.
     adapter, options, retries = _model(settings, config, model, seams)
-    # 5. The tools; 6. the system prompt and AGENTS.md.
-    registry = _registry(tools, config, real, guards)
-    prompt = system_prompt_for(settings, real, read_agents_md=seams.read_agents_md)
-    # 7. The layout the file tools must never touch; 8. the configuration snapshot.
+    # 5. The layout the tools must never touch, the sandbox; 6. the tools (the sandbox
+    # checked before any MCP server starts); 7. the system prompt and AGENTS.md.
     protected = ProtectedState.for_workspace(real, settings.sessions_dir)
+    sandbox = _sandbox(settings, real, protected)
+    registry = _registry(tools, config, real, guards, sandbox)
+    prompt = system_prompt_for(settings, real, read_agents_md=seams.read_agents_md)
+    # 8. The configuration snapshot.
     identity = environment_identity(settings.environment, str(real))
     configuration = AgentConfiguration.build(
         model=adapter.model,
@@ -347,6 +359,7 @@ def compose(
         output_options=options,
         sessions_dir=settings.sessions_dir,
         protected=protected,
+        sandbox=sandbox,
         tool_timeout=settings.tool_timeout,
         environment=identity,
         configuration=configuration,
@@ -388,16 +401,51 @@ def _workspace_db(workspace: Path, store_url: str | None, seams: Seams) -> Works
     return _effects_db_opener(workspace)
 
 
+def sandbox_for(settings: Settings, workspace: Path | None = None) -> Sandbox:
+    """The sandbox an agent built from ``settings`` would have (``tether sandbox check``,
+    ``tether mcp list``), on ``workspace`` (default: the settings' workspace)."""
+    real = Path(os.path.realpath(workspace or find_workspace_root(settings.workspace).path))
+    return _sandbox(settings, real, ProtectedState.for_workspace(real, settings.sessions_dir))
+
+
+def _sandbox(settings: Settings, workspace: Path, protected: ProtectedState) -> Sandbox:
+    """The agent's sandbox: the settings' mode and paths, tether's own state hidden, and
+    ``tether.toml`` (whose ``[policy]`` says what the agent may do) read-only."""
+    policy = resolve_policy(
+        SandboxMode(settings.sandbox),
+        workspace=workspace,
+        network=settings.sandbox_network,
+        writable_roots=settings.writable_roots,
+        deny_read=(*DEFAULT_DENY_READ, *settings.deny_read),
+        hidden=(protected.state_dir, protected.sessions_dir),
+        read_only=(workspace / CONFIG_FILE,),
+        home=os.path.expanduser("~"),
+    )
+    return Sandbox(policy)
+
+
 def _registry(
-    tools: Sequence[Tool] | None, config: ProjectConfig, workspace: Path, guards: Guards
+    tools: Sequence[Tool] | None,
+    config: ProjectConfig,
+    workspace: Path,
+    guards: Guards,
+    sandbox: Sandbox,
 ) -> ToolRegistry:
     """The caller's tools or the built-ins, plus ``verify`` for a configured check command,
-    plus the MCP servers' tools; names must be unique."""
+    plus the MCP servers' tools; names must be unique. Fail closed: when a tool runs
+    programs (or an MCP server is started) under a sandbox that cannot work here, the
+    agent is refused (:class:`~tether.errors.SandboxUnavailable`) before anything runs."""
     chosen = list(tools) if tools is not None else builtin_tools(pass_env=config.tools.pass_env)
     if config.verify.command is not None and all(t.name != "verify" for t in chosen):
         chosen.append(VerifyTool(lambda: guards.verifier))
+    confined = [t for t in chosen if t.runs_commands]
+    if confined or any(s.sandboxed for s in config.mcp.servers if s.command is not None):
+        sandbox.ensure()
+    for tool in confined:
+        tool.confine(sandbox.policy.tool_note())
     if config.mcp.servers:
-        chosen.extend(mcp_tools(config.mcp, workspace))  # starts the servers not running yet
+        # Starts the servers not running yet (stdio ones inside the sandbox).
+        chosen.extend(mcp_tools(config.mcp, workspace, sandbox))
     return ToolRegistry(chosen)
 
 

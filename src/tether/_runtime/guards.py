@@ -16,6 +16,9 @@ Rules of this module:
   executor starts the call;
 * the first recorded decision for a call wins: a person is never asked twice for one call,
   not even across a crash;
+* a person's denial sticks to the tool for the rest of the session
+  (:func:`~tether.core.policy.standing_denial`, from the log and the recorded decisions):
+  later calls of it need a person again, whatever rule would allow them;
 * one probe remains, commented where it is: the files a call touches (only file-change
   tools say, by their class).
 """
@@ -45,12 +48,15 @@ from tether.core.gate import (
     unconfigured_check,
 )
 from tether.core.policy import (
-    NO_TERMINAL_REASON,
+    NOBODY_REASONS,
+    PERSON_DENIAL_PREFIX,
     Decision,
     Policy,
     PolicyVerdict,
     ToolKind,
     decide,
+    decided_by_person,
+    standing_denial,
 )
 from tether.core.state import Replay, SessionState
 from tether.core.stops import FailedCall, StopError, describe_call, repeated_failure
@@ -203,12 +209,20 @@ def call_summary(tool: Tool, arguments: Mapping[str, Any]) -> str:
 
 
 def denial_text(who: str, rule: str, reason: str | None) -> str:
-    """The error result the model receives for a denied call."""
+    """The error result the model receives for a denied call. A person's denial starts with
+    :data:`~tether.core.contents.PERSON_DENIAL_PREFIX`: that is how the log remembers it (the
+    reducer's ``person_denials``), so later calls of the tool need a person again."""
     why = f": {reason}" if reason else ""
+    said = f"this call was not authorized ({who}, {rule}{why}). It did not run."
+    if decided_by_person(who):
+        return (
+            f"{PERSON_DENIAL_PREFIX}{said} Later calls of this tool in this session need a "
+            "person's approval. This decision is final: do not try to reach the same effect "
+            "another way; ask the user instead."
+        )
     return (
-        f"Error: permission denied: this call was not authorized ({who}, {rule}{why}). "
-        "It did not run. This decision is final: do not try to reach the same effect "
-        "another way; ask the user instead."
+        f"Error: permission denied: {said} This decision is final: do not try to reach the "
+        "same effect another way; ask the user instead."
     )
 
 
@@ -301,6 +315,7 @@ class Guards:
         arguments: Mapping[str, Any],
         *,
         earlier_decision: EarlierDecision = EarlierDecision.NONE,
+        state: SessionState | None = None,
     ) -> tuple[Authorization | None, str | None] | ParkedCall:
         """Decide whether a validated call may start: the recorded decision (``None`` when
         none was needed) and the denial text when the call may not start.
@@ -322,10 +337,15 @@ class Guards:
         decides with ``tether approve``/``deny``; the next call carries the decision out
         (recorded here like any other) unless it became void. An "always" grant of the
         session for the tool and rule allows such a call without asking.
+
+        ``state`` is the session's reduced log: where it shows that a person denied the tool
+        and no person allowed it since (:func:`~tether.core.policy.standing_denial`), the
+        call needs a person whatever the policy would decide (no grant, no ``--yes``).
         """
         kind = ToolKind.READ_ONLY if tool.replay is Replay.SAFE else ToolKind.SIDE_EFFECT
         policy = self.project.policy
-        verdict = self._verdict(tool, arguments, kind, earlier_decision)
+        denied = state is not None and self._denied(session_id, tool.name, state)
+        verdict = self._verdict(tool, arguments, kind, earlier_decision, denied)
         unrecorded = verdict.decision is Decision.ALLOW and (
             (kind is ToolKind.READ_ONLY and tool.name not in policy.tools)
             or (_policy_is_empty(policy) and not self.ask_by_default and not self.assume_yes)
@@ -337,7 +357,7 @@ class Guards:
         earlier = store.get(session_id, key)
         # A deny of the policy itself overrides an earlier decision; "nobody can be asked
         # now" does not: the person already answered before the crash.
-        policy_denies = verdict.decision is Decision.DENY and verdict.reason != NO_TERMINAL_REASON
+        policy_denies = verdict.decision is Decision.DENY and verdict.reason not in NOBODY_REASONS
         if earlier is not None and not policy_denies:
             allowed = earlier.decision == Decision.ALLOW.value
             text = denial_text(earlier.who, earlier.rule, earlier.reason)
@@ -367,22 +387,33 @@ class Guards:
             return recorded, denial_text(recorded.who, recorded.rule, recorded.reason)
         return recorded, None
 
+    def _denied(self, session_id: str, tool_name: str, state: SessionState) -> bool:
+        """Whether a person's denial of the tool stands in the session (the recorded
+        decisions are read only when the log shows such a denial)."""
+        if standing_denial(state, tool_name, ()) is None:
+            return False
+        decisions = self._effects().authorizations.list(session_id)
+        return standing_denial(state, tool_name, decisions) is not None
+
     def _verdict(
         self,
         tool: Tool,
         arguments: Mapping[str, Any],
         kind: ToolKind,
         earlier_decision: EarlierDecision,
+        denied: bool = False,
     ) -> PolicyVerdict:
         """The policy's verdict on the call, asked as the REPL would where a decision a
         crashed process made may have been lost with its record."""
         interactive = self._authorize is not None
-        verdict = self._verdict_of(tool, arguments, kind, self.ask_by_default and interactive)
+        verdict = self._verdict_of(
+            tool, arguments, kind, self.ask_by_default and interactive, denied
+        )
         # A person may have denied this call before the crash, in a record that is gone:
         # "no record" must not mean "allowed by default"; ask as the REPL would instead.
         lost = earlier_decision is EarlierDecision.UNKNOWN and kind is ToolKind.SIDE_EFFECT
         if lost and verdict.decision is Decision.ALLOW:
-            asking = self._verdict_of(tool, arguments, kind, True)
+            asking = self._verdict_of(tool, arguments, kind, True, denied)
             if asking.rule != verdict.rule:  # only the built-in default allowed it
                 keep = asking.decision is Decision.ALLOW  # --yes answers the question
                 verdict = (
@@ -393,7 +424,12 @@ class Guards:
         return verdict
 
     def _verdict_of(
-        self, tool: Tool, arguments: Mapping[str, Any], kind: ToolKind, ask_by_default: bool
+        self,
+        tool: Tool,
+        arguments: Mapping[str, Any],
+        kind: ToolKind,
+        ask_by_default: bool,
+        denied: bool,
     ) -> PolicyVerdict:
         return decide(
             self.project.policy,
@@ -403,6 +439,7 @@ class Guards:
             interactive=self._authorize is not None,
             assume_yes=self.assume_yes,
             ask_by_default=ask_by_default,
+            person_denied=denied,
         )
 
     def _decide(
@@ -416,14 +453,17 @@ class Guards:
     ) -> ParkedCall | tuple[Decision, str, str | None]:
         """The decision to record for a call nobody decided yet: an "always" grant of the
         session, a parked call (or the decision a person made on it), the terminal's
-        answer, else the policy's verdict (``--yes`` only where the policy said ask)."""
+        answer, else the policy's verdict (``--yes`` only where the policy said ask). After a
+        person's denial of the tool no grant applies: only a person's new answer does."""
         decision = verdict.decision
         who = "--yes" if verdict.rule.startswith("--yes") else "policy"
-        nobody = decision is Decision.DENY and verdict.reason == NO_TERMINAL_REASON
+        nobody = decision is Decision.DENY and verdict.reason in NOBODY_REASONS
         approvals = self._approvals()
         granted = (
             approvals.granted(session_id, tool.name, verdict.rule)
-            if approvals is not None and (decision is Decision.ASK or nobody)
+            if approvals is not None
+            and (decision is Decision.ASK or nobody)
+            and not verdict.after_denial
             else None
         )
         if granted is not None:

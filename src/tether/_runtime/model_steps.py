@@ -135,6 +135,7 @@ class ModelSteps:
             position=max(state.step_count - 1, 0),
             purpose="compaction" if compaction else "assistant",
             reasoning=self._side_reasoning(store, state, state.active_context),
+            failed_results=_failed_in_context(state),
         )
 
     def _side_reasoning(
@@ -314,4 +315,23 @@ class ModelSteps:
 def _usage_fact(operation_id: str, response: ModelResponse, attempt_id: str) -> dict[str, Any]:
     return facts.usage(
         operation_id=operation_id, counters=response.usage.to_json(), attempt_id=attempt_id
+    )
+
+
+def _failed_in_context(state: SessionState) -> frozenset[int]:
+    """The active-context indices of the failed tool results (``state.failed_results`` are
+    transcript indices). The context is the transcript, or a summary followed by a suffix
+    of it, so index ``t`` of the transcript is ``t - shift`` of the context, if it is
+    there at all; costs one comparison per failure, not a walk of the history."""
+    failed = state.failed_results
+    if not failed:
+        return frozenset()
+    transcript, context = state.transcript, state.active_context
+    shift = len(transcript) - len(context)
+    return frozenset(
+        t - shift
+        for t in failed
+        if 0 <= t - shift < len(context)
+        and t < len(transcript)
+        and context[t - shift] == transcript[t]
     )

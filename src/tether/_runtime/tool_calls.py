@@ -47,6 +47,7 @@ from tether.core.plans import (
     SyntheticResult,
     ToolMode,
 )
+from tether.core.policy import decided_by_person
 from tether.core.state import RunOperation, SessionState, ToolCallState
 
 __all__ = ["ToolCalls"]
@@ -96,6 +97,7 @@ class ToolCalls:
             validated.tool,
             validated.arguments,
             earlier_decision=earlier,
+            state=state,
         )
         if isinstance(decided, ParkedCall):  # narrowing: authorize answers one or the other
             return self._park(drive, decided, call["id"])
@@ -201,7 +203,7 @@ class ToolCalls:
             )
         )
         drive.store.commit(intent, sync=False)
-        person = authorization is not None and authorization.who not in ("policy", "--yes")
+        person = authorization is not None and decided_by_person(authorization.who)
         reason = "declined" if person else "denied"
         self._shell.emit(events.ToolSkipped(name=new.tool_name, call_id=new.call_id, reason=reason))
         self._note_failure(drive, new.started_id, new.result_id, new.tool_name, validated.arguments)
@@ -270,6 +272,7 @@ class ToolCalls:
             session_id=store.session_id,
             protected=self._parts.protected,
             fencing_token=token,
+            sandbox=self._parts.sandbox,
         )
         runner = RUNNERS[tool.recovery]
         result = runner.run(self._site, store, tool, arguments, context, prepared)

@@ -2,7 +2,11 @@
 
 :func:`submit` commits a user entry and ``runStarted`` (the transaction ``tether run``
 commits first) and returns: the session now has an unfinished run, which is all a worker
-looks for. :class:`Worker` runs ``concurrency`` threads, each with its own
+looks for. :func:`submit_all` (``tether submit --from FILE``, lines parsed by
+:func:`parse_submissions`) accepts many: on the shared store 1,000 new sessions per
+database transaction (:meth:`~tether._stores.postgres.PostgresSessions.create_queued`).
+
+:class:`Worker` runs ``concurrency`` threads, each with its own
 :class:`~tether._runtime.agent.Agent` over a shared store (:mod:`tether._stores.postgres`):
 a thread claims the oldest unfinished session of its environment identity whose lease is
 free or expired (``FOR UPDATE SKIP LOCKED``), drives it with the normal executor
@@ -29,8 +33,9 @@ another environment identity is never claimed: it waits for a worker that serves
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -38,11 +43,21 @@ import tether._faults as faults
 import tether._runtime.boundaries as boundaries
 from tether._runtime.agent import Agent
 from tether._runtime.results import RunStatus
+from tether._text import printable
 from tether.core import facts
 from tether.core.state import IdleOperation
 from tether.errors import ConfigurationError, SessionFenced, StoreUnavailable, TetherError
 
-__all__ = ["UNREACHABLE_SECONDS", "Worker", "WorkerReport", "submit"]
+__all__ = [
+    "SUBMIT_BATCH",
+    "UNREACHABLE_SECONDS",
+    "Submission",
+    "Worker",
+    "WorkerReport",
+    "parse_submissions",
+    "submit",
+    "submit_all",
+]
 
 UNREACHABLE_SECONDS: Final = 30.0
 POLL_SECONDS: Final = 0.2
@@ -58,12 +73,14 @@ def _shared_store(agent: Agent) -> Any:
     return sessions
 
 
-def submit(agent: Agent, prompt: str, session: str | None = None) -> str:
+def submit(agent: Agent, prompt: str, session: str | None = None, *, shared: bool = True) -> str:
     """Accept ``prompt`` durably as a new run (in a new session unless ``session``); the
-    session id. Nothing is driven: a worker picks it up."""
+    session id. Nothing is driven: a worker picks it up (``shared``: the store must be one
+    a worker reads; without it, any store: ``tether resume`` drives the run)."""
     if not prompt or not prompt.strip():
         raise ConfigurationError("the prompt is empty")
-    _shared_store(agent)
+    if shared:
+        _shared_store(agent)
     sessions = agent.parts.sessions
     if session is None:
         store = sessions.create(
@@ -79,16 +96,136 @@ def submit(agent: Agent, prompt: str, session: str | None = None) -> str:
                 f"session {store.session_id} has an unfinished operation; a worker finishes "
                 "it first (submit again afterwards)"
             )
-        entry_id = agent.parts.ids()
-        commit = agent.masker.value
-        store.commit(
-            [
-                commit(facts.user_entry(entry_id=entry_id, content=prompt)),
-                facts.run_started(operation_id=agent.parts.ids(), input_entry_id=entry_id),
-            ]
-        )
+        store.commit(_run_facts(agent, prompt))
         faults.hit(boundaries.RUN_ACCEPTED)
         return str(store.session_id)
+
+
+SUBMIT_BATCH: Final = 1000
+"""Sessions per database transaction of ``tether submit --from`` on a shared store."""
+
+SUBMISSION_KEYS: Final = ("prompt", "session")
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One line of a ``tether submit --from`` file (docs/scale-out.md, "Submitting many")."""
+
+    prompt: str
+    session: str | None = None
+    """Add the run to this existing session (as ``--session``) instead of a new one."""
+
+
+def parse_submissions(data: bytes, source: str) -> list[Submission]:
+    """The submissions of a JSON-lines file: per line a JSON object ``{"prompt": TEXT,
+    "session": ID}`` (``session`` optional) or a JSON string (the prompt); blank lines are
+    skipped. Every problem is one :class:`ConfigurationError` line naming ``source`` and the
+    line number; nothing is accepted from a file with a bad line."""
+    items: list[Submission] = []
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        where = f"{source} line {number}"
+        try:
+            value = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "not JSON"
+            raise ConfigurationError(f"{where}: not valid JSON ({reason})") from None
+        if isinstance(value, str):
+            value = {"prompt": value}
+        if not isinstance(value, dict):
+            raise ConfigurationError(
+                f'{where}: expected an object {{"prompt": …}} or a string, got {_kind(value)}'
+            )
+        for key in value:
+            if key not in SUBMISSION_KEYS:
+                raise ConfigurationError(
+                    f"{where}: unknown key {printable(str(key))[:40]!r} "
+                    f"(known: {', '.join(SUBMISSION_KEYS)})"
+                )
+        prompt = value.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            got = "an empty prompt" if isinstance(prompt, str) else _kind(prompt)
+            raise ConfigurationError(f'{where}: "prompt" must be a non-empty string, got {got}')
+        session = value.get("session")
+        if session is not None and (not isinstance(session, str) or not session.strip()):
+            raise ConfigurationError(
+                f'{where}: "session" must be a session id string, got {_kind(session)}'
+            )
+        items.append(Submission(prompt, session))
+    if not items:
+        raise ConfigurationError(f"{source}: no prompts in it")
+    return items
+
+
+def _kind(value: object) -> str:
+    """What a JSON value is, for a message (never the value: it may be long or secret)."""
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    for kind, name in names.items():
+        if isinstance(value, kind):
+            return name
+    return "a number"
+
+
+def submit_all(
+    agent: Agent,
+    items: Sequence[Submission],
+    *,
+    accepted: Callable[[list[str]], None],
+    batch: int = SUBMIT_BATCH,
+) -> int:
+    """Accept every submission durably, in order; ``accepted`` gets the session ids of each
+    group as soon as it is durable. How many were accepted.
+
+    On a shared store (PostgreSQL) the new sessions go ``batch`` at a time, each batch one
+    database transaction (all of it or nothing); elsewhere (the file store) one session at a
+    time, each durable before the next. A line naming an existing ``session`` is its own
+    transaction, as ``tether submit --session`` (its session must have no unfinished
+    operation). A failure stops there: the groups already passed to ``accepted`` stay.
+    """
+    sessions = agent.parts.sessions
+    queued = getattr(sessions, "create_queued", None)  # the shared store's batch insert
+    done = 0
+    pending: list[Submission] = []
+
+    def flush() -> None:
+        nonlocal done
+        if not pending:
+            return
+        assert queued is not None
+        ids = queued(
+            [_run_facts(agent, item.prompt) for item in pending],
+            provider=agent.model.provider,
+            model=agent.model.model,
+            environment_identity=agent.environment,
+        )
+        accepted(list(ids))
+        done += len(ids)
+        pending.clear()
+
+    for item in items:
+        if queued is not None and item.session is None:
+            pending.append(item)
+            if len(pending) >= batch:
+                flush()
+            continue
+        flush()
+        accepted([submit(agent, item.prompt, item.session, shared=False)])
+        done += 1
+    flush()
+    return done
+
+
+def _run_facts(agent: Agent, prompt: str) -> list[dict[str, Any]]:
+    """The first transaction of a run (what ``tether run`` commits first): the user entry
+    (secrets masked) and ``runStarted``."""
+    entry_id = agent.parts.ids()
+    return [
+        agent.masker.value(facts.user_entry(entry_id=entry_id, content=prompt)),
+        facts.run_started(operation_id=agent.parts.ids(), input_entry_id=entry_id),
+    ]
 
 
 @dataclass

@@ -58,6 +58,7 @@ function show(info){const d=$('details');const c=info.call;let text='';
  if(c){text+=`tool call ${c.name} [${c.callId}] #${c.index}\narguments: ${c.arguments}\noutcome: ${c.outcome}${c.recovered?' (recorded by recovery after a crash)':''}\n`;
   if(c.started)text+=`started: seq ${c.startSeq} at ${iso(c.start)}, replay ${c.replay} (${c.replayKey})\n`;else text+='never started (pre-execution result)\n';
   if(c.resultSeq!=null)text+=`result: seq ${c.resultSeq} at ${iso(c.end)}: ${c.result}\n`;
+  if(c.sandbox)text+=`sandboxed: ${c.sandbox}\n`;
   if(c.authorization)text+=`authorization: ${c.authorization.decision} by ${c.authorization.who} (${c.authorization.rule})\n`;
   if(c.journal)text+=`journal: ${c.journal.status} ${c.journal.path}\n  before ${c.journal.beforeHash}\n  after  ${c.journal.afterHash}\n`;
   c.reconciliations.forEach(r=>{const lk=(r.evidence||{}).lookup;text+=`reconciled: verdict ${r.verdict}, action ${r.action}${lk?', ledger lookup: '+lk.status:''}\n`;});

@@ -195,6 +195,8 @@ def _call(out: _Lines, call: ToolCallView, indent: int) -> None:
         out.add(indent + 1, ("no result recorded", style))
     else:
         extra = " (recorded by recovery after a crash)" if call.recovered else ""
+        if call.sandbox:
+            extra += f" sandboxed ({call.sandbox})"
         out.add(
             indent + 1,
             ("result ", "dim"),

@@ -37,6 +37,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import unquote
 
 from tether._clock import SYSTEM_CLOCK, Clock
 from tether._ids import new_uuid7
@@ -183,19 +184,42 @@ def is_store_url(value: str) -> bool:
 
 
 def display_url(url: str) -> str:
-    """``url`` without its password, for messages."""
+    """``url`` as the user gave it, minus any password, for messages and printed commands.
+
+    Only the password goes (the one after ``user:`` in the authority, and a ``password``
+    query parameter); everything else stays as written, so a printed ``--store`` still
+    names the same server, socket, database and options: ``postgresql:///db?host=/sock``
+    stays a Unix-socket URL (rebuilding it from its parts gave
+    ``postgresql://postgres@/sock/db``, which does not connect), and ``options=`` (a
+    ``search_path``) is kept. A URL libpq cannot parse is not shown at all (it may hold a
+    password in a form this cannot find).
+    """
     if psycopg is None:  # pragma: no cover - without the extra
         return url.split("@")[-1]  # type: ignore[unreachable]
     try:
-        info = psycopg.conninfo.conninfo_to_dict(url)
+        psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError:
         return "postgresql://(unparsable URL)"
-    host = info.get("host") or "localhost"
-    port = info.get("port")
-    user = info.get("user")
-    db = info.get("dbname") or ""
-    where = f"{host}:{port}" if port else str(host)
-    return f"postgresql://{f'{user}@' if user else ''}{where}/{db}"
+    scheme, sep, rest = url.partition("://")
+    if not sep:  # a key=value conninfo string: never printed as it is
+        return "postgresql://(not a URL)"
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    authority, tail = rest[:cut], rest[cut:]
+    if "@" in authority:
+        userinfo, _, hostport = authority.rpartition("@")
+        user = userinfo.partition(":")[0]
+        authority = f"{user}@{hostport}" if user else hostport
+    path, qmark, query = tail.partition("?")
+    if qmark:
+        query, hash_, fragment = query.partition("#")
+        kept = [
+            pair
+            for pair in query.split("&")
+            if unquote(pair.partition("=")[0]).strip().lower() != "password"
+        ]
+        query = "&".join(kept)
+        tail = f"{path}?{query}{hash_}{fragment}" if query else f"{path}{hash_}{fragment}"
+    return f"{scheme}://{authority}{tail}"
 
 
 def _require_driver() -> None:
@@ -510,6 +534,55 @@ class PostgresSessions(ClosesOnExit):
                     "INSERT INTO tether_lines (session_id, line_no, data) VALUES (%s, %s, %s)",
                     [(session_id, n, line) for n, line in enumerate(lines, start=1)],
                 )
+
+    def create_queued(
+        self,
+        runs: Sequence[Sequence[Mapping[str, Any]]],
+        *,
+        provider: str,
+        model: str,
+        environment_identity: str,
+    ) -> list[str]:
+        """New sessions in one database transaction (``tether submit --from``): each holds
+        its header and one transaction of the facts of ``runs[i]`` (a user entry and
+        ``runStarted``), validated by the reducer before anything is sent, and no lease
+        (queued for any worker at once, as a single submit leaves it). All of them are
+        committed or none; their ids, in order. The rows and lines go by ``COPY`` (one
+        round trip per table, one WAL flush for the batch)."""
+        rows: list[tuple[str, str, int, str, bool, int]] = []
+        lines: list[tuple[str, int, bytes]] = []
+        for facts in runs:
+            session_id = self.ids()
+            data, reducer = encode_header(
+                session_id=session_id,
+                created_at=self.clock(),
+                cwd=self.cwd,
+                provider=provider,
+                model=model,
+                environment_identity=environment_identity,
+            )
+            _, line = encode_transaction(reducer, facts, clock=self.clock, new_id=self.ids)
+            try:
+                reducer.apply(line)
+            except SessionCorruption as exc:
+                raise FactRejected(exc.code, exc.line, exc.seq, exc.detail) from None
+            operation, pending = _operation(reducer.state)
+            rows.append((session_id, environment_identity, 2, operation, pending, 1))
+            lines.append((session_id, 1, data.rstrip(b"\n")))
+            lines.append((session_id, 2, line))
+        if not rows:
+            return []
+        with self._db() as conn, conn.transaction(), conn.cursor() as cur:
+            with cur.copy(
+                "COPY tether_sessions (session_id, environment, lines, operation, pending, "
+                "lease_epoch) FROM STDIN"
+            ) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            with cur.copy("COPY tether_lines (session_id, line_no, data) FROM STDIN") as copy:
+                for item in lines:
+                    copy.write_row(item)
+        return [row[0] for row in rows]
 
     def _adopt(self, reducer: Reducer, *, epoch: int, lines: int) -> PostgresSessionStore:
         session_id = reducer.state.header.id

@@ -50,6 +50,7 @@ from typing import Any, Final, Literal
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 
+from tether._sandbox.bwrap import Sandbox
 from tether._tools.workspace import ProtectedState
 from tether.core.arguments import parse_tool_arguments
 from tether.core.canonical import tool_definition_digest
@@ -125,6 +126,9 @@ class ToolContext:
     * ``fencing_token`` — the writer's lease epoch on a shared store (``None`` for the
       file store): it only grows, so a service that supports fencing can refuse a call
       carrying a lower token than one it has seen (``docs/scale-out.md``).
+    * ``sandbox`` — the agent's confinement of the programs a tool runs
+      (:class:`~tether._sandbox.bwrap.Sandbox`; docs/sandbox.md). An agent always passes
+      its own; ``None`` (a context made by hand) runs them unconfined.
     """
 
     workspace: Path
@@ -134,6 +138,7 @@ class ToolContext:
     session_id: str | None = None
     protected: ProtectedState | None = None
     fencing_token: int | None = None
+    sandbox: Sandbox | None = None
 
     def protected_state(self) -> ProtectedState:
         """``protected``, or the default layout of ``workspace`` when it is ``None``."""
@@ -202,6 +207,10 @@ class Tool(ABC):
     replay: Replay = Replay.NEVER
     replay_key: str = ""
     recovery: RecoveryKind = RecoveryKind.NONE
+    runs_commands: bool = False
+    """``True`` for a tool whose calls run programs of the machine (``bash``): the agent's
+    sandbox confines them (:attr:`ToolContext.sandbox`), and :meth:`confine` tells the
+    model how."""
     validates_in_run: bool = False
     """``True`` when :meth:`run` checks the arguments itself and answers a violation with an
     error result that says why (typed tools): the registry then lets the call through,
@@ -259,6 +268,16 @@ class Tool(ABC):
     def definition_digest(self) -> str:
         """``definitionDigest`` of :meth:`definition` (spec 10.5)."""
         return self._digest
+
+    def confine(self, note: str) -> None:
+        """Tell the model what the sandbox lets this tool's commands do: ``note`` replaces
+        any earlier one at the end of the description. The definition digest follows, so
+        the sandbox is part of the configuration digest (a resume under another sandbox
+        meets the configuration gate)."""
+        base = self.__dict__.setdefault("_plain_description", self.description)
+        self.description = base + note
+        self._definition = {**self._definition, "description": self.description}
+        self._digest = tool_definition_digest(self._definition)
 
     def failure_result(self, failure: str) -> ToolResult | None:
         """What the model is told when :meth:`run` raised (``failure``: ``"Type: message"``).

@@ -20,17 +20,20 @@ so that the action journal can record the planned change before applying it and 
 an applied one. The journal knows no tool: what a change reads like is the tool's
 (:meth:`FileChangeTool.result_text`, :meth:`FileChangeTool.result_metadata`).
 
-``bash`` is **not** a sandbox: the command runs with tether's privileges and may touch
-anything they allow. It runs in the workspace, in its own process group, and that whole
-group is killed on timeout, on abort, when the command itself has exited (no background
-processes are left behind unless they leave the group), and when tether dies (see
-:mod:`tether._procs`). It gets tether's environment without tether's credentials.
+``bash`` runs its command inside the agent's sandbox (``ToolContext.sandbox``, bubblewrap:
+docs/sandbox.md); with the sandbox off (or a context made by hand) the command runs with
+tether's privileges and may touch anything they allow. It runs in the workspace, in its own
+process group, and that whole group is killed on timeout, on abort, when the command itself
+has exited (no background processes are left behind unless they leave the group, and none
+at all in the sandbox), and when tether dies (see :mod:`tether._procs`). It gets tether's
+environment without tether's credentials.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 import signal
 import stat
@@ -59,7 +62,7 @@ from tether._tools.workspace import (
 )
 from tether.core.canonical import hasher_digest, sha256_digest
 from tether.core.state import Replay
-from tether.errors import StaleFileChange, ToolError
+from tether.errors import SandboxUnavailable, StaleFileChange, ToolError
 
 __all__ = [
     "BASH_DEFAULT_TIMEOUT",
@@ -763,6 +766,17 @@ def _exit_text(code: int) -> str:
         return f"{code} (killed by signal {-code})"
 
 
+_SANDBOX_REFUSALS: Final = re.compile(
+    r"Read-only file system|Permission denied|Operation not permitted|Network is unreachable"
+    r"|Could not resolve host|Temporary failure in name resolution"
+)
+SANDBOX_REFUSAL_NOTE: Final = (
+    "an error above may be the sandbox refusing: only the workspace (and /tmp) can be "
+    "written, tether's .tether/ and credential folders are hidden, the network is off "
+    "unless allowed; see docs/sandbox.md"
+)
+
+
 class BashTool(Tool):
     """``bash`` {command, timeout?}: run a shell command in the workspace.
 
@@ -814,6 +828,7 @@ class BashTool(Tool):
     }
     replay = Replay.NEVER
     replay_key = "builtin:bash:v1"
+    runs_commands = True
 
     poll_interval: float = 0.05
 
@@ -858,9 +873,13 @@ class BashTool(Tool):
             env["TETHER_SESSION_ID"] = context.session_id
         if context.fencing_token is not None:
             env["TETHER_FENCING_TOKEN"] = str(context.fencing_token)
+        sandbox = context.sandbox
         try:
+            argv = ["/bin/bash", "-c", command]
+            if sandbox is not None:
+                argv = sandbox.wrap(argv, context.workspace)
             finished = run_in_group(
-                ["/bin/bash", "-c", command],
+                argv,
                 cwd=context.workspace,
                 env=env,
                 timeout=timeout,
@@ -871,9 +890,12 @@ class BashTool(Tool):
                 supervision=Supervision(
                     kill_grace=self.kill_grace, linger=0.0, final_drain=1.0, poll=self.poll_interval
                 ),
+                contained=sandbox is not None and sandbox.confined,
             )
         except OSError as exc:
             return ToolResult.error(f"Error: could not start bash: {exc.strerror or exc}")
+        except SandboxUnavailable as exc:
+            return ToolResult.error(f"Error: the command was not run: {exc}")
         if finished.returncode is None:  # cancel was set just before the start
             return aborted_before
         code = finished.returncode
@@ -882,6 +904,11 @@ class BashTool(Tool):
         if not body.endswith("\n"):
             body += "\n"
         content = f"{body}exit code: {_exit_text(code)}"
+        if sandbox is not None and sandbox.confined:
+            # The log keeps how the command ran; a refusal reads as the sandbox's.
+            content += "\n" + sandbox.record()
+            if code != 0 and _SANDBOX_REFUSALS.search(output):
+                content += f" ({SANDBOX_REFUSAL_NOTE})"
         metadata: dict[str, Any] = {
             "exit_code": code,
             "output_bytes": capture.total,

@@ -3,6 +3,13 @@
 * :data:`SYNTHETIC_CONTENT` — the five fixed synthetic tool-result contents (spec 7.6),
   keyed by the ``result.reason`` string. Exact, byte for byte, no trailing newline.
 * :func:`is_blank` — the spec's "blank" predicate (spec section 3).
+* :data:`PERSON_DENIAL_PREFIX` — how a tool result says a *person* denied the call (a tether
+  convention on top of the format, docs/completion.md "A person's denial sticks"): the
+  reducer notes such
+  results (:attr:`~tether.core.state.SessionState.person_denials`), so that a person's
+  denial sticks to the tool for the rest of the session (:mod:`tether.core.policy`).
+* :data:`SANDBOX_LINE` / :func:`sandbox_of` — how a tool result says its command ran in
+  tether's sandbox (docs/sandbox.md).
 
 Pure constants and functions only: no I/O, clock, environment or mutable globals.
 """
@@ -17,6 +24,7 @@ __all__ = [
     "ABORTED",
     "INTERRUPTED",
     "INVALID_ARGUMENTS",
+    "PERSON_DENIAL_PREFIX",
     "PRE_EXECUTION_REASONS",
     "STARTED_REASONS",
     "SYNTHETIC_CONTENT",
@@ -25,6 +33,11 @@ __all__ = [
     "WHITESPACE",
     "is_blank",
 ]
+
+PERSON_DENIAL_PREFIX: Final = "Error: permission denied by a person: "
+"""The start of the error result of a call a person denied (at the terminal, or with
+``tether deny``). The writer commits that result in the call's ``toolStarted`` transaction,
+so it never ran; a tool's own output cannot be taken for one (see the reducer)."""
 
 INVALID_ARGUMENTS: Final = "invalidArguments"
 UNKNOWN_TOOL: Final = "unknownTool"
@@ -78,3 +91,21 @@ def is_blank(value: object) -> bool:
     if isinstance(value, str):
         return not value.strip(WHITESPACE)
     return False
+
+
+SANDBOX_LINE: Final = "sandbox: "
+"""How a tool result says its command ran in tether's sandbox: a line
+``sandbox: MODE, network on|off`` after the command's output and exit code (the log keeps
+it, so ``tether show`` can tell, docs/sandbox.md)."""
+
+
+def sandbox_of(content: object) -> str | None:
+    """The mode line's value of a tool result (``workspace-write, network off``), if any:
+    the last line that starts with :data:`SANDBOX_LINE`, without a note in parentheses."""
+    if not isinstance(content, str):
+        return None
+    start = content.rfind("\n" + SANDBOX_LINE)
+    if start < 0:
+        return None
+    line = content[start + 1 + len(SANDBOX_LINE) :].split("\n", 1)[0]
+    return line.split(" (", 1)[0].strip() or None

@@ -27,8 +27,21 @@ Decision rules of :func:`decide`, in order:
 Consequently a non-interactive call never yields ASK, and ``assume_yes`` never turns a DENY
 into an ALLOW.
 
+**Denials that stick.** Once a person denied a call of a tool (at the terminal, or with
+``tether deny``), later calls of that tool in the session need a person again, so rewording a
+command cannot route around the denial: :func:`standing_denial` finds such a denial in the
+reduced log (:attr:`~tether.core.state.SessionState.person_denials`) and the decisions the
+shell looked up, and :func:`decide` with ``person_denied=True`` then turns every verdict but
+DENY into ASK, whatever allow rule, pattern or default matched (the verdict keeps the rule
+that matched, and says why in its reason, :data:`PERSON_DENIED_REASON`). ``assume_yes`` does
+not answer that question (``--yes`` was given before the person said no); without a
+terminal it becomes DENY with :data:`NO_PERSON_REASON` (a caller that can park the call does).
+A later approval of that tool by a person (an ``allow`` decided by anyone but the policy or
+``--yes``) lifts the denial; a later denial by a person sets it again.
+
 Bash patterns are a convenience for approving or denying common commands, **not a sandbox**:
-a command can always be disguised (``sh -c '…'``, variables, aliases, scripts).
+a command can always be disguised (``sh -c '…'``, variables, aliases, scripts). What a
+command can do is bounded by the operating system's sandbox (``tether._sandbox``).
 """
 
 from __future__ import annotations
@@ -43,10 +56,18 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final
 
+from tether.core.contents import PERSON_DENIAL_PREFIX
+from tether.core.state import PersonDenial, SessionState
+from tether.core.values import Authorization
 from tether.errors import ProjectConfigError
 
 __all__ = [
+    "MACHINE_DECIDERS",
+    "NOBODY_REASONS",
+    "NO_PERSON_REASON",
     "NO_TERMINAL_REASON",
+    "PERSON_DENIAL_PREFIX",
+    "PERSON_DENIED_REASON",
     "BashRule",
     "Decision",
     "Policy",
@@ -54,8 +75,10 @@ __all__ = [
     "ToolKind",
     "check_known",
     "decide",
+    "decided_by_person",
     "policy_from_mapping",
     "show_value",
+    "standing_denial",
     "toml_key",
 ]
 
@@ -63,6 +86,24 @@ NO_TERMINAL_REASON: Final = (
     "approval needed but there is no terminal to ask; pass --yes or add a policy rule"
 )
 """The reason of a verdict whose ASK became DENY because there is no terminal."""
+
+PERSON_DENIED_REASON: Final = (
+    "a person denied an earlier call of this tool in this session; only a person can allow it again"
+)
+"""The reason of a verdict that asks because a person denied the tool earlier."""
+
+NO_PERSON_REASON: Final = (
+    f"{PERSON_DENIED_REASON} (answer at a terminal, or approve the parked call with "
+    "`tether approve`)"
+)
+"""The reason of such a verdict where there is no terminal to ask."""
+
+NOBODY_REASONS: Final = frozenset({NO_TERMINAL_REASON, NO_PERSON_REASON})
+"""The reasons of a DENY that only says nobody can be asked here (the call may be parked
+for a person instead, and a person's earlier decision on the same call stands)."""
+
+MACHINE_DECIDERS: Final = frozenset({"policy", "--yes"})
+"""Who decided a call when no person did (the ``who`` of a recorded decision)."""
 
 _CONFIG: Final = "tether.toml"
 _RULE_READ_ONLY: Final = "read-only tool"
@@ -147,6 +188,54 @@ class PolicyVerdict:
     decision: Decision
     rule: str
     reason: str | None = None
+    after_denial: bool = False
+    """A person denied the tool earlier in the session: only a person may allow this call
+    (no "always" grant, no ``--yes``)."""
+
+
+def decided_by_person(who: str) -> bool:
+    """Whether a recorded decision's ``who`` is a person (not the policy, not ``--yes``)."""
+    return who not in MACHINE_DECIDERS
+
+
+def standing_denial(
+    state: SessionState, tool_name: str, decisions: Iterable[Authorization]
+) -> PersonDenial | None:
+    """The person's denial of ``tool_name`` that still stands in the session, if any.
+
+    ``state.person_denials`` are the calls a person denied (from the log itself);
+    ``decisions`` the recorded decisions of the session (the shell looks them up; any
+    subset is safe: a decision missing here only leaves a denial standing). A denial stands
+    unless a person allowed a call of the same tool that comes after it in the session's
+    order of calls (assistant entry, then tool index). Pure; costs the calls since the
+    denial, not the session.
+    """
+    last: PersonDenial | None = None
+    for denial in reversed(state.person_denials):
+        if denial.tool_name == tool_name:
+            last = denial
+            break
+    if last is None:
+        return None
+    approved: dict[str, list[int]] = {}
+    for decision in decisions:
+        if (
+            decision.tool_name != tool_name
+            or not decision.allowed
+            or not decided_by_person(decision.who)
+        ):
+            continue
+        entry_id, _, digits = decision.call_key.rpartition(":")
+        if digits.isascii() and digits.isdigit():
+            approved.setdefault(entry_id, []).append(int(digits))
+    if not approved:
+        return last
+    ids = state.transcript_ids
+    for position in range(len(ids) - 1, last.position - 1, -1):
+        for index in approved.get(ids[position], ()):
+            if (position, index) > last.order:
+                return None
+    return last
 
 
 def decide(
@@ -158,6 +247,7 @@ def decide(
     interactive: bool,
     assume_yes: bool,
     ask_by_default: bool | None = None,
+    person_denied: bool = False,
 ) -> PolicyVerdict:
     """Decide whether a call of ``tool_name`` with ``arguments`` may run.
 
@@ -177,11 +267,20 @@ def decide(
        DENY (reason :data:`NO_TERMINAL_REASON`); DENY stays DENY; ASK + ``interactive``
        stays ASK (the caller prompts).
 
+    With ``person_denied`` (a person denied the tool earlier in the session,
+    :func:`standing_denial`), every verdict of rules 1–3 but DENY becomes ASK (reason
+    :data:`PERSON_DENIED_REASON`, ``after_denial``), which ``assume_yes`` does not answer;
+    without a terminal it is DENY with :data:`NO_PERSON_REASON`.
+
     Never raises for any policy, tool name or arguments; never returns ASK when not
     ``interactive``.
     """
     asks = interactive if ask_by_default is None else ask_by_default
     raw = _raw_verdict(policy, tool_name, arguments, kind=kind, ask_by_default=asks)
+    if person_denied and raw.decision is not Decision.DENY:
+        if not interactive:
+            return PolicyVerdict(Decision.DENY, raw.rule, NO_PERSON_REASON, after_denial=True)
+        return PolicyVerdict(Decision.ASK, raw.rule, PERSON_DENIED_REASON, after_denial=True)
     if raw.decision is not Decision.ASK:
         return raw
     if assume_yes:

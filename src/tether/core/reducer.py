@@ -32,7 +32,7 @@ from tether.core.canonical import (
     configuration_digest,
     source_digest,
 )
-from tether.core.contents import SYNTHETIC_CONTENT, is_blank
+from tether.core.contents import PERSON_DENIAL_PREFIX, SYNTHETIC_CONTENT, is_blank
 
 # The closed member sets of the spec's *closed*(S) checks, written ``S.issuperset(obj)``
 # (the object has no member outside S), and the closed value sets: each fact shape is
@@ -81,6 +81,7 @@ from tether.core.state import (
     Header,
     Message,
     Operation,
+    PersonDenial,
     Replay,
     RunOperation,
     SessionState,
@@ -367,9 +368,18 @@ class Reducer:
         self._transcript: list[Message] = []
         self._transcript_ids: list[str] = []
         self._step_count = 0
+        # Calls a person denied (PersonDenial), and the tools started by the transaction
+        # being applied: a person's denial is only believed in the transaction that
+        # started its call (a call that ran has its result in a later one, so its output
+        # can never pass for a denial).
+        self._person_denials: list[PersonDenial] = []
+        self._started_now: set[str] = set()
         self._context: list[Message] = []
         self._boundary: str | None = None
         self._open_calls: frozenset[str] = frozenset()
+        # Transcript indices of the tool results that are not a success, ascending (a
+        # FrozenView in the state, cut back with the transcript on a rollback).
+        self._failed: list[int] = []
         self._usage = [0, 0, 0, 0]
         self._operations: dict[str, _Operation] = {}
         self._active: _Operation | None = None
@@ -543,8 +553,12 @@ class Reducer:
                 list(self._usage),
                 self._active,
                 self._step_count,
+                len(self._failed),
+                len(self._person_denials),
             )
             undo.append((self._restore, (saved,)))
+        if self._started_now:
+            self._started_now = set()
         facts = value if type(value) is list else [value]
         if not facts:
             raise SessionCorruption(EMPTY_TRANSACTION, line)
@@ -578,8 +592,12 @@ class Reducer:
             self._usage,
             self._active,
             self._step_count,
+            failed_len,
+            denials_len,
         ) = saved
+        del self._person_denials[denials_len:]
         del self._transcript[transcript_len:]
+        del self._failed[failed_len:]
         del self._transcript_ids[transcript_len:]
         self._context = context
         del context[context_len:]
@@ -800,6 +818,7 @@ class Reducer:
         self._use_call(target, index)
         info = _Entry("tool", len(self._transcript), message, active.id, step_id)
         self._accept_message(fact_id, info)
+        self._failed.append(info.index)  # synthetic: the call never ran
 
     def _use_call(self, target: _Entry, index: int) -> None:
         """Mark the pair (``target``, ``index``) as started or answered (spec 7.4, 8.5)."""
@@ -837,6 +856,25 @@ class Reducer:
         self._consume(fact_id)
         info = _Entry("tool", len(self._transcript), message, tool.operation_id, tool.step_id)
         self._accept_message(fact_id, info)
+        if result_type != "success":
+            self._failed.append(info.index)
+        if result_type == "error" and tool.tool_started_id in self._started_now:
+            self._note_denial(tool, message["content"], fact_id)
+
+    def _note_denial(self, tool: ToolCallState, content: Any, result_id: str) -> None:
+        """Note a call a person denied (its error result says so, and it came in the
+        transaction that started the call: it never ran)."""
+        if type(content) is not str or not content.startswith(PERSON_DENIAL_PREFIX):
+            return
+        self._person_denials.append(
+            PersonDenial(
+                tool_name=tool.tool_name,
+                assistant_entry_id=tool.assistant_entry_id,
+                tool_index=tool.tool_index,
+                position=self._entries[tool.assistant_entry_id].index,
+                result_entry_id=result_id,
+            )
+        )
 
     def _is_pending(self, tool: ToolCallState) -> bool:
         """Whether a started tool still awaits its result.
@@ -1162,6 +1200,7 @@ class Reducer:
         )
         self._tools[fact_id] = tool
         op.tools.append(tool)
+        self._started_now.add(fact_id)
         undo = self._undo
         if undo is not None:
             undo.append((self._tools.pop, (fact_id, None)))
@@ -1326,8 +1365,10 @@ class Reducer:
             context_boundary=self._boundary,
             last_seq=self._next_seq - 1,
             transcript_ids=FrozenView(self._transcript_ids),
+            failed_results=FrozenView(self._failed),
             step_count=self._step_count,
             last_finished=self._last_finished,
+            person_denials=FrozenView(self._person_denials),
         )
 
     def _operation_snapshot(self) -> Operation:

@@ -426,6 +426,28 @@ class FinishedOperation:
 
 
 @dataclass(frozen=True, slots=True)
+class PersonDenial:
+    """A call a person denied (tether's convention on top of the format: its error result,
+    committed with its ``toolStarted`` in one transaction, starts with
+    :data:`~tether.core.contents.PERSON_DENIAL_PREFIX`). Internal bookkeeping of the
+    reducer, not part of the serialized state; read by
+    :func:`tether.core.policy.standing_denial`."""
+
+    tool_name: str
+    assistant_entry_id: str
+    tool_index: int
+    position: int
+    """The transcript position of the assistant entry that asked for the call: with
+    ``tool_index``, the call's place in the session's order of calls."""
+    result_entry_id: str
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """The call's place in the session's order of calls."""
+        return (self.position, self.tool_index)
+
+
+@dataclass(frozen=True, slots=True)
 class SessionState:
     """What a valid session log means (spec 11).
 
@@ -434,8 +456,11 @@ class SessionState:
     ``last_seq`` is the ``seq`` of the last accepted fact (0 when there is none).
     ``transcript_ids`` are the entry ids of the ``transcript`` messages (same order) and
     ``step_count`` the number of steps recorded so far (first attempts), and
-    ``last_finished`` the last finished operation (``None`` before the first). None of
-    these is part of the serialized state.
+    ``last_finished`` the last finished operation (``None`` before the first);
+    ``failed_results`` the ``transcript`` indices (ascending) of the tool results that
+    are not a success (an ``error``, or a synthetic result: the call never ran), which an
+    adapter may mark as failed (Anthropic's ``is_error``); ``person_denials`` the calls a
+    person denied, in log order. None of these is part of the serialized state.
     """
 
     header: Header
@@ -447,8 +472,10 @@ class SessionState:
     context_boundary: str | None = None
     last_seq: int = 0
     transcript_ids: Sequence[str] = ()
+    failed_results: Sequence[int] = ()
     step_count: int = 0
     last_finished: FinishedOperation | None = None
+    person_denials: Sequence[PersonDenial] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Exactly the six public members of the spec's serialized state."""

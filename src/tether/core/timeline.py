@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from tether.core.contents import sandbox_of
 from tether.core.state import SessionState, Usage
 from tether.core.values import format_duration, format_ms
 
@@ -148,6 +149,9 @@ class ToolCallView:
     usage: Usage = field(default_factory=Usage)
     verification: VerificationView | None = None
     """The check this call ran (the ``verify`` tool), with its artifact versions."""
+    sandbox: str | None = None
+    """How its command was confined (``workspace-write, network off``), when it ran in
+    tether's sandbox (docs/sandbox.md)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -173,6 +177,7 @@ class ToolCallView:
             "recovered": self.recovered,
             "usage": self.usage.to_json(),
             "verification": self.verification.to_json() if self.verification else None,
+            "sandbox": self.sandbox,
         }
 
 
@@ -436,6 +441,7 @@ class _Call:
         self.replay: str | None = None
         self.replay_key: str | None = None
         self.result: str | None = None
+        self.sandbox: str | None = None
         self.start_seq: int | None = None
         self.result_seq: int | None = None
         self.recovered = False
@@ -729,6 +735,7 @@ class _Builder:
             kind = result.get("type")
             call.outcome = str(result.get("reason")) if kind == "synthetic" else str(kind)
             call.result = _flat(str(message.get("content", "")), PREVIEW)
+            call.sandbox = sandbox_of(message.get("content"))
             if self.gaps and self.gaps[-1].before_seq == seq and self.gaps[-1].certain:
                 call.recovered = True
 
@@ -991,6 +998,7 @@ class _Builder:
             recovered=c.recovered,
             usage=c.usage,
             verification=self.verification_of.get(started) if started else None,
+            sandbox=c.sandbox,
         )
 
 

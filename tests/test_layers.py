@@ -34,6 +34,7 @@ LAYERS = (
     "tether._tools",
     "tether._effects",
     "tether._mcp",
+    "tether._telemetry",
     "tether._project",
     "tether._completion",
     "tether._settings",

@@ -371,7 +371,9 @@ UNKNOWN = [
     (
         "[budget]\nmax_step = 3",
         "tether.toml: unknown setting [budget] max_step "
-        "(known: max_steps, max_tokens, max_seconds)",
+        "(known: max_steps, max_tokens, max_seconds, max_tool_calls, max_cost_usd, "
+        "max_session_tokens, "
+        "max_session_cost_usd)",
     ),
     (
         '[policy]\ndefualt = "ask"',
@@ -384,12 +386,14 @@ UNKNOWN = [
     (
         "[verfy]\n",
         "tether.toml: unknown setting [verfy] "
-        "(known: [verify], [artifact], [budget], [policy], [tools], [mcp], [store], [model])",
+        "(known: [verify], [artifact], [budget], [prices], [policy], [tools], [mcp], [store], "
+        "[model], [sandbox], [telemetry])",
     ),
     (
         "timeout = 3\n",
         "tether.toml: unknown setting timeout "
-        "(known: [verify], [artifact], [budget], [policy], [tools], [mcp], [store], [model])",
+        "(known: [verify], [artifact], [budget], [prices], [policy], [tools], [mcp], [store], "
+        "[model], [sandbox], [telemetry])",
     ),
     (
         "[verify.extra]\nx = 1\n",
@@ -398,7 +402,7 @@ UNKNOWN = [
     (
         '"odd key\\n" = 1\n',
         'tether.toml: unknown setting "odd key\\n" (known: [verify], [artifact], [budget], '
-        "[policy], [tools], [mcp], [store], [model])",
+        "[prices], [policy], [tools], [mcp], [store], [model], [sandbox], [telemetry])",
     ),
 ]
 

@@ -36,7 +36,9 @@ from typing import Any, Final
 from tether._inputs import MAX_CONFIG_BYTES, read_optional_file
 from tether._mcp.config import McpConfig, mcp_config_from_mapping
 from tether._models.options import ModelConfig, model_config_from_mapping
+from tether._models.prices import Price
 from tether._sandbox.policy import SandboxMode
+from tether._telemetry import TelemetryConfig
 from tether._tools.workspace import TETHER_DIR
 from tether.core.policy import (
     Policy,
@@ -99,6 +101,14 @@ class BudgetConfig:
     max_steps: int | None = None
     max_tokens: int | None = None
     max_seconds: float | None = None
+    max_tool_calls: int | None = None
+    """Tool calls a run may start (a replay after a crash is not a new one)."""
+    max_cost_usd: float | None = None
+    """US dollars per run (the provider's reported cost, else ``[prices]``)."""
+    max_session_tokens: int | None = None
+    """Input + output tokens of the whole session, every run and compaction counted."""
+    max_session_cost_usd: float | None = None
+    """US dollars of the whole session."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +148,11 @@ class ProjectConfig:
     verify: VerifyConfig = field(default_factory=VerifyConfig)
     artifact: ArtifactConfig = field(default_factory=ArtifactConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    """``[telemetry]``: OpenTelemetry export (:mod:`tether._telemetry`)."""
+    prices: tuple[tuple[str, Price], ...] = ()
+    """``[prices]``: (model id, price) pairs, before tether's built-in table
+    (:mod:`tether._models.prices`); a tuple so the configuration stays hashable."""
     policy: Policy = field(default_factory=Policy)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
@@ -302,12 +317,14 @@ _SECTIONS: Final = (
     "verify",
     "artifact",
     "budget",
+    "prices",
     "policy",
     "tools",
     "mcp",
     "store",
     "model",
     "sandbox",
+    "telemetry",
 )
 
 
@@ -329,6 +346,8 @@ def project_config_from_mapping(
         verify=_verify(source, data.get("verify", {})),
         artifact=_artifact(source, data.get("artifact", {})),
         budget=_budget(source, data.get("budget", {})),
+        prices=_prices(source, data.get("prices", {})),
+        telemetry=_telemetry(source, data.get("telemetry", {})),
         policy=policy_from_mapping(data.get("policy", {}), source),
         tools=_tools(source, data.get("tools", {})),
         mcp=mcp_config_from_mapping(data.get("mcp", {}), source),
@@ -409,16 +428,99 @@ def _artifact(source: str, table: Mapping[str, Any]) -> ArtifactConfig:
 
 
 def _budget(source: str, table: Mapping[str, Any]) -> BudgetConfig:
-    check_known(source, "[budget]", table, ("max_steps", "max_tokens", "max_seconds"))
-    max_steps = max_tokens = None
-    max_seconds = None
-    if "max_steps" in table:
-        max_steps = _positive_int(source, "[budget] max_steps", table["max_steps"], "steps")
-    if "max_tokens" in table:
-        max_tokens = _positive_int(source, "[budget] max_tokens", table["max_tokens"], "tokens")
-    if "max_seconds" in table:
-        max_seconds = _positive_number(source, "[budget] max_seconds", table["max_seconds"])
-    return BudgetConfig(max_steps=max_steps, max_tokens=max_tokens, max_seconds=max_seconds)
+    check_known(source, "[budget]", table, _BUDGET_KEYS)
+    values: dict[str, Any] = {}
+    for key, unit in _BUDGET_KEYS.items():
+        if key not in table:
+            continue
+        setting = f"[budget] {key}"
+        if unit is None:
+            values[key] = _positive_number(source, setting, table[key])
+        elif unit == "dollars":
+            values[key] = _positive_amount(source, setting, table[key], unit)
+        else:
+            values[key] = _positive_int(source, setting, table[key], unit)
+    return BudgetConfig(**values)
+
+
+_BUDGET_KEYS: Final[Mapping[str, str | None]] = {
+    "max_steps": "steps",
+    "max_tokens": "tokens",
+    "max_seconds": None,  # seconds
+    "max_tool_calls": "tool calls",
+    "max_cost_usd": "dollars",
+    "max_session_tokens": "tokens",
+    "max_session_cost_usd": "dollars",
+}
+"""``[budget]``'s keys and the unit their error names (``None``: seconds)."""
+
+
+def _telemetry(source: str, table: Mapping[str, Any]) -> TelemetryConfig:
+    check_known(
+        source, "[telemetry]", table, ("enabled", "endpoint", "capture_content", "service_name")
+    )
+    for key in ("enabled", "capture_content"):
+        if key in table and not isinstance(table[key], bool):
+            raise _bad(source, f"[telemetry] {key}", "true or false", table[key])
+    endpoint = table.get("endpoint")
+    if endpoint is not None and (
+        not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://"))
+    ):
+        raise _bad(source, "[telemetry] endpoint", "an http:// or https:// URL", endpoint)
+    service = table.get("service_name", "tether")
+    if not isinstance(service, str) or not service.strip():
+        raise _bad(source, "[telemetry] service_name", "a non-empty string", service)
+    return TelemetryConfig(
+        enabled=table.get("enabled"),
+        endpoint=endpoint,
+        capture_content=table.get("capture_content", False),
+        service_name=service,
+    )
+
+
+_PRICE_KEYS: Final = ("input", "cached_input", "cache_write", "output", "reasoning")
+
+
+def _prices(source: str, table: Mapping[str, Any]) -> tuple[tuple[str, Price], ...]:
+    """``[prices."MODEL"]`` tables: dollars per million tokens (``input`` and ``output``
+    required)."""
+    out: dict[str, Price] = {}
+    for model, row in table.items():
+        where = f"[prices.{toml_key(str(model))}]"
+        if not isinstance(row, Mapping):
+            raise _bad(source, where, "a table of prices per million tokens", row)
+        check_known(source, where, row, _PRICE_KEYS)
+        for key in ("input", "output"):
+            if key not in row:
+                raise ProjectConfigError(f"{source}: {where}: {key} is required")
+        values = {
+            key: _amount(source, f"{where} {key}", row[key]) for key in _PRICE_KEYS if key in row
+        }
+        out[str(model)] = Price(**values)
+    return tuple(out.items())
+
+
+def _amount(source: str, setting: str, value: object) -> float:
+    """A price: a finite number, zero allowed (a free model)."""
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    ):
+        return float(value)
+    raise _bad(source, setting, "a number of dollars per million tokens, 0 or more", value)
+
+
+def _positive_amount(source: str, setting: str, value: object, unit: str) -> float:
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    ):
+        return float(value)
+    raise _bad(source, setting, f"a positive number of {unit}", value)
 
 
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

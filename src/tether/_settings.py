@@ -53,6 +53,7 @@ class Kind(StrEnum):
     TEXT = "text"
     PATH = "path"
     SECONDS = "seconds"  # a positive, finite number
+    AMOUNT = "amount"  # a positive, finite number of US dollars
     COUNT = "count"  # a positive integer
     FLAG = "flag"  # a boolean switch: given or not
     CHOICE = "choice"  # one of the values of the row's ``choices`` enum
@@ -184,7 +185,27 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         "max_seconds", Kind.SECONDS, None, flag="--max-seconds", toml="[budget] max_seconds",
         metavar="SECONDS",
-        fallback="unlimited", help="Wall time of a run in seconds.",
+        fallback="unlimited", help="Wall time of a run in seconds, from its first start.",
+    ),
+    Setting(
+        "max_tool_calls", Kind.COUNT, None, flag="--max-tool-calls",
+        toml="[budget] max_tool_calls", metavar="N", fallback="unlimited",
+        help="Tool calls a run may start.",
+    ),
+    Setting(
+        "max_cost_usd", Kind.AMOUNT, None, flag="--max-cost-usd",
+        toml="[budget] max_cost_usd", metavar="USD", fallback="unlimited",
+        help="US dollars a run may spend (the provider's reported cost, else [prices]).",
+    ),
+    Setting(
+        "max_session_tokens", Kind.COUNT, None, flag="--max-session-tokens",
+        toml="[budget] max_session_tokens", metavar="N", fallback="unlimited",
+        help="Input + output tokens the whole session may use.",
+    ),
+    Setting(
+        "max_session_cost_usd", Kind.AMOUNT, None, flag="--max-session-cost-usd",
+        toml="[budget] max_session_cost_usd", metavar="USD", fallback="unlimited",
+        help="US dollars the whole session may spend.",
     ),
     Setting(
         "store", Kind.TEXT, None, flag="--store", env="TETHER_STORE_URL", toml="[store] url",
@@ -259,6 +280,10 @@ class Settings:
     max_steps: int | None = None
     max_tokens: int | None = None
     max_seconds: float | None = None
+    max_tool_calls: int | None = None
+    max_cost_usd: float | None = None
+    max_session_tokens: int | None = None
+    max_session_cost_usd: float | None = None
     store: str | None = None
     lease_seconds: float | None = None
     environment: str | None = None

@@ -70,6 +70,7 @@ _TYPES: dict[Kind, Any] = {
     Kind.TEXT: str | None,
     Kind.PATH: Path | None,
     Kind.SECONDS: float | None,
+    Kind.AMOUNT: float | None,
     Kind.COUNT: int | None,
     Kind.FLAG: bool,
     Kind.CHOICE: None,  # the row's own enum (Setting.choices)
@@ -79,6 +80,7 @@ _TYPES: dict[Kind, Any] = {
 
 _LIMITS: dict[Kind, dict[str, Any]] = {
     Kind.SECONDS: {"min": 0.001},
+    Kind.AMOUNT: {"min": 0.000001},
     Kind.COUNT: {"min": 1},
     Kind.CHOICE: {"case_sensitive": False},
 }

@@ -117,6 +117,8 @@ def inspect(
         except SessionCorruption as exc:
             emit_json({"ok": False, "error": exc.to_json()})
             raise typer.Exit(exc.exit_code) from None
+        # The reduced state exactly as the spec's conformance fixtures have it: the cost is
+        # in the human report, `tether sessions --json` and `tether show --json`.
         emit_json({"ok": True, "state": state.to_json()})
 
 
@@ -229,6 +231,14 @@ def _side_records(state: SessionState, log_dir: Path | None) -> dict[str, Any]:
         if record is not None:
             out[entry_id] = record
     return out
+
+
+def _session_cost(state: SessionState, sides: dict[str, Any]) -> Any:
+    """The session's cost (:func:`tether._runtime.spend.log_cost`) with the workspace's
+    ``[prices]``."""
+    from tether._runtime.spend import log_cost, workspace_prices
+
+    return log_cost(state, sides.get, workspace_prices())
 
 
 def _retry_lines(state: SessionState, log_dir: Path | None) -> list[str]:
@@ -344,6 +354,7 @@ def render_state(
         report.row("reasoning tokens", f"{sum(tokens)} (included in output)")
     if costs:
         report.row("cost reported", f"{sum(costs):.6f}")
+    report.row("cost", _session_cost(state, sides).text())
 
     torn = file_size - state.repaired_length
     log = f"{state.repaired_length} bytes committed"

@@ -88,8 +88,13 @@ def usage_text(result: RunResult) -> str:
     return (
         f"usage: input {run.input}, output {run.output}, cache read {run.cache_read}, "
         f"cache write {run.cache_write} (session total: input {total.input}, "
-        f"output {total.output})"
+        f"output {total.output}{_cost_text(result.session_cost_usd)})"
     )
+
+
+def _cost_text(usd: float | None) -> str:
+    """``, $0.0123`` when the session's cost is known (a price or a reported cost)."""
+    return f", ${usd:.4f}" if usd else ""
 
 
 def resume_command(session_id: str, location: str = "") -> str:

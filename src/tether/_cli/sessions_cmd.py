@@ -6,7 +6,8 @@ Never changes or repairs a log; removes only what interrupted creates provably l
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -24,6 +25,10 @@ from tether._cli.common import (
 )
 from tether._cli.inspect_cmd import format_timestamp, last_outcome_text
 from tether._stores.file import SessionSummary, list_sessions
+
+if TYPE_CHECKING:
+    from tether._models.prices import Price
+    from tether._runtime.spend import Cost
 
 
 def register(app: typer.Typer) -> None:
@@ -66,13 +71,21 @@ def sessions(
         if sessions_dir is not None and not sessions_dir.is_dir():
             raise InputError(f"sessions folder {str(sessions_dir)!r} does not exist")
         summaries = list_sessions(resolve_sessions_dir(sessions_dir))
+        from tether._runtime.spend import workspace_prices
+
+        prices = workspace_prices()
         if json_output:
-            emit_json([summary.to_json() for summary in summaries])
+            emit_json(
+                [
+                    {**summary.to_json(), "costUsd": summary_cost(summary, prices).to_json()}
+                    for summary in summaries
+                ]
+            )
             return
         console = Console()
         if not console.is_terminal:
             console = Console(width=200)  # a pipe or file: never fold ids
-        render_sessions(summaries, console)
+        render_sessions(summaries, console, prices)
 
 
 def short_time(ms: int) -> str:
@@ -105,7 +118,26 @@ def _prompt_text(summary: SessionSummary) -> str:
     return text if len(text) <= PROMPT_WIDTH else text[: PROMPT_WIDTH - 1] + "…"
 
 
-def render_sessions(summaries: list[SessionSummary], console: Console) -> None:
+def summary_cost(summary: SessionSummary, prices: Mapping[str, Price]) -> Cost:
+    """The session's cost: the costs its answers reported, the rest at the model's price."""
+    from tether._models.prices import price_for
+    from tether._runtime.spend import Cost, cost_of_answers
+
+    if summary.usage is None:
+        return Cost(known=False)
+    price = price_for(summary.model or "", prices)
+    return cost_of_answers(summary.reported, summary.usage, price)
+
+
+def _cost_cell(cost: Cost) -> str:
+    return f"${cost.usd:.4f}" if cost.known else (f"≥${cost.usd:.4f}" if cost.usd else "?")
+
+
+def render_sessions(
+    summaries: list[SessionSummary],
+    console: Console,
+    prices: Mapping[str, Price] | None = None,
+) -> None:
     if not summaries:
         console.print("no sessions")
         return
@@ -116,6 +148,7 @@ def render_sessions(summaries: list[SessionSummary], console: Console) -> None:
     table.add_column("status", overflow="fold")
     table.add_column("first prompt", no_wrap=True)
     table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("cost", justify="right", no_wrap=True)
     for summary in summaries:
         table.add_row(
             Text(printable(summary.id or summary.path.name)),
@@ -124,5 +157,6 @@ def render_sessions(summaries: list[SessionSummary], console: Console) -> None:
             Text(_operation_text(summary)),
             Text(_prompt_text(summary)),
             f"{summary.size:,}",
+            _cost_cell(summary_cost(summary, prices or {})),
         )
     console.print(table)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -30,6 +30,10 @@ from tether._show.terminal import render_timeline, write_lines
 from tether._stores.file import find_session, list_sessions
 from tether.core.timeline import DEFAULT_PAUSE_MS, Timeline
 from tether.errors import SessionNotFound, exit_code_of
+
+if TYPE_CHECKING:
+    from tether._runtime.spend import Cost
+    from tether._stores.reasoning import SideRecord
 
 
 def register(app: typer.Typer) -> None:
@@ -138,15 +142,40 @@ def show(
         else:
             log = open_session(session, last, sessions_dir)
         timeline = session_timeline(log, workspace, pause_ms=pause_ms, shared_url=url or None)
-        _draw(timeline, log, html, json_output, show_all)
+        _draw(timeline, log, html, json_output, show_all, _cost(log, workspace))
         if log.stopped is not None:
             # What was readable is drawn; the exit status still says the log is corrupt.
             name = session if session is not None else "--last"
             fail(corruption_message(log.stopped, name, shown=True), exit_code_of(type(log.stopped)))
 
 
+def _cost(log: SessionLog, workspace: Path | None) -> Cost:
+    """The session's cost (``tether._runtime.spend``): the costs its answers reported (the
+    side records beside a file log), the rest at the price of ``[prices]`` or tether's table."""
+    from tether._runtime.spend import log_cost, workspace_prices
+    from tether._stores.reasoning import parse_side_record, side_record_name
+    from tether._stores.sidecar import FileSidecar, sidecar_path
+
+    path = Path(log.location)
+    session_id = log.state.header.id
+
+    def read(entry_id: str) -> SideRecord | None:
+        if not path.is_file():
+            return None  # a shared store's log: only the prices apply
+        where = sidecar_path(path.parent, session_id, side_record_name(entry_id))
+        data, _ = FileSidecar(where).read()
+        return parse_side_record(data, entry_id) if data is not None else None
+
+    return log_cost(log.state, read, workspace_prices(str(workspace) if workspace else None))
+
+
 def _draw(
-    timeline: Timeline, log: SessionLog, html: Path | None, json_output: bool, show_all: bool
+    timeline: Timeline,
+    log: SessionLog,
+    html: Path | None,
+    json_output: bool,
+    show_all: bool,
+    cost: Cost,
 ) -> None:
     if html is not None:
         try:
@@ -159,6 +188,7 @@ def _draw(
     stopped = log.stopped
     if json_output:
         document = timeline.to_json()
+        document["costUsd"] = cost.to_json()
         if stopped is not None:
             document["unreadable"] = {**stopped.to_json(), "detail": stopped.detail}
         emit_json(document)
@@ -167,6 +197,7 @@ def _draw(
     if not console.is_terminal:
         console = Console(width=160)
     render_timeline(timeline, console, show_all=show_all)
+    write_lines([[("Cost ", "bold cyan"), (cost.text(), "")]], console)
     if stopped is not None:
         detail = f" ({printable(stopped.detail)})" if stopped.detail else ""
         seq = f", seq {stopped.seq}" if stopped.seq is not None else ""

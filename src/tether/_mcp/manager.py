@@ -43,7 +43,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +59,7 @@ __all__ = [
     "IDEMPOTENCY_HEADER",
     "LOG_DIR",
     "OPERATION_META_KEY",
+    "TRACE_CONTEXT",
     "Answer",
     "McpCallFailed",
     "McpManager",
@@ -69,6 +70,13 @@ __all__ = [
 
 OPERATION_META_KEY: Final = "dev.tether/operationId"
 """The ``_meta`` member of every ``tools/call`` request that carries the operation id."""
+TRACE_CONTEXT: contextvars.ContextVar[Callable[[], Mapping[str, str]] | None] = (
+    contextvars.ContextVar("tether_mcp_trace_context", default=None)
+)
+"""How to make the W3C trace context (``traceparent``, ``tracestate``) of the tool call
+being made in this thread, set by the runtime's tracing (``tether._runtime.tracing``) while
+the call's span is open: a ``tools/call`` sends it in ``_meta``, as MCP's trace-context
+proposal has it, so the server's spans join the session's trace."""
 IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
 """The HTTP header that carries the operation id of a ``tools/call`` over HTTP."""
 LOG_DIR: Final = "mcp"
@@ -372,7 +380,12 @@ class _Connection:
                 self.stop.set()
 
     async def call(
-        self, tool: str, arguments: Mapping[str, Any], operation_id: str, timeout: float
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        operation_id: str,
+        timeout: float,
+        trace: Mapping[str, str] | None = None,
     ) -> Answer:
         session = self.session
         if session is None or self.closed is None or self.closed.is_set():
@@ -382,7 +395,7 @@ class _Connection:
                 tool,
                 dict(arguments),
                 read_timeout_seconds=timeout,
-                meta={OPERATION_META_KEY: operation_id},
+                meta={**(trace or {}), OPERATION_META_KEY: operation_id},
             )
         )
         closed = asyncio.ensure_future(self.closed.wait())
@@ -629,8 +642,10 @@ class McpManager:
         except McpCallFailed as exc:
             raise McpCallFailed(str(exc), sent=False) from None
         loop = self._ensure_loop()
+        context = TRACE_CONTEXT.get()  # read here: the loop runs in its own thread
+        trace = dict(context()) if context is not None else {}
         future = asyncio.run_coroutine_threadsafe(
-            connection.call(tool, arguments, operation_id, timeout), loop
+            connection.call(tool, arguments, operation_id, timeout, trace), loop
         )
         deadline = time.monotonic() + timeout + 2.0
         while True:

@@ -63,7 +63,7 @@ MAX_DELAY: Final = 3600.0
 
 _SCRIPT_KEYS: Final = frozenset({"model", "responses", "comment"})
 _RESPONSE_KEYS: Final = frozenset(
-    {"content", "tool_calls", "finish_reason", "usage", "delay", "error", "comment"}
+    {"content", "tool_calls", "finish_reason", "usage", "cost", "delay", "error", "comment"}
 )
 _CALL_KEYS: Final = frozenset({"id", "name", "arguments", "type", "function"})
 _USAGE_KEYS: Final = {
@@ -251,12 +251,24 @@ def _step(value: object, pointer: str, position: int) -> _Step:
                 f"must be one of {', '.join(sorted(FINISH_REASONS))}",
             )
     usage = _usage(item["usage"], _pointer(pointer, "usage")) if "usage" in item else TokenUsage()
+    cost: float | None = None
+    if "cost" in item:  # the price a provider reports (OpenRouter's usage.cost), US dollars
+        value = item["cost"]
+        if (
+            not isinstance(value, int | float)
+            or isinstance(value, bool)
+            or not math.isfinite(value)
+            or value < 0
+        ):
+            _fail(_pointer(pointer, "cost"), "must be a number of US dollars, 0 or more")
+        cost = float(value)
     response = ModelResponse(
         content=content,
         tool_calls=tuple(calls),
         stop_reason=stop_reason_for(finish, bool(calls)),
         usage=usage,
         finish_reason=finish,
+        cost=cost,
     )
     return _Step(delay=delay, response=response, error=None)
 

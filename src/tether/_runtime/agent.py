@@ -37,6 +37,7 @@ from tether._sandbox.policy import SandboxMode
 from tether._settings import SETTINGS, Settings, override_settings, resolve_settings
 from tether._stores.file import Durability
 from tether._stores.protocol import SessionOpener
+from tether._telemetry import Telemetry
 from tether._tools.base import Tool, ToolRegistry
 from tether._tools.workspace import ProtectedState
 from tether._wsdb.protocol import WorkspaceDBOpener
@@ -66,6 +67,10 @@ class AgentOptions(TypedDict, total=False):
     max_steps: int | None
     max_tokens: int | None
     max_seconds: float | None
+    max_tool_calls: int | None
+    max_cost_usd: float | None
+    max_session_tokens: int | None
+    max_session_cost_usd: float | None
     store: str | None
     store_url: str | None  # the name ``store`` had before the settings table; still accepted
     lease_seconds: float | None
@@ -91,6 +96,7 @@ class AgentOptions(TypedDict, total=False):
     ids: IdSource | None
     model_retries: int | None
     retry_base_delay: float
+    telemetry: Telemetry | None
 
 
 _SETTING_NAMES = frozenset(row.name for row in SETTINGS)

@@ -33,7 +33,9 @@ Steps, in this order (so the first problem is the one reported):
 7. the system prompt, with ``AGENTS.md`` appended (:func:`load_agents_md`);
 8. the environment identity and the configuration snapshot;
 9. the masker (a credential in the snapshot is refused) and the masked event sink;
-10. the session-store opener, the workspace-database opener, the clock and the ids.
+10. the session-store opener, the workspace-database opener, the clock and the ids;
+11. the spans: the ``telemetry`` seam, else what the ``OTEL_*`` variables and
+    ``[telemetry]`` ask for (:mod:`tether._runtime.tracing`; usually nothing).
 """
 
 from __future__ import annotations
@@ -65,16 +67,19 @@ from tether._project import (
     find_workspace_root,
     load_project_config,
 )
-from tether._runtime.events import EventSink
+from tether._runtime.events import Event, EventSink
 from tether._runtime.evidence import SessionEvidence
 from tether._runtime.guards import Authorizer, Guards
 from tether._runtime.masking import masked_sink
 from tether._runtime.retry import RetryPolicy
+from tether._runtime.spend import Spending
+from tether._runtime.tracing import Tracing
 from tether._sandbox.bwrap import Sandbox
 from tether._sandbox.policy import DEFAULT_DENY_READ, SandboxMode, resolve_policy
 from tether._settings import Settings
 from tether._stores.file import Durability, FileSessions
 from tether._stores.protocol import SessionOpener
+from tether._telemetry import Telemetry, open_telemetry
 from tether._tools.base import Tool, ToolRegistry
 from tether._tools.builtin import builtin_tools
 from tether._tools.workspace import ProtectedState
@@ -141,6 +146,11 @@ class Composition:
     """The settings the agent was built from."""
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     """Automatic retries of a transient model failure."""
+    tracing: Tracing = field(default_factory=lambda: Tracing(None))
+    """The OpenTelemetry spans of this agent (:mod:`tether._runtime.tracing`)."""
+    spending: Spending = field(default_factory=lambda: Spending(""))
+    """The money side of the spend: the model's price (``[prices]``, else tether's table)
+    and the costs providers reported (:mod:`tether._runtime.spend`)."""
 
 
 def load_agents_md(workspace: Path) -> str | None:
@@ -200,6 +210,9 @@ class Seams:
     model tether loads from the settings; 0 for an adapter the caller built, whose client
     is the caller's to configure)."""
     retry_base_delay: float = 1.0
+    telemetry: Telemetry | None = None
+    """Where spans go (default: what the ``OTEL_*`` variables and ``[telemetry]`` of
+    ``tether.toml`` say, :func:`tether._telemetry.open_telemetry`; usually nothing)."""
 
 
 @dataclass(frozen=True)
@@ -268,6 +281,10 @@ def _budget(settings: Settings, project: ProjectConfig) -> BudgetConfig:
         max_steps=settings.max_steps,
         max_tokens=settings.max_tokens,
         max_seconds=settings.max_seconds,
+        max_tool_calls=settings.max_tool_calls,
+        max_cost_usd=settings.max_cost_usd,
+        max_session_tokens=settings.max_session_tokens,
+        max_session_cost_usd=settings.max_session_cost_usd,
     )
 
 
@@ -325,6 +342,9 @@ def compose(
     time_source = seams.clock if seams.clock is not None else SYSTEM_CLOCK
     id_source = seams.ids if seams.ids is not None else new_uuid7
     sessions, owned = _sessions(settings, store_url, real, seams, time_source, id_source)
+    # 11. The spans (telemetry: the seam, else the OTEL_* variables and [telemetry]).
+    telemetry = seams.telemetry if seams.telemetry is not None else open_telemetry(config.telemetry)
+    tracing = Tracing(telemetry, model=adapter.model, provider=adapter.provider)
     return Composition(
         workspace=real,
         model=adapter,
@@ -343,7 +363,9 @@ def compose(
         environment=identity,
         configuration=configuration,
         masker=masker,
-        on_event=masked_sink(seams.on_event, masker),
+        on_event=masked_sink(
+            _tee(tracing.on_event, seams.on_event) if tracing.enabled else seams.on_event, masker
+        ),
         sessions=sessions,
         evidence=evidence,
         clock=time_source,
@@ -351,6 +373,8 @@ def compose(
         owned_sessions=owned,
         settings=settings,
         retry_policy=RetryPolicy(retries=retries, base_delay=float(seams.retry_base_delay)),
+        spending=Spending(adapter.model, dict(config.prices)),
+        tracing=tracing,
     )
 
 
@@ -503,3 +527,16 @@ def _effects_db_opener(workspace: Path) -> WorkspaceDBOpener:
         return EffectsDB.open_workspace(workspace)
 
     return open_effects_db
+
+
+def _tee(tracing: EventSink, sink: EventSink | None) -> EventSink:
+    """The spans see every event first; then the caller's sink, if any."""
+    if sink is None:
+        return tracing
+    user = sink
+
+    def both(event: Event) -> None:
+        tracing(event)
+        user(event)
+
+    return both

@@ -93,7 +93,9 @@ class Shell:
         usage_before: Usage | None = None,
         **details: Any,
     ) -> RunResult:
-        usage = store.state.usage
+        state = store.state
+        usage = state.usage
+        cost = self.parts.spending.cost(store, state, start=0, usage=usage)
         return RunResult(
             status=status,
             session_id=store.session_id,
@@ -101,6 +103,7 @@ class Shell:
             usage=usage - usage_before if usage_before is not None else Usage(),
             session_usage=usage,
             require_verified=self.parts.require_verified,
+            session_cost_usd=cost.to_json(),
             **details,
         )
 

@@ -468,7 +468,8 @@ class Executor:
         """
         store = self._hold(session)
         try:
-            yield store
+            with self.parts.tracing.invocation(store.session_id):
+                yield store
             store.flush()
         except BaseException:
             self._release()
@@ -574,7 +575,12 @@ class Executor:
         state = store.state
         operation = state.operation
         run_input = operation.input_entry_id if isinstance(operation, RunOperation) else None
-        began = self._shell.clock.monotonic()
+        clock = self._shell.clock
+        began = clock.monotonic()
+        if isinstance(operation, RunOperation) and operation.started_ms is not None:
+            # The run's time counts from its first start, whichever process wrote it: a
+            # resume continues the clock instead of starting it again (docs/config.md).
+            began -= max(clock.now_ms() - operation.started_ms, 0) / 1000.0
         seconds = self.budget.max_seconds
         return Drive(
             store=store,

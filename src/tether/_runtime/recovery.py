@@ -26,7 +26,8 @@ import tether._faults as faults
 import tether._runtime.boundaries as boundaries
 import tether._runtime.events as events
 from tether._effects.recovery import RecoveryAction, reconcile_pending
-from tether._runtime.drive import Drive, NewWork, Shell
+from tether._project import BudgetConfig
+from tether._runtime.drive import Drive, NewWork, Shell, running
 from tether._runtime.guards import run_range
 from tether._runtime.results import RunResult, RunStatus, finished_details
 from tether._runtime.tool_calls import ToolCalls
@@ -157,18 +158,26 @@ class Recovery:
     # ------------------------------------------------------------------ stops
 
     def budget_stop(self, drive: Drive, state: SessionState, work: NewWork) -> StopError | None:
-        """``budget_exhausted`` before a new step (steps, tokens, time) or a new tool call
-        (tokens, time). Retries and replays after a crash are not new work."""
+        """``budget_exhausted`` before a new step (steps, tokens, time, money) or a new tool
+        call (tool calls, tokens, time, money). Retries and replays after a crash are not new work.
+
+        Every figure is the run's (or the session's) over every process that drove it, as
+        the log says (:mod:`tether._runtime.spend`): a resume continues the spend."""
         budget = self._parts.budget
-        if budget.max_steps is None and budget.max_tokens is None and budget.max_seconds is None:
+        if work is NewWork.NONE or not _limited(budget):
             return None
         assert drive.run_input is not None
-        if work is NewWork.NONE:
-            return None
+        operation = running(state)
         steps = 0
         if work is NewWork.STEP and budget.max_steps is not None:
             steps = _assistant_steps(state, drive.run_input)
-        used = state.usage - drive.usage_before
+        used = operation.spent(state.usage)
+        spending = self._parts.spending
+        cost = session_cost = 0.0
+        if budget.max_cost_usd is not None:
+            cost = spending.cost(drive.store, state, start=operation.entries_from, usage=used).usd
+        if budget.max_session_cost_usd is not None:
+            session_cost = spending.cost(drive.store, state, start=0, usage=state.usage).usd
         return budget_exhausted(
             steps=steps,
             tokens=used.input + used.output,
@@ -176,6 +185,14 @@ class Recovery:
             max_steps=budget.max_steps,
             max_tokens=budget.max_tokens,
             max_seconds=budget.max_seconds,
+            tool_calls=len(operation.tool_calls) if work is NewWork.TOOL_CALL else 0,
+            max_tool_calls=budget.max_tool_calls if work is NewWork.TOOL_CALL else None,
+            cost=cost,
+            max_cost=budget.max_cost_usd,
+            session_tokens=state.usage.input + state.usage.output,
+            max_session_tokens=budget.max_session_tokens,
+            session_cost=session_cost,
+            max_session_cost=budget.max_session_cost_usd,
         )
 
     def fail_operation(self, drive: Drive, state: SessionState, stop: StopError) -> None:
@@ -281,3 +298,19 @@ def _assistant_steps(state: SessionState, input_entry_id: str) -> int:
     transcript = state.transcript
     span = run_range(state, input_entry_id)
     return sum(1 for i in span if transcript[i]["role"] == "assistant")
+
+
+def _limited(budget: BudgetConfig) -> bool:
+    """Whether any budget is set (no limit: nothing to count)."""
+    return any(
+        value is not None
+        for value in (
+            budget.max_steps,
+            budget.max_tokens,
+            budget.max_seconds,
+            budget.max_tool_calls,
+            budget.max_cost_usd,
+            budget.max_session_tokens,
+            budget.max_session_cost_usd,
+        )
+    )

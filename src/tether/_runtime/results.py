@@ -75,6 +75,9 @@ class RunResult:
     require_verified: bool = False
     parked_call: int | None = None
     """The id of the call parked for approval (status ``awaiting_approval``)."""
+    session_cost_usd: float | None = None
+    """What the whole session cost so far in US dollars (``None``: unknown, some tokens
+    have neither a reported cost nor a price; :mod:`tether._runtime.spend`)."""
 
     @property
     def resume_command(self) -> str:
@@ -113,6 +116,7 @@ class RunResult:
             "followUps": self.follow_ups,
             "unverified": self.unverified,
             "parkedCall": self.parked_call,
+            "sessionCostUsd": self.session_cost_usd,
         }
 
 

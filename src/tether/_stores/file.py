@@ -39,11 +39,18 @@ from tether._ids import new_uuid7
 from tether._loading import load_reducer
 from tether._stores.locking import LOCK_SUFFIX, WriterLock, record_locked
 from tether._stores.protocol import ClosesOnExit, SessionStoreProtocol
+from tether._stores.reasoning import (
+    ReportedCost,
+    SideRecord,
+    parse_side_record,
+    reported_costs,
+    side_record_name,
+)
 from tether._stores.sidecar import FileSidecar, sidecar_path
 from tether._stores.transaction import encode_header, encode_transaction
 from tether.core import facts
 from tether.core.reducer import PendingTransaction, Reducer
-from tether.core.state import SessionState
+from tether.core.state import SessionState, Usage
 from tether.errors import (
     AmbiguousSessionId,
     ConfigurationError,
@@ -326,6 +333,11 @@ class SessionSummary:
     """``run`` or ``compaction``: what finished last."""
     last_error: Mapping[str, str] | None = None
     """The recorded ``{"code", "message"}`` of a failed last operation."""
+    usage: Usage | None = None
+    """The session's usage total (``None`` when the log is unreadable)."""
+    reported: tuple[ReportedCost, ...] = ()
+    """What the answers' side records report of their price (the cost is priced from
+    these and ``usage`` by the caller, who knows the price table)."""
 
     @property
     def corrupt(self) -> bool:
@@ -348,6 +360,7 @@ class SessionSummary:
             "lastOutcome": self.last_outcome,
             "lastOperation": self.last_kind,
             "lastError": dict(self.last_error) if self.last_error is not None else None,
+            "usage": self.usage.to_json() if self.usage is not None else None,
         }
         return out
 
@@ -458,7 +471,20 @@ def _summarize(sdir: Path, dir_fd: int, name: str) -> SessionSummary | None:
         last_outcome=finished.outcome if finished is not None else None,
         last_kind=finished.kind if finished is not None else None,
         last_error=finished.error if finished is not None else None,
+        usage=state.usage,
+        reported=tuple(reported_costs(state, _side_reader(sdir, header.id))),
     )
+
+
+def _side_reader(sdir: Path, session_id: str) -> Callable[[str], SideRecord | None]:
+    """Reads the reasoning side record of an entry of ``session_id`` (never a lock)."""
+
+    def read(entry_id: str) -> SideRecord | None:
+        path = sidecar_path(sdir, session_id, side_record_name(entry_id))
+        data, _ = FileSidecar(path).read()
+        return parse_side_record(data, entry_id) if data is not None else None
+
+    return read
 
 
 # --------------------------------------------------------------------------- the store

@@ -27,13 +27,16 @@ from typing import Any, Final
 
 from tether._models.base import ModelResponse, Reasoning
 from tether._stores.protocol import SessionStoreProtocol
+from tether.core.state import SessionState, Usage
 
 __all__ = [
     "RECORD_VERSION",
+    "ReportedCost",
     "SideRecord",
     "align_context_ids",
     "parse_side_record",
     "read_side_record",
+    "reported_costs",
     "side_record_name",
     "wants_side_record",
     "write_side_record",
@@ -49,9 +52,12 @@ class SideRecord:
     reasoning: Reasoning | None
     reasoning_tokens: int | None
     cost: float | None
+    usage: Usage | None = None
+    """The attempt's token counts (the log's usage fact): what ``cost`` paid for."""
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "usage": self.usage.to_json() if self.usage is not None else None,
             "version": RECORD_VERSION,
             "entryId": self.entry_id,
             "attemptId": self.attempt_id,
@@ -94,6 +100,7 @@ def write_side_record(
         reasoning=response.reasoning,
         reasoning_tokens=response.reasoning_tokens,
         cost=response.cost,
+        usage=response.usage,
     )
     data = json.dumps(_masked(record.to_json(), mask), ensure_ascii=False, allow_nan=False)
     store.sidecar(side_record_name(entry_id)).write(data.encode("utf-8"))
@@ -127,7 +134,17 @@ def parse_side_record(data: bytes, entry_id: str) -> SideRecord | None:
         if isinstance(tokens, int) and not isinstance(tokens, bool)
         else None,
         cost=float(cost) if isinstance(cost, (int, float)) and not isinstance(cost, bool) else None,
+        usage=_usage(value.get("usage")),
     )
+
+
+def _usage(value: Any) -> Usage | None:
+    if not isinstance(value, Mapping):
+        return None
+    try:
+        return Usage.from_json(value)
+    except (TypeError, ValueError, KeyError):
+        return None
 
 
 def align_context_ids(
@@ -147,4 +164,37 @@ def align_context_ids(
         out[i] = transcript_ids[j]
         i -= 1
         j -= 1
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ReportedCost:
+    """What the side record of one answer says about its price."""
+
+    index: int
+    """The answer's position in the transcript."""
+    cost: float | None
+    """US dollars the provider reported, with ``usage`` the tokens they paid for."""
+    usage: Usage | None
+    reasoning_tokens: int
+
+
+def reported_costs(
+    state: SessionState, read: Callable[[str], SideRecord | None], *, start: int = 0
+) -> list[ReportedCost]:
+    """The side records of the answers from transcript index ``start`` on that report a
+    cost or reasoning tokens (``read`` gives the record of an entry id, or ``None``)."""
+    out: list[ReportedCost] = []
+    ids = state.transcript_ids
+    transcript = state.transcript
+    for index in range(start, len(ids)):
+        if transcript[index].get("role") != "assistant":
+            continue
+        record = read(ids[index])
+        if record is None:
+            continue
+        if record.cost is not None and record.usage is not None:
+            out.append(ReportedCost(index, record.cost, record.usage, record.reasoning_tokens or 0))
+        elif record.reasoning_tokens:
+            out.append(ReportedCost(index, None, None, record.reasoning_tokens))
     return out

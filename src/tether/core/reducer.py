@@ -282,8 +282,11 @@ class _Operation:
         "input_entry_id",
         "kind",
         "result_entry_id",
+        "started_ms",
         "step_id",
         "tools",
+        "transcript_from",
+        "usage_start",
     )
 
     def __init__(
@@ -309,6 +312,11 @@ class _Operation:
         # longest committed prefix of completed tools. Snapshots are only taken between
         # transactions, and a committed result is never undone, so it only grows.
         self.done_tools: list[ToolCallState] = []
+        # What the session had spent when the operation started (the budgets' baseline,
+        # RunOperation.usage_at_start) and when: set once, by _run_started.
+        self.usage_start: Usage | None = None
+        self.started_ms: int | None = None
+        self.transcript_from = 0
 
 
 class PendingTransaction:
@@ -391,6 +399,7 @@ class Reducer:
         # The totals list is replaced, never changed in place (_usage_fact, _restore):
         # the same list object means the same counters.
         self._last_usage: tuple[list[int], Usage] | None = None
+        self._timestamp = 0  # the timestamp of the fact being applied
 
     # ------------------------------------------------------------------ construction
 
@@ -631,6 +640,7 @@ class Reducer:
         timestamp: Any = fact.get("timestamp")
         if type(timestamp) is not int or not 0 <= timestamp <= MAX_SAFE_INTEGER:
             raise _Invalid(INVALID_FACT, seq)
+        self._timestamp = timestamp  # for the record handlers (a run's start time)
         ids = self._ids
         if ids.get(fact_id) == _FACT_ID:
             raise _Invalid(DUPLICATE_ID, seq)
@@ -961,7 +971,12 @@ class Reducer:
         target = _find(self._entries, input_id, seq)
         if target is None or target.role != "user":
             raise _Invalid(INVALID_REFERENCE, seq)
-        self._start_operation(_Operation(op_id, "run", input_id))
+        op = _Operation(op_id, "run", input_id)
+        totals = self._usage
+        op.usage_start = Usage(totals[0], totals[1], totals[2], totals[3])
+        op.started_ms = self._timestamp
+        op.transcript_from = len(self._transcript)
+        self._start_operation(op)
 
     def _start_operation(self, op: _Operation) -> None:
         operations = self._operations
@@ -1368,6 +1383,9 @@ class Reducer:
                 tool_calls=self._tool_snapshots(op),
                 abort_requested=op.abort_requested,
                 step=step,
+                usage_at_start=op.usage_start,
+                started_ms=op.started_ms,
+                entries_from=op.transcript_from,
             )
         assert op.result_entry_id is not None
         return CompactionOperation(

@@ -10,7 +10,7 @@ every transaction never copies the history.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import islice
 from typing import Any, Generic, Literal, TypeVar, overload
@@ -274,6 +274,20 @@ class RunOperation:
     abort_requested: bool
     step: Step | None
     kind: Literal["run"] = "run"
+    # What the run had spent before this state, as the log says (not part of the serialized
+    # state, never compared): the budgets count every process that drove the run, so a
+    # resume continues the spend instead of starting over (docs/config.md, [budget]).
+    usage_at_start: Usage | None = field(default=None, compare=False)
+    """The session's usage total when ``runStarted`` was accepted (``None``: zero)."""
+    started_ms: int | None = field(default=None, compare=False)
+    """The ``timestamp`` of the ``runStarted`` fact (the writer's clock, milliseconds)."""
+    entries_from: int = field(default=0, compare=False)
+    """The transcript's length when the run started: its entries are the ones after."""
+
+    def spent(self, session_usage: Usage) -> Usage:
+        """The run's usage so far, given the session's total (``SessionState.usage``)."""
+        start = self.usage_at_start
+        return session_usage if start is None else session_usage - start
 
     def tool_call(self, tool_started_id: str) -> ToolCallState:
         """The started call ``tool_started_id`` of this run (:class:`LookupError` if none)."""

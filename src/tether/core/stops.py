@@ -5,8 +5,10 @@ Pure: counts, elapsed time and the failures to compare are passed in.
 * ``repeated_failure`` — the same tool with the same arguments failed twice in a row while
   the artifact version stayed the same: the second attempt learned nothing, a third would
   not either.
-* ``budget_exhausted`` — the run used its steps, tokens or wall time (``[budget]`` in
-  ``tether.toml`` or the ``--max-*`` flags).
+* ``budget_exhausted`` — the run used its steps, tokens, wall time, tool calls or money, or
+  the session its tokens or money (``[budget]`` in ``tether.toml`` or the ``--max-*``
+  flags); the figures count every process that drove the run (:data:`BUDGET_CHECKS` is the
+  table).
 """
 
 from __future__ import annotations
@@ -77,6 +79,40 @@ def repeated_failure(previous: FailedCall | None, current: FailedCall) -> StopEr
     )
 
 
+@dataclass(frozen=True)
+class _Limit:
+    """One row of :data:`BUDGET_CHECKS`: a spent figure, its limit, how the stop reads."""
+
+    spent: str
+    limit: str
+    message: str
+    """Formatted with ``spent`` and ``limit``."""
+
+
+BUDGET_CHECKS: Final[tuple[_Limit, ...]] = (
+    _Limit("steps", "max_steps", "the run used its step budget ({spent} of {limit} steps)"),
+    _Limit("tokens", "max_tokens", "the run used its token budget ({spent} of {limit} tokens)"),
+    _Limit("elapsed", "max_seconds", "the run used its time budget ({spent:.1f} s of {limit:g} s)"),
+    _Limit(
+        "tool_calls",
+        "max_tool_calls",
+        "the run used its tool-call budget ({spent} of {limit} calls)",
+    ),
+    _Limit("cost", "max_cost", "the run used its money budget (${spent:.4f} of ${limit:g})"),
+    _Limit(
+        "session_tokens",
+        "max_session_tokens",
+        "the session used its token budget ({spent} of {limit} tokens)",
+    ),
+    _Limit(
+        "session_cost",
+        "max_session_cost",
+        "the session used its money budget (${spent:.4f} of ${limit:g})",
+    ),
+)
+"""The budgets, in the order they are checked: the first one used up is the stop."""
+
+
 def budget_exhausted(
     *,
     steps: int,
@@ -85,22 +121,25 @@ def budget_exhausted(
     max_steps: int | None,
     max_tokens: int | None,
     max_seconds: float | None,
+    tool_calls: int = 0,
+    max_tool_calls: int | None = None,
+    cost: float = 0.0,
+    max_cost: float | None = None,
+    session_tokens: int = 0,
+    max_session_tokens: int | None = None,
+    session_cost: float = 0.0,
+    max_session_cost: float | None = None,
 ) -> StopError | None:
-    """The stop if the run may not start another step or tool call."""
-    if max_steps is not None and steps >= max_steps:
-        return StopError(
-            BUDGET_EXHAUSTED, f"the run used its step budget ({steps} of {max_steps} steps)"
-        )
-    if max_tokens is not None and tokens >= max_tokens:
-        return StopError(
-            BUDGET_EXHAUSTED,
-            f"the run used its token budget ({tokens} of {max_tokens} tokens)",
-        )
-    if max_seconds is not None and elapsed >= max_seconds:
-        return StopError(
-            BUDGET_EXHAUSTED,
-            f"the run used its time budget ({elapsed:.1f} s of {max_seconds:g} s)",
-        )
+    """The stop if the run may not start another step or tool call.
+
+    Every figure is what the run (or the session) has spent so far, over every process that
+    drove it; ``cost`` and ``session_cost`` are US dollars."""
+    figures = locals()
+    for row in BUDGET_CHECKS:
+        limit = figures[row.limit]
+        spent = figures[row.spent]
+        if limit is not None and spent >= limit:
+            return StopError(BUDGET_EXHAUSTED, row.message.format(spent=spent, limit=limit))
     return None
 
 

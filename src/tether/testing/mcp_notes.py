@@ -10,7 +10,8 @@ Run it with ``python -m tether.testing.mcp_notes`` (stdio; needs ``tether[mcp]``
 * ``count_lines`` only reads.
 
 Every line really added is also recorded as ``<operation id>`` in ``mcp-effects.txt``,
-which is how the crash lab counts effects.
+which is how the crash lab counts effects. The ``traceparent`` a traced call carries in its
+``_meta`` is recorded in ``mcp-traceparents.txt``.
 """
 
 from __future__ import annotations
@@ -27,12 +28,18 @@ META_KEY: Final = "dev.tether/operationId"
 NOTES: Final = Path("notes.txt")
 OPS: Final = Path("notes-ops.json")
 EFFECTS: Final = Path("mcp-effects.txt")
+TRACES: Final = Path("mcp-traceparents.txt")
 
 app = MCPServer("tether-notes")
 
 
 def _operation(ctx: Context) -> str:
     meta = ctx.request_context.meta or {}
+    extra: dict[str, object] = dict(meta) if isinstance(meta, dict) else {}
+    if extra.get("traceparent"):
+        # The W3C trace context tether sends with a traced call: recorded for the tests.
+        with open(TRACES, "a", encoding="utf-8") as f:
+            f.write(str(extra["traceparent"]) + "\n")
     return str(meta.get(META_KEY, "")) if isinstance(meta, dict) else ""
 
 

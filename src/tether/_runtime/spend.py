@@ -1,0 +1,152 @@
+"""What a run and a session have spent, from the log: tokens, time and money.
+
+The budgets (``[budget]``, :func:`tether.core.stops.budget_exhausted`) count every process
+that drove a run, so a resume continues the spend instead of starting over:
+
+* tokens — the log's usage ledger, which the reducer keeps exactly once: the run's share is
+  the session's total minus the total when its ``runStarted`` was accepted
+  (:meth:`~tether.core.state.RunOperation.spent`);
+* time — from the ``timestamp`` of the run's ``runStarted`` (its first start, whichever
+  process wrote it) to now, on the composition's clock;
+* money — per answer, the price the provider reported (kept in the answer's side record,
+  :mod:`tether._stores.reasoning`, durable before the entry), and for every token no
+  report covers, the price table (:mod:`tether._models.prices`). A record lost to a crash
+  only means its tokens are priced from the table.
+
+Rules of this module:
+
+* it reads the log's state and the side records only, never the model or the network;
+* a side record never changes once its entry is committed, so each is read once per
+  process (:class:`Spending` keeps what it found, by session and entry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tether._models.prices import Price, cost_of, price_for
+from tether._project import find_workspace_root, load_project_config
+from tether._stores.protocol import SessionStoreProtocol
+from tether._stores.reasoning import (
+    ReportedCost,
+    SideRecord,
+    read_side_record,
+    reported_costs,
+)
+from tether.core.state import SessionState, Usage
+from tether.errors import TetherError
+
+__all__ = ["Cost", "Spending", "cost_of_answers", "log_cost", "workspace_prices"]
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """US dollars spent; ``known`` is false when some tokens had neither a reported cost
+    nor a price (``usd`` then counts only what is known)."""
+
+    usd: float = 0.0
+    known: bool = True
+
+    def to_json(self) -> float | None:
+        """The figure ``--json`` reports: ``null`` when it is not known."""
+        return round(self.usd, 9) if self.known else None
+
+    def text(self) -> str:
+        """``$0.0123``, or ``≥ $0.0123 (some tokens have no price)``."""
+        if self.known:
+            return f"${self.usd:.4f}"
+        return f"≥ ${self.usd:.4f} (some tokens have no price: add [prices] to tether.toml)"
+
+
+def cost_of_answers(
+    reported: Sequence[ReportedCost], usage: Usage, price: Price | None, *, start: int = 0
+) -> Cost:
+    """The cost of the answers from transcript index ``start`` on, which used ``usage``:
+    what their providers reported, plus the tokens no report covers at ``price``."""
+    paid = 0.0
+    covered = Usage()
+    reasoning = 0
+    for answer in reported:
+        if answer.index < start:
+            continue
+        if answer.cost is not None and answer.usage is not None:
+            paid += answer.cost
+            covered += answer.usage
+        else:
+            reasoning += answer.reasoning_tokens
+    rest = _clamped(usage, covered)
+    if rest == Usage():
+        return Cost(paid)
+    if price is None:
+        return Cost(paid, known=False)
+    return Cost(paid + cost_of(rest, price, reasoning_tokens=reasoning))
+
+
+@dataclass(slots=True)
+class _Answers:
+    """The side records of one session read so far (the transcript only grows)."""
+
+    scanned: int = 0
+    reported: list[ReportedCost] = field(default_factory=list)
+
+
+class Spending:
+    """The money side of the spend, for one model and price table."""
+
+    def __init__(self, model: str, prices: Mapping[str, Price] | None = None) -> None:
+        self.model = model
+        self.price = price_for(model, prices)
+        self._sessions: dict[str, _Answers] = {}
+
+    def forget(self, session_id: str) -> None:
+        """Read the side records of ``session_id`` anew (another process may have written)."""
+        self._sessions.pop(session_id, None)
+
+    def cost(
+        self, store: SessionStoreProtocol, state: SessionState, *, start: int, usage: Usage
+    ) -> Cost:
+        """The cost of the transcript's entries from index ``start`` on, which used
+        ``usage`` (the run's share of the ledger, or the session's total with ``start=0``)."""
+        answers = self._sessions.setdefault(store.session_id, _Answers())
+        scanned = len(state.transcript_ids)
+        if answers.scanned < scanned:
+            answers.reported += reported_costs(
+                state, lambda entry: read_side_record(store, entry), start=answers.scanned
+            )
+            answers.scanned = scanned
+        return cost_of_answers(answers.reported, usage, self.price, start=start)
+
+
+def _clamped(usage: Usage, covered: Usage) -> Usage:
+    """``usage - covered``, no counter below zero (a record may outlive a rolled-back
+    commit: its tokens are then not in the ledger)."""
+    return Usage(
+        max(usage.input - covered.input, 0),
+        max(usage.output - covered.output, 0),
+        max(usage.cache_read - covered.cache_read, 0),
+        max(usage.cache_write - covered.cache_write, 0),
+    )
+
+
+def workspace_prices(workspace: str | None = None) -> dict[str, Price]:
+    """``[prices]`` of the workspace's ``tether.toml`` for a read-only report (``inspect``,
+    ``sessions``, ``show``): a missing or unreadable file means tether's table alone — a
+    report never fails over the price table."""
+    try:
+        root = find_workspace_root(workspace).path
+        return dict(load_project_config(Path(root)).prices)
+    except TetherError:
+        return {}
+
+
+def log_cost(
+    state: SessionState,
+    read: Callable[[str], SideRecord | None],
+    prices: Mapping[str, Price],
+) -> Cost:
+    """The cost of a whole session read back from its log and side records (``read``),
+    the model priced as its header names it."""
+    reported = reported_costs(state, read)
+    return cost_of_answers(reported, state.usage, price_for(state.header.model, prices))

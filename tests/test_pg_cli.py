@@ -415,18 +415,28 @@ def test_resume_hint_prints_the_store_url_as_given_and_it_connects(
 
     password = urlsplit(pg_store).password
     assert password, "the test server's URL carries a password"
-    ran = tether("run", "count", "--store", pg_store, "-m", "scripted:script.json", cwd=ws)
-    assert ran.returncode == 0, ran.stderr
-    hint = next(line for line in ran.stderr.splitlines() if line.startswith("resume with: "))
-    argv = shlex.split(hint.removeprefix("resume with: "))
+    # A model with nothing to say fails the run: its closing line offers the retry.
+    (ws / "mute.json").write_text(
+        json.dumps(
+            {
+                "model": "scripted/cli",
+                "responses": [{"error": {"code": "authentication", "message": "no"}}],
+            }
+        )
+    )
+    ran = tether("run", "count", "--store", pg_store, "-m", "scripted:mute.json", cwd=ws)
+    assert ran.returncode == 1, ran.stderr
+    hint = next(line for line in ran.stderr.splitlines() if line.startswith("retry with: "))
+    argv = shlex.split(hint.removeprefix("retry with: "))
     printed = argv[argv.index("--store") + 1]
     assert printed == pg_store.replace(f":{password}@", "@", 1)
     assert f":{password}@" not in hint
-    resumed = tether(*argv[1:], "-m", "scripted:script.json", cwd=ws, env={"PGPASSWORD": password})
-    assert resumed.returncode == 0, resumed.stderr
-    session_id = argv[argv.index("resume") + 1]
-    # The same session of the same schema: it finished, so there is nothing to do.
-    assert f"session {session_id}\nnothing to do" in resumed.stderr, resumed.stderr
+    retried = tether(*argv[1:], "-m", "scripted:script.json", cwd=ws, env={"PGPASSWORD": password})
+    assert retried.returncode == 0, retried.stderr
+    session_id = argv[argv.index("retry") + 1]
+    # The same session of the same schema (another schema has no such session: exit 3).
+    assert f"session {session_id}\n" in retried.stdout + retried.stderr
+    assert retried.stdout.rstrip().endswith("Done.")
 
 
 # --------------------------------------------------------------------------- submit --from

@@ -356,3 +356,27 @@ def test_mcp_stdio_servers_run_in_the_sandbox_unless_they_opt_out(ws: Path, outs
     assert (outside / "notes.txt").read_text() == "hi\n"
     listed = run_cli("mcp", "list", cwd=ws)
     assert "sandbox: off for this server" in listed.stdout
+
+
+def test_a_writable_root_is_writable_and_nothing_beside_it(ws: Path, outside: Path) -> None:
+    from tether import Agent
+    from tether.testing import ScriptedModel
+
+    allowed = outside / "cache"
+    allowed.mkdir()
+    calls = [
+        {"id": f"c{n}", "name": "bash", "arguments": {"command": c}}
+        for n, c in enumerate(
+            [f"echo kept > {allowed}/kept.txt", f"echo lost > {outside}/lost.txt"]
+        )
+    ]
+    model = ScriptedModel.from_json(
+        {
+            "model": "scripted/roots",
+            "responses": [{"tool_calls": [call]} for call in calls] + [{"content": "done"}],
+        }
+    )
+    with Agent(model, workspace=ws, writable_roots=[str(allowed)], assume_yes=True) as agent:
+        assert agent.run("go").status.value == "completed"
+    assert (allowed / "kept.txt").read_text() == "kept\n"
+    assert not (outside / "lost.txt").exists()

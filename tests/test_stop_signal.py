@@ -131,7 +131,9 @@ def test_a_repeated_failure_noted_before_the_stop_still_ends_the_run(workspace: 
     # The second identical failing call is a repeated failure: a stop condition the
     # executor holds in memory until its next plan. A stop arriving during that call must
     # not drop it: the run ends failed, as without the stop.
-    fail = {"command": "echo failing >> counter.txt; exit 3"}
+    # The counter is outside the workspace (a writable root): a change to the workspace
+    # between the two calls would make the second failure a new one, not a repeat.
+    fail = {"command": "echo failing >> ../counter.txt; exit 3"}
     script = {
         "model": "scripted/stop-signal",
         "responses": [
@@ -155,6 +157,7 @@ def test_a_repeated_failure_noted_before_the_stop_still_ends_the_run(workspace: 
         workspace=workspace,
         read_agents_md=False,
         on_event=on_event,
+        writable_roots=[str(workspace.parent)],
     )
     agent.set_stop_signal(stop)
     try:

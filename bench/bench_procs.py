@@ -39,6 +39,43 @@ from tether._tools.builtin import BashTool
 TARGET_MS = 3.0
 
 
+def bare_bash(root: Path) -> None:
+    """The physical baseline of a supervised bash command: ``bash -c true`` in a new session,
+    stdin from ``/dev/null``, the output captured."""
+    subprocess.run(
+        ["/bin/bash", "-c", "true"],
+        cwd=root,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        check=True,
+    )
+
+
+def alternating_medians(
+    contenders: dict[str, Callable[[], None]], *, rounds: int, calls: int
+) -> dict[str, list[float]]:
+    """Per contender, the median call (ms) of each round; one warm-up call each first (it
+    starts the reaper), and the order reversed every other round so that load drifts hit
+    every contender alike."""
+    for run in contenders.values():
+        run()
+    medians: dict[str, list[float]] = {name: [] for name in contenders}
+    for round_ in range(rounds):
+        order = list(contenders.items())
+        if round_ % 2:
+            order.reverse()
+        for name, run in order:
+            times = []
+            for _ in range(calls):
+                began = time.perf_counter()
+                run()
+                times.append((time.perf_counter() - began) * 1000)
+            medians[name].append(statistics.median(times))
+    return medians
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=40, help="calls per contender and round")
@@ -50,15 +87,7 @@ def main() -> None:
         context = ToolContext(root, "bench")
 
         def bare() -> None:
-            subprocess.run(
-                ["/bin/bash", "-c", "true"],
-                cwd=root,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                check=True,
-            )
+            bare_bash(root)
 
         def bash_tool() -> None:
             result = tool.run({"command": "true"}, context)
@@ -73,20 +102,7 @@ def main() -> None:
             "bash_tool": bash_tool,
             "check": check,
         }
-        for run in contenders.values():  # warm up; starts the reaper
-            run()
-        medians: dict[str, list[float]] = {name: [] for name in contenders}
-        for round_ in range(args.rounds):
-            order = list(contenders.items())
-            if round_ % 2:
-                order.reverse()
-            for name, run in order:
-                times = []
-                for _ in range(args.calls):
-                    began = time.perf_counter()
-                    run()
-                    times.append((time.perf_counter() - began) * 1000)
-                medians[name].append(statistics.median(times))
+        medians = alternating_medians(contenders, rounds=args.rounds, calls=args.calls)
     added = statistics.median(
         tool_ms - bare_ms
         for tool_ms, bare_ms in zip(medians["bash_tool"], medians["bare"], strict=True)

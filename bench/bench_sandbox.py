@@ -16,7 +16,8 @@ Printed (target in brackets)::
     sandbox.bash_call added=4.1ms (sandboxed 6.6ms, bash_tool 2.5ms, bare 1.5ms)  [<= 10 ms] PASS
 
 ``added`` is the median over rounds of (median sandboxed call - median bash_tool call); the
-contenders alternate within each round so that load drifts hit all of them. The mechanism
+contenders alternate within each round so that load drifts hit all of them
+(``bench_procs.alternating_medians``). The mechanism
 check (once per agent) is done before timing and printed apart.
 """
 
@@ -25,12 +26,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench_procs import alternating_medians, bare_bash
 from tether._sandbox.bwrap import Sandbox
 from tether._sandbox.policy import DEFAULT_DENY_READ, SandboxMode, resolve_policy
 from tether._tools.base import ToolContext
@@ -65,15 +66,7 @@ def main() -> None:
         confined = ToolContext(root, "bench", sandbox=sandbox)
 
         def bare() -> None:
-            subprocess.run(
-                ["/bin/bash", "-c", "true"],
-                cwd=root,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                check=True,
-            )
+            bare_bash(root)
 
         def bash_tool() -> None:
             assert not tool.run({"command": "true"}, plain).is_error
@@ -87,17 +80,7 @@ def main() -> None:
             "bash_tool": bash_tool,
             "sandboxed": sandboxed,
         }
-        for fn in contenders.values():  # warm up: the reaper, page cache, bwrap's binary
-            fn()
-        medians: dict[str, list[float]] = {name: [] for name in contenders}
-        for _ in range(args.rounds):
-            for name, fn in contenders.items():
-                times = []
-                for _ in range(args.calls):
-                    t0 = time.perf_counter()
-                    fn()
-                    times.append((time.perf_counter() - t0) * 1000)
-                medians[name].append(statistics.median(times))
+        medians = alternating_medians(contenders, rounds=args.rounds, calls=args.calls)
     added = statistics.median(
         s - b for s, b in zip(medians["sandboxed"], medians["bash_tool"], strict=True)
     )

@@ -544,14 +544,7 @@ def _tools(source: str, table: Mapping[str, Any]) -> ToolsConfig:
 
 
 def _positive_number(source: str, setting: str, value: object) -> float:
-    if (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and value > 0
-    ):
-        return float(value)
-    raise _bad(source, setting, "a positive number of seconds", value)
+    return _positive_amount(source, setting, value, "seconds")
 
 
 def _positive_int(source: str, setting: str, value: object, unit: str) -> int:

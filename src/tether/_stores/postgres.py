@@ -490,9 +490,10 @@ class PostgresSessions(ClosesOnExit):
 
     # ------------------------------------------------------------------ opener
 
-    def create(
-        self, *, provider: str, model: str, environment_identity: str
-    ) -> PostgresSessionStore:
+    def _new_header(
+        self, provider: str, model: str, environment_identity: str
+    ) -> tuple[str, bytes, Reducer]:
+        """A new session's id, its header line and the reducer that accepted it."""
         session_id = self.ids()
         data, reducer = encode_header(
             session_id=session_id,
@@ -502,6 +503,12 @@ class PostgresSessions(ClosesOnExit):
             model=model,
             environment_identity=environment_identity,
         )
+        return session_id, data, reducer
+
+    def create(
+        self, *, provider: str, model: str, environment_identity: str
+    ) -> PostgresSessionStore:
+        session_id, data, reducer = self._new_header(provider, model, environment_identity)
         self._insert(session_id, environment_identity, [data.rstrip(b"\n")], reducer.state)
         return self._adopt(reducer, epoch=1, lines=1)
 
@@ -552,15 +559,7 @@ class PostgresSessions(ClosesOnExit):
         rows: list[tuple[str, str, int, str, bool, int]] = []
         lines: list[tuple[str, int, bytes]] = []
         for facts in runs:
-            session_id = self.ids()
-            data, reducer = encode_header(
-                session_id=session_id,
-                created_at=self.clock(),
-                cwd=self.cwd,
-                provider=provider,
-                model=model,
-                environment_identity=environment_identity,
-            )
+            session_id, data, reducer = self._new_header(provider, model, environment_identity)
             _, line = encode_transaction(reducer, facts, clock=self.clock, new_id=self.ids)
             try:
                 reducer.apply(line)

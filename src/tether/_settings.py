@@ -250,7 +250,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     ),
     Setting(
         "deny_read", Kind.LIST, (), flag="--deny-read", toml="[sandbox] deny_read",
-        digest=True, metavar="PATH",
+        metavar="PATH",
         fallback="~/.ssh, ~/.aws, ~/.config/gcloud, ~/.netrc, ~/.docker and other credential "
         "folders, always",
         help="A path sandboxed commands may not read, added to the built-in list (repeatable).",

@@ -116,11 +116,14 @@ class SandboxPolicy:
 
     def tool_note(self) -> str:
         """What the model is told about its commands (part of the tool's definition, so
-        the mode enters the configuration digest)."""
+        the mode, the network and the writable roots enter the configuration digest; the
+        ``deny_read`` list does not: which of its paths exist differs between machines)."""
         if not self.confined:
             return ""
         grants = MODE_GRANTS[self.mode]
         writes = "the workspace (and /tmp)" if grants.write_workspace else "only /tmp"
+        if grants.write_roots and self.writable_roots:
+            writes += ", and " + ", ".join(str(root) for root in self.writable_roots)
         network = "" if self.network else " There is no network access."
         return (
             f" Commands run in a sandbox ({self.mode.value}): they may write {writes}; "

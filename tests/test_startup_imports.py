@@ -109,3 +109,15 @@ def test_building_an_agent_and_resuming_load_no_optional_machinery(tmp_path: Pat
         f"    assert agent.resume({session!r}).status.value == 'idle'\n"
     )
     assert sorted(set(_loaded(resume, cwd=tmp_path)) & set(NOT_AT_RESUME)) == []
+
+
+def test_an_openai_compatible_agent_loads_its_sdk_on_the_first_request(tmp_path: Path) -> None:
+    # Building the agent (and resuming a finished session, inspecting one) never sends a
+    # request: the openai SDK, most of a second to import, waits for the first one.
+    build = (
+        "import tether\n"
+        f"agent = tether.Agent('some/model', workspace={str(tmp_path)!r}, "
+        "base_url='http://127.0.0.1:9/v1', api_key='sk-test-startup-000000')\n"
+        "agent.close()\n"
+    )
+    assert "openai" not in _loaded(build, cwd=tmp_path)

@@ -43,7 +43,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +51,7 @@ from typing import Any, Final, TextIO
 
 from tether._credentials import Masker, register_secret
 from tether._mcp.config import McpServerConfig
+from tether._mcp.trace import TRACE_CONTEXT
 from tether._procs import guard_group, release_group
 from tether._tools.workspace import TETHER_DIR
 from tether.errors import ConfigurationError
@@ -70,13 +71,6 @@ __all__ = [
 
 OPERATION_META_KEY: Final = "dev.tether/operationId"
 """The ``_meta`` member of every ``tools/call`` request that carries the operation id."""
-TRACE_CONTEXT: contextvars.ContextVar[Callable[[], Mapping[str, str]] | None] = (
-    contextvars.ContextVar("tether_mcp_trace_context", default=None)
-)
-"""How to make the W3C trace context (``traceparent``, ``tracestate``) of the tool call
-being made in this thread, set by the runtime's tracing (``tether._runtime.tracing``) while
-the call's span is open: a ``tools/call`` sends it in ``_meta``, as MCP's trace-context
-proposal has it, so the server's spans join the session's trace."""
 IDEMPOTENCY_HEADER: Final = "Idempotency-Key"
 """The HTTP header that carries the operation id of a ``tools/call`` over HTTP."""
 LOG_DIR: Final = "mcp"

@@ -49,10 +49,8 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from operator import is_
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import httpx2
-import openai
 import orjson
 
 from tether._credentials import register_secret
@@ -92,6 +90,10 @@ from tether._models.streaming import (
     tracked_http_client,
 )
 from tether.errors import ConfigurationError, ModelError
+
+if TYPE_CHECKING:
+    import httpx2
+    import openai
 
 __all__ = [
     "ADAPTER_IDENTITY",
@@ -205,23 +207,41 @@ class OpenAICompatibleModel:
             if provider is not None
             else _KNOWN_PROVIDERS.get(endpoint.host, endpoint.host)
         )
-        try:
-            http_timeout = httpx2.Timeout(
-                self._timeout,
-                read=(max(self._timeout, self._idle_timeout) + 1.0) if stream else self._timeout,
-            )
-            self._client = openai.OpenAI(
-                base_url=(base_url or DEFAULT_BASE_URL).strip(),
-                api_key=key,
-                max_retries=0,
-                timeout=http_timeout,
-                default_headers=headers or None,
-                http_client=tracked_http_client(self._tracker, http_timeout),
-            )
-        except openai.OpenAIError as exc:  # pragma: no cover - defensive
-            raise ConfigurationError(
-                f"cannot configure the model client: {self._redact(str(exc))}"
-            ) from None
+        # The SDK client (and the import of the SDK, most of a second) waits for the first
+        # request: building an agent, resuming a finished session or inspecting one never
+        # pays for it.
+        self._client_settings = ((base_url or DEFAULT_BASE_URL).strip(), key, headers, stream)
+        self._sdk_client: openai.OpenAI | None = None
+        self._client_lock = threading.Lock()
+
+    @property
+    def _client(self) -> openai.OpenAI:
+        """The SDK's client, made on first use (retries off; the tracked HTTP client)."""
+        client = self._sdk_client
+        if client is not None:
+            return client
+        import httpx2
+        import openai
+
+        with self._client_lock:
+            if self._sdk_client is None:
+                base_url, key, headers, stream = self._client_settings
+                read = (max(self._timeout, self._idle_timeout) + 1.0) if stream else self._timeout
+                http_timeout = httpx2.Timeout(self._timeout, read=read)
+                try:
+                    self._sdk_client = openai.OpenAI(
+                        base_url=base_url,
+                        api_key=key,
+                        max_retries=0,
+                        timeout=http_timeout,
+                        default_headers=headers or None,
+                        http_client=tracked_http_client(self._tracker, http_timeout),
+                    )
+                except openai.OpenAIError as exc:  # pragma: no cover - defensive
+                    raise ConfigurationError(
+                        f"cannot configure the model client: {self._redact(str(exc))}"
+                    ) from None
+            return self._sdk_client
 
     # -- construction from flags and environment ------------------------------------------
 
@@ -315,7 +335,8 @@ class OpenAICompatibleModel:
 
     def close(self) -> None:
         """Close the underlying HTTP client (abandoned requests then fail quietly)."""
-        self._client.close()
+        if self._sdk_client is not None:
+            self._sdk_client.close()
 
     # -- the request ------------------------------------------------------------------------
 
@@ -426,6 +447,8 @@ class OpenAICompatibleModel:
         The body is sent as given (``content``); ``cast_to=httpx2.Response`` returns the
         raw response (unread when ``stream``), an HTTP error status raises the SDK's error.
         """
+        import httpx2  # loaded with the client already (see _client)
+
         # What chat.completions.create asks of post besides the body: bearer auth.
         options: Any = {"security": {"bearer_auth": True}}
         return self._client.post(
@@ -439,6 +462,9 @@ class OpenAICompatibleModel:
         on_delta: DeltaSink | None,
     ) -> tuple[int, bytes | Mapping[str, Any]]:
         """Send the one streamed request; reassemble the chunks into a whole answer."""
+        import httpx2
+        import openai
+
         where = self._endpoint.display
 
         def work(emit: Emit) -> tuple[int, bytes | Mapping[str, Any]]:
@@ -497,6 +523,8 @@ class OpenAICompatibleModel:
 
     def _exchange(self, body: bytes, cancel: threading.Event | None) -> tuple[int, bytes]:
         """Send the one request on a worker thread; wait for it, the deadline or cancel."""
+        import openai
+
         outcome: list[tuple[int, bytes] | BaseException] = []
         done = threading.Event()
 
@@ -539,6 +567,8 @@ class OpenAICompatibleModel:
         return redact(text, self._secrets)
 
     def _map_error(self, exc: openai.OpenAIError) -> ModelError:
+        import openai
+
         where = self._endpoint.display
         if isinstance(exc, openai.APITimeoutError):
             return ModelError("timeout", f"no answer from {where} within {self._timeout:g} s")

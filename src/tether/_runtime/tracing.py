@@ -33,7 +33,7 @@ from functools import partial
 from typing import Any, Final
 
 import tether._runtime.events as events
-from tether._mcp.manager import TRACE_CONTEXT
+from tether._mcp.trace import TRACE_CONTEXT
 from tether._telemetry import Telemetry
 
 __all__ = ["HANDLERS", "RECOVERY_EVENT", "Tracing"]

@@ -422,10 +422,13 @@ def launched(
             cwd = Path(os.path.realpath(workspace / server.cwd if server.cwd else workspace))
             # A command that cannot be found is left as it is: it fails to start with the
             # SDK's clear "not found", and nothing runs unconfined.
-            if shutil.which(server.command, path=_search_path(server)) is not None or (
-                "/" in server.command and os.access(cwd / server.command, os.X_OK)
-            ):
-                launch = sandbox.wrap([server.command, *server.args], cwd)
+            found = shutil.which(server.command, path=_search_path(server))
+            if found is None and "/" in server.command and os.access(cwd / server.command, os.X_OK):
+                found = str(cwd / server.command)
+            if found is not None:
+                # The server's program stays visible where the private /tmp would hide it.
+                box = sandbox.exposing([found, cwd])
+                launch = box.wrap([server.command, *server.args], cwd)
                 server = replace(server, launch=tuple(launch))
         out.append(server)
     return tuple(out)

@@ -41,6 +41,7 @@ Steps, in this order (so the first problem is the one reported):
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -418,6 +419,9 @@ def _sandbox(settings: Settings, workspace: Path, protected: ProtectedState) -> 
         deny_read=(*DEFAULT_DENY_READ, *settings.deny_read),
         hidden=(protected.state_dir, protected.sessions_dir),
         read_only=(workspace / CONFIG_FILE,),
+        # tether's own environment stays visible where the private /tmp would hide it (a
+        # checkout or venv under /tmp): the commands run its Python, its MCP servers.
+        exposed=(sys.prefix, sys.exec_prefix, sys.base_prefix, *filter(None, sys.path)),
         home=os.path.expanduser("~"),
     )
     return Sandbox(policy)

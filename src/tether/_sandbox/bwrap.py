@@ -28,11 +28,11 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
-from tether._sandbox.policy import SandboxPolicy, bwrap_arguments
+from tether._sandbox.policy import SandboxPolicy, bwrap_arguments, exposed_roots
 from tether.core.contents import SANDBOX_LINE
 from tether.errors import SandboxUnavailable
 
@@ -165,6 +165,15 @@ class Sandbox:
     @property
     def confined(self) -> bool:
         return self.policy.confined
+
+    def exposing(self, paths: Sequence[str | os.PathLike[str]]) -> Sandbox:
+        """This sandbox, with the folders ``paths`` need kept visible under its private
+        ``/tmp`` (:func:`~tether._sandbox.policy.exposed_roots`); itself when none do."""
+        extra = [p for p in exposed_roots(paths) if p not in self.policy.exposed]
+        if not extra:
+            return self
+        policy = replace(self.policy, exposed=tuple(sorted({*self.policy.exposed, *extra})))
+        return Sandbox(policy, self._environ)
 
     @property
     def mechanism(self) -> Mechanism | None:

@@ -88,6 +88,9 @@ class SandboxPolicy:
     logs nor change the records crash recovery trusts. ``read_only`` are files a command
     may read but not change (the workspace's ``tether.toml``, whose ``[policy]`` decides
     what the agent may do). ``deny_read`` are masked the same way as ``hidden``.
+    ``exposed`` are folders under the sandbox's private ``/tmp`` (or ``/run``) that stay
+    visible, read-only: where the programs it starts live (tether's own Python
+    environment, an MCP server's command) when they were installed there.
     """
 
     mode: SandboxMode
@@ -97,6 +100,7 @@ class SandboxPolicy:
     deny_read: tuple[Path, ...] = ()
     hidden: tuple[Path, ...] = ()
     read_only: tuple[Path, ...] = ()
+    exposed: tuple[Path, ...] = ()
 
     @property
     def confined(self) -> bool:
@@ -150,6 +154,7 @@ def resolve_policy(
     deny_read: Iterable[str],
     hidden: Iterable[Path],
     read_only: Iterable[Path] = (),
+    exposed: Iterable[str | os.PathLike[str]] = (),
     home: str,
 ) -> SandboxPolicy:
     """The policy with every path expanded (``~`` is ``home``; a relative path is taken in
@@ -174,7 +179,27 @@ def resolve_policy(
         deny_read=tuple(denied),
         hidden=tuple(Path(os.path.realpath(p)) for p in hidden),
         read_only=tuple(Path(os.path.realpath(p)) for p in read_only if p.is_file()),
+        exposed=exposed_roots(exposed),
     )
+
+
+PRIVATE_ROOTS: Final = (Path("/tmp"), Path("/run"))
+"""Folders the sandbox replaces with empty private ones (see :data:`_BASE`)."""
+
+
+def exposed_roots(paths: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
+    """The folders to keep visible for ``paths`` that lie under a private root: each one's
+    top folder there (``/tmp/ci/venv/bin/python`` → ``/tmp/ci``), so that a program
+    installed there finds its libraries beside it. Paths elsewhere need nothing."""
+    found: set[Path] = set()
+    for text in paths:
+        real = Path(os.path.realpath(text))
+        for root in PRIVATE_ROOTS:
+            if root in real.parents:
+                top = root / real.relative_to(root).parts[0]
+                if top.is_dir():
+                    found.add(top)
+    return tuple(sorted(found))
 
 
 # --------------------------------------------------------------------------- bubblewrap
@@ -223,6 +248,8 @@ def _mask(path: Path) -> list[str]:
 def _layers(policy: SandboxPolicy) -> list[str]:
     grants = MODE_GRANTS[policy.mode]
     out: list[str] = [arg for layer in _BASE for arg in layer]
+    for path in policy.exposed:
+        out += ["--ro-bind", str(path), str(path)]
     workspace = str(policy.workspace)
     out += ["--bind" if grants.write_workspace else "--ro-bind", workspace, workspace]
     if grants.write_roots:

@@ -111,7 +111,9 @@ def test_a_sampled_lab_says_what_it_left_out_and_estimates_the_time(tmp_path: Pa
     err = result.stderr.splitlines()
     # The header is one line however long, never cut by the console's width.
     [header] = [line for line in err if line.startswith("tether crash lab: ")]
-    assert header.endswith("(fork server)") or header.endswith("(fresh interpreters)")
+    assert "(fork server)" in header or "(fresh interpreters)" in header
+    # The lab's bash commands run in the sandbox, as every agent's do.
+    assert re.search(r"; sandbox=workspace-write \(bubblewrap [0-9.]+\)$", header), header
     [note] = [line for line in err if line.startswith("representative sample: ")]
     runs = int(result.stdout.splitlines()[-1].rsplit("runs=", 1)[1])
     assert note.startswith(f"representative sample: {runs} of ")

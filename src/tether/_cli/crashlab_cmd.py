@@ -457,6 +457,22 @@ def _reproducer(tool: str | None, args_json: str | None, durability: str) -> Any
     return reproduce
 
 
+def _sandbox_note() -> str:
+    """How the lab's agents confine their bash commands (docs/sandbox.md): they are built
+    with the default settings and the environment, as any agent is."""
+    from tether._runtime.compose import sandbox_for
+    from tether._settings import resolve_settings
+
+    settings = resolve_settings({}, environ=os.environ, project=None)
+    with tempfile.TemporaryDirectory() as scratch:
+        box = sandbox_for(settings, Path(scratch))
+        if not box.confined:
+            return "off"
+        mechanism = box.ensure()  # the lab's runs would refuse alike (exit 27)
+    assert mechanism is not None
+    return f"{box.policy.mode.value} (bubblewrap {mechanism.version})"
+
+
 def _run(options: LabOptions, json_output: bool, fork: bool) -> LabResult:
     err = Console(stderr=True, highlight=False)
     if not err.is_terminal:
@@ -469,7 +485,7 @@ def _run(options: LabOptions, json_output: bool, fork: bool) -> LabResult:
         err.print(
             f"tether crash lab: {len(options.scenarios)} scenarios ({names}); "
             f"durability={options.durability} ({_DURABILITY[options.durability]}); "
-            f"jobs={options.jobs} ({mode})",
+            f"jobs={options.jobs} ({mode}); sandbox={_sandbox_note()}",
             soft_wrap=True,
         )
         for name, reason in options.skipped:

@@ -484,6 +484,19 @@ def test_inspect_sessions_show_and_the_result_report_the_cost(
     runner = CliRunner()
     human = runner.invoke(app, ["inspect", "--last"], catch_exceptions=False)
     assert "$0.0513" in human.stdout
+    inspected = json.loads(
+        runner.invoke(app, ["inspect", "--last", "--json"], catch_exceptions=False).stdout
+    )
+    assert inspected["costUsd"] == pytest.approx(expected)
+    assert set(inspected) == {"ok", "state", "costUsd"}  # beside the state, not inside it
+    assert set(inspected["state"]) == {
+        "header",
+        "transcript",
+        "activeContext",
+        "operation",
+        "usage",
+        "repairedLength",
+    }
     listed = runner.invoke(app, ["sessions", "--json"], catch_exceptions=False)
     (row,) = json.loads(listed.stdout)
     assert row["costUsd"] == pytest.approx(expected)

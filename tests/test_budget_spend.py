@@ -166,8 +166,9 @@ def test_a_resume_after_a_long_downtime_continues_the_active_time(
     session = first.last_session or ""
     first.close()
     clock.advance(86_400)  # down for a day
-    # Wall time would stop the resume before it did anything.
-    wall = _agent(root, script, clock, budget=BudgetConfig(max_seconds=7, time=BudgetTime.WALL))
+    # Wall time would stop the resume before it did anything (the settings row: the
+    # --budget-time flag's AgentOptions key).
+    wall = _agent(root, script, clock, max_seconds=7, budget_time="wall")
     try:
         refused = wall.resume(session)
     finally:
@@ -182,7 +183,7 @@ def test_a_resume_after_a_long_downtime_continues_the_active_time(
     assert b"budget_exhausted" in lines[-1]
     log.write_bytes(b"".join(lines[:-1]))
     clock.advance(3600)
-    active = _agent(root, script, clock, budget=BudgetConfig(max_seconds=7))
+    active = _agent(root, script, clock, max_seconds=7)  # active time: the default
     try:
         result = active.resume(session)
     finally:

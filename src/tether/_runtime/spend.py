@@ -18,7 +18,9 @@ that drove a run, so a resume continues the spend instead of starting over:
 
 Rules of this module:
 
-* it reads the log's state and the side records only, never the model or the network;
+* it reads the log (its state, and its facts for active time), the side records and what
+  the caller hands over (the workspace database's reconciliations), never the model or
+  the network;
 * a side record never changes once its entry is committed, so each is read once per
   process (:class:`Spending` keeps what it found, by session and entry).
 """

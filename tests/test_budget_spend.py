@@ -8,8 +8,9 @@
   never spends more than the budget plus one step;
 * active time (``[budget] time = "active"``, the default) counts what processes drove the
   run: a resume after a long downtime, or after a parked call waited for a person,
-  continues the active time, not the wall time; a kill-and-resume loop with an hour down
-  between processes stops within one step of the time budget.
+  continues the active time, not the wall time; a crash inside a journaled call is
+  downtime once recovery reconciled it; a kill-and-resume loop with an hour down between
+  processes stops within one step of the time budget.
 
 The "crash" of the in-process tests is an exception out of the event sink right after a
 durable point: nothing after it runs and the next agent reads the log back from disk.
@@ -239,6 +240,49 @@ def test_a_parked_calls_wait_for_a_person_is_not_active_time(
     finally:
         third.close()
     # 4 s before parking; step 3 makes 6 s, step 4 makes 8 s: its call is refused.
+    assert result.status is RunStatus.FAILED
+    assert result.error is not None
+    assert result.error["message"] == "the run used its time budget (8.0 s of 7 s)"
+
+
+def _crash_on(event_type: type[events.Event], name: str) -> Any:
+    """An event sink that raises at the first ``event_type`` event of the tool ``name``."""
+
+    def sink(event: events.Event) -> None:
+        if isinstance(event, event_type) and getattr(event, "name", None) == name:
+            raise Crash
+
+    return sink
+
+
+def test_a_crash_inside_a_journaled_call_is_downtime_once_it_was_reconciled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _workspace(tmp_path, monkeypatch)
+    clock = FakeClock(autojump=True)
+    write = {"id": "w", "name": "write", "arguments": {"path": "g.txt", "content": "x\n"}}
+    script = _script(4, delay=2)
+    script["responses"].insert(0, {"content": "write", "tool_calls": [write], "delay": 2})
+    first = _agent(root, script, clock, on_event=_crash_on(events.ToolStarted, "write"))
+    with pytest.raises(Crash):
+        first.run("go")  # step 1 (2 s); the process dies with the write started
+    session = first.last_session or ""
+    first.close()
+    clock.advance(3600)  # down for an hour with a call pending
+    # The next process reconciles the write against its journal, then dies after a read:
+    # its log now holds the hour between the write's toolStarted and its result.
+    second = _agent(root, script, clock, on_event=_crash_on(events.ToolFinished, "read"))
+    with pytest.raises(Crash):
+        second.resume(session)
+    second.close()
+    assert (root / "g.txt").read_text() == "x\n"
+    third = _agent(root, script, clock, max_seconds=7)
+    try:
+        result = third.resume(session)
+    finally:
+        third.close()
+    # The reconciliation says the hour was a crash, not a slow write: steps 1-2 before
+    # (4 s), steps 3 and 4 now (8 s), and the 4th step's call is refused.
     assert result.status is RunStatus.FAILED
     assert result.error is not None
     assert result.error["message"] == "the run used its time budget (8.0 s of 7 s)"

@@ -603,7 +603,8 @@ class Executor:
             # Only a run with started calls can have been reconciled after a crash.
             reviews = self.parts.evidence.db().reviews
             for entry in reviews.reconciliations(session_id=store.session_id):
-                reconciliations.setdefault(entry.operation_id, []).append(entry.to_json())
+                decision = {**entry.to_json(), "atMs": entry.at_ms}  # as `tether show` has it
+                reconciliations.setdefault(entry.operation_id, []).append(decision)
         return run_seconds(
             store,
             operation,

@@ -5,7 +5,12 @@
   so a resumed run continues the spend instead of starting over;
 * the session-wide limits count every run of the session;
 * a kill-and-resume loop (forked children SIGKILLed after each tool result, 20 crashes)
-  never spends more than the budget plus one step.
+  never spends more than the budget plus one step;
+* active time (``[budget] time = "active"``, the default) counts what processes drove the
+  run: a resume after a long downtime, or after a parked call waited for a person,
+  continues the active time, not the wall time; a crash inside a journaled call is
+  downtime once recovery reconciled it; a kill-and-resume loop with an hour down between
+  processes stops within one step of the time budget.
 
 The "crash" of the in-process tests is an exception out of the event sink right after a
 durable point: nothing after it runs and the next agent reads the log back from disk.
@@ -24,11 +29,16 @@ import tether._faults as faults
 import tether._runtime.events as events
 from tether._loading import reduce_session
 from tether._models.prices import BUILTIN_PRICES, Price, cost_of, price_for
-from tether._project import BudgetConfig, ProjectConfig, project_config_from_mapping
+from tether._project import (
+    BudgetConfig,
+    BudgetTime,
+    ProjectConfig,
+    project_config_from_mapping,
+)
 from tether._runtime import Agent, RunStatus
 from tether.core.state import Usage
 from tether.errors import ProjectConfigError
-from tether.testing.clock import FakeClock
+from tether.testing.clock import START_MS, FakeClock
 from tether.testing.scripted import ScriptedModel
 
 STEP_TOKENS = 15
@@ -132,7 +142,8 @@ def test_a_resume_continues_the_run_clock(tmp_path: Path, monkeypatch: pytest.Mo
     session = first.last_session
     first.close()
     clock.advance(3)  # the process was down for 3 s: wall time goes on
-    second = _agent(root, script, clock, budget=BudgetConfig(max_seconds=6))
+    wall = BudgetConfig(max_seconds=6, time=BudgetTime.WALL)
+    second = _agent(root, script, clock, budget=wall)
     try:
         result = second.resume(session or "")
     finally:
@@ -142,6 +153,139 @@ def test_a_resume_continues_the_run_clock(tmp_path: Path, monkeypatch: pytest.Mo
     assert result.error is not None
     assert result.error["message"] == "the run used its time budget (7.0 s of 6 s)"
     assert clock.waits == [2.0, 2.0]
+
+
+def test_a_resume_after_a_long_downtime_continues_the_active_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _workspace(tmp_path, monkeypatch)
+    clock = FakeClock(autojump=True)
+    script = _script(6, delay=2)
+    first = _agent(root, script, clock, on_event=_crash_after_tool(2))
+    with pytest.raises(Crash):
+        first.run("go")  # two steps of 2 s
+    session = first.last_session or ""
+    first.close()
+    clock.advance(86_400)  # down for a day
+    # Wall time would stop the resume before it did anything (the settings row: the
+    # --budget-time flag's AgentOptions key).
+    wall = _agent(root, script, clock, max_seconds=7, budget_time="wall")
+    try:
+        refused = wall.resume(session)
+    finally:
+        wall.close()
+    assert refused.status is RunStatus.FAILED
+    assert refused.error is not None
+    assert refused.error["message"] == "the run used its time budget (86404.0 s of 7 s)"
+    assert clock.waits == [2.0, 2.0]
+    # Undo the refusal: the same log without the failed finish, for the active budget.
+    (log,) = (root / ".tether" / "sessions").glob("*.jsonl")
+    lines = log.read_bytes().splitlines(keepends=True)
+    assert b"budget_exhausted" in lines[-1]
+    log.write_bytes(b"".join(lines[:-1]))
+    clock.advance(3600)
+    active = _agent(root, script, clock, max_seconds=7)  # active time: the default
+    try:
+        result = active.resume(session)
+    finally:
+        active.close()
+    # 4 s before the crash, then steps 3 and 4 (8 s): the 4th step's tool call is refused.
+    assert result.status is RunStatus.FAILED
+    assert result.error is not None
+    assert result.error["message"] == "the run used its time budget (8.0 s of 7 s)"
+    assert clock.waits == [2.0, 2.0, 2.0, 2.0]
+
+
+def test_a_parked_calls_wait_for_a_person_is_not_active_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether._wsdb.sqlite import EffectsDB
+    from tether._wsdb.sqlite_approvals import ApprovalStore
+    from tether.core.policy import Policy
+
+    root = _workspace(tmp_path, monkeypatch)
+    clock = FakeClock(autojump=True)
+    write = {"id": "w", "name": "write", "arguments": {"path": "g.txt", "content": "x\n"}}
+    asks = {"content": "write", "tool_calls": [write], "usage": {"input": 10, "output": 5}}
+    script = _script(4, delay=2)
+    script["responses"].insert(1, {**asks, "delay": 2})
+    kw: dict[str, Any] = {
+        "budget": BudgetConfig(max_seconds=7),
+        "project": ProjectConfig(policy=Policy(tools={"write": "ask"})),
+        "park_approvals": True,
+    }
+    first = _agent(root, script, clock, **kw)
+    try:
+        parked = first.run("go")  # step 1 and its read (2 s), step 2 (2 s): parked
+    finally:
+        first.close()
+    assert parked.status is RunStatus.AWAITING_APPROVAL, parked.error
+    clock.advance(7200)  # the person answers two hours later
+    db = EffectsDB.open_workspace(root)
+    try:
+        (request,) = ApprovalStore(db).list()
+        ApprovalStore(db).decide(request.id, approve=True, who="alice", reason=None, always=False)
+    finally:
+        db.close()
+    # The approved call runs, then the process dies: the next one reads the wait back
+    # from the log (a pause before a call a person allowed), and does not count it.
+    second = _agent(root, script, clock, on_event=_crash_after_tool(1), **kw)
+    with pytest.raises(Crash):
+        second.resume(parked.session_id)
+    second.close()
+    assert (root / "g.txt").read_text() == "x\n"  # the approved call ran
+    third = _agent(root, script, clock, **kw)
+    try:
+        result = third.resume(parked.session_id)
+    finally:
+        third.close()
+    # 4 s before parking; step 3 makes 6 s, step 4 makes 8 s: its call is refused.
+    assert result.status is RunStatus.FAILED
+    assert result.error is not None
+    assert result.error["message"] == "the run used its time budget (8.0 s of 7 s)"
+
+
+def _crash_on(event_type: type[events.Event], name: str) -> Any:
+    """An event sink that raises at the first ``event_type`` event of the tool ``name``."""
+
+    def sink(event: events.Event) -> None:
+        if isinstance(event, event_type) and getattr(event, "name", None) == name:
+            raise Crash
+
+    return sink
+
+
+def test_a_crash_inside_a_journaled_call_is_downtime_once_it_was_reconciled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _workspace(tmp_path, monkeypatch)
+    clock = FakeClock(autojump=True)
+    write = {"id": "w", "name": "write", "arguments": {"path": "g.txt", "content": "x\n"}}
+    script = _script(4, delay=2)
+    script["responses"].insert(0, {"content": "write", "tool_calls": [write], "delay": 2})
+    first = _agent(root, script, clock, on_event=_crash_on(events.ToolStarted, "write"))
+    with pytest.raises(Crash):
+        first.run("go")  # step 1 (2 s); the process dies with the write started
+    session = first.last_session or ""
+    first.close()
+    clock.advance(3600)  # down for an hour with a call pending
+    # The next process reconciles the write against its journal, then dies after a read:
+    # its log now holds the hour between the write's toolStarted and its result.
+    second = _agent(root, script, clock, on_event=_crash_on(events.ToolFinished, "read"))
+    with pytest.raises(Crash):
+        second.resume(session)
+    second.close()
+    assert (root / "g.txt").read_text() == "x\n"
+    third = _agent(root, script, clock, max_seconds=7)
+    try:
+        result = third.resume(session)
+    finally:
+        third.close()
+    # The reconciliation says the hour was a crash, not a slow write: steps 1-2 before
+    # (4 s), steps 3 and 4 now (8 s), and the 4th step's call is refused.
+    assert result.status is RunStatus.FAILED
+    assert result.error is not None
+    assert result.error["message"] == "the run used its time budget (8.0 s of 7 s)"
 
 
 def test_a_resume_continues_the_tool_call_count(
@@ -303,6 +447,58 @@ def test_a_kill_and_resume_loop_never_overspends(
     assert spent == (CRASHES + 1) * STEP_TOKENS
 
 
+TIME_CRASHES = 10
+HOUR_MS = 3_600_000
+
+
+def _timed_child(root: Path, session: str | None, number: int) -> None:
+    """As :func:`_child`, with a step of 2 s on a clock an hour later than the last
+    process's (the downtime between crashes)."""
+    try:
+        faults.configure("after_result@1")
+        clock = FakeClock(now_ms=START_MS + number * HOUR_MS, autojump=True)
+        budget = BudgetConfig(max_seconds=2 * TIME_CRASHES + 1)
+        agent = _agent(root, _script(TIME_CRASHES + 5, delay=2), clock, budget=budget)
+        if session is None:
+            agent.run("go")
+        else:
+            agent.resume(session)
+        os._exit(0)
+    except BaseException:  # pragma: no cover - reported by the parent as exit 1
+        os._exit(1)
+
+
+def test_a_kill_and_resume_loop_stays_within_one_step_of_the_active_time_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _workspace(tmp_path, monkeypatch)
+    session: str | None = None
+    kills = 0
+    while True:
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            _timed_child(root, session, kills)
+        _, status = os.waitpid(pid, 0)
+        (log,) = (root / ".tether" / "sessions").glob("*.jsonl")
+        state = reduce_session(log.read_bytes())
+        session = state.header.id
+        if os.WIFSIGNALED(status):
+            assert os.WTERMSIG(status) == signal.SIGKILL
+            kills += 1
+            assert kills <= TIME_CRASHES, "the time budget did not stop the crash loop"
+            continue
+        assert os.WEXITSTATUS(status) == 0
+        break
+    # Each process drove the run for one step of 2 s; ten hours passed on the wall.
+    assert kills == TIME_CRASHES
+    finished = state.last_finished
+    assert finished is not None and finished.outcome == "failed"
+    assert finished.error is not None
+    # 21 s of budget, one step over at most: the 11th step's tool call is refused.
+    assert finished.error["message"] == "the run used its time budget (22.0 s of 21 s)"
+    assert state.usage == Usage(10 * (TIME_CRASHES + 1), 5 * (TIME_CRASHES + 1))
+
+
 # --------------------------------------------------------------------------- reporting
 
 
@@ -333,6 +529,19 @@ def test_inspect_sessions_show_and_the_result_report_the_cost(
     runner = CliRunner()
     human = runner.invoke(app, ["inspect", "--last"], catch_exceptions=False)
     assert "$0.0513" in human.stdout
+    inspected = json.loads(
+        runner.invoke(app, ["inspect", "--last", "--json"], catch_exceptions=False).stdout
+    )
+    assert inspected["costUsd"] == pytest.approx(expected)
+    assert set(inspected) == {"ok", "state", "costUsd"}  # beside the state, not inside it
+    assert set(inspected["state"]) == {
+        "header",
+        "transcript",
+        "activeContext",
+        "operation",
+        "usage",
+        "repairedLength",
+    }
     listed = runner.invoke(app, ["sessions", "--json"], catch_exceptions=False)
     (row,) = json.loads(listed.stdout)
     assert row["costUsd"] == pytest.approx(expected)

@@ -92,11 +92,18 @@ def runner() -> CliRunner:
 # ------------------------------------------------------------------------ inspect --json
 
 
-@pytest.mark.parametrize("name", ["header-only", "completed-tool-run", "pending-safe-tool"])
-def test_inspect_json_ok_matches_fixture(name: str) -> None:
+# The cost stands beside the spec's members: 0 for a session that used nothing, null
+# (unknown) for tokens of a model with no price (the fixtures' test/model).
+@pytest.mark.parametrize(
+    ("name", "cost"),
+    [("header-only", 0.0), ("completed-tool-run", None), ("pending-safe-tool", 0.0)],
+)
+def test_inspect_json_ok_matches_fixture(name: str, cost: float | None) -> None:
     result = run_cli("inspect", session(name), "--json")
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == expected(name)
+    document = json.loads(result.stdout)
+    assert document.pop("costUsd") == cost
+    assert document == expected(name)  # "ok" and the state exactly as the spec has them
     assert result.stderr == ""
 
 
@@ -104,6 +111,7 @@ def test_inspect_json_torn_tail_reports_repaired_length() -> None:
     result = run_cli("inspect", session("torn-tail"), "--json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
+    assert document.pop("costUsd") == 0.0
     assert document == expected("torn-tail")
     assert document["state"]["repairedLength"] < session("torn-tail").stat().st_size
 
@@ -290,7 +298,9 @@ def test_plan_missing_current_exits_2(tmp_path: Path) -> None:
 def test_in_process_inspect_json() -> None:
     result = runner().invoke(app, ["inspect", str(session("run-accepted")), "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == expected("run-accepted")
+    document = json.loads(result.stdout)
+    assert document.pop("costUsd") == 0.0
+    assert document == expected("run-accepted")
 
 
 def test_in_process_missing_file() -> None:

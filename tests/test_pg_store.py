@@ -101,11 +101,13 @@ def test_a_commit_survives_a_reopen_and_is_stored_as_the_file_store_writes_it(
     with sessions.open(session) as again:
         assert again.state == state
         assert again.fencing_token == 2  # every lease taken raises the epoch
+        held = again.log_bytes()  # what the active time budget reads, from the writer
     ticks = Ticks()
     memory = MemorySessions("/w", clock=ticks.clock, ids=ticks.ids)
     with memory.create(provider="scripted", model="m", environment_identity="env") as mem:
         _prompt(mem)
-    assert sessions.log_bytes(session) == memory.log_bytes(session)
+        assert mem.log_bytes() == memory.log_bytes(session)
+    assert sessions.log_bytes(session) == memory.log_bytes(session) == held
     assert Reducer.load(sessions.log_bytes(session)).state == state
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+from dataclasses import fields
 from pathlib import Path
 from types import MappingProxyType
 
@@ -15,6 +17,7 @@ from tether._project import (
     CONFIG_FILE,
     ArtifactConfig,
     BudgetConfig,
+    BudgetTime,
     ProjectConfig,
     VerifyConfig,
     load_project_config,
@@ -22,6 +25,7 @@ from tether._project import (
     project_config_from_mapping,
 )
 from tether.core.policy import BashRule, Decision, Policy
+from tether.core.stops import BUDGET_CHECKS
 from tether.errors import ConfigurationError, ProjectConfigError
 
 FULL_EXAMPLE = """\
@@ -180,6 +184,23 @@ def test_verify_values(text: str, expected: VerifyConfig) -> None:
 def test_budget_partial() -> None:
     config = parse_project_config("[budget]\nmax_seconds = 1.5\n")
     assert config.budget == BudgetConfig(max_seconds=1.5)
+    assert config.budget.time is BudgetTime.ACTIVE
+
+
+def test_budget_time_wall() -> None:
+    config = parse_project_config('[budget]\nmax_seconds = 60\ntime = "wall"\n')
+    assert config.budget == BudgetConfig(max_seconds=60.0, time=BudgetTime.WALL)
+
+
+def test_every_budget_check_is_a_budget_key_and_documented() -> None:
+    """Each row of the budget table is a ``[budget]`` key, every key has a row (``time``
+    says how ``max_seconds`` counts), and docs/config.md's table lists exactly the keys."""
+    keys = {row.key for row in BUDGET_CHECKS}
+    assert keys == {f.name for f in fields(BudgetConfig)} - {"time"}
+    text = (Path(__file__).parents[1] / "docs" / "config.md").read_text()
+    table = text.split("### `[budget]`", 1)[1].split("\n### ", 1)[0]
+    documented = set(re.findall(r"^\| `(\w+)` \|", table, flags=re.MULTILINE))
+    assert documented == keys | {"time"}
 
 
 def test_reason_empty_string_is_none() -> None:
@@ -271,6 +292,10 @@ BAD_VALUES = [
     (
         "[budget]\nmax_seconds = -1",
         "tether.toml: [budget] max_seconds: expected a positive number of seconds, got -1",
+    ),
+    (
+        '[budget]\ntime = "cpu"',
+        'tether.toml: [budget] time: expected "active" | "wall", got "cpu"',
     ),
     (
         '[policy]\ndefault = "yes"',
@@ -373,7 +398,7 @@ UNKNOWN = [
         "tether.toml: unknown setting [budget] max_step "
         "(known: max_steps, max_tokens, max_seconds, max_tool_calls, max_cost_usd, "
         "max_session_tokens, "
-        "max_session_cost_usd)",
+        "max_session_cost_usd, time)",
     ),
     (
         '[policy]\ndefualt = "ask"',

@@ -47,6 +47,7 @@ from tether.core.policy import (
     show_value,
     toml_key,
 )
+from tether.core.stops import BudgetTime
 from tether.errors import ConfigurationError, InputFileError, ProjectConfigError
 
 __all__ = [
@@ -55,6 +56,7 @@ __all__ = [
     "ROOT_MARKERS",
     "ArtifactConfig",
     "BudgetConfig",
+    "BudgetTime",
     "ProjectConfig",
     "StoreConfig",
     "ToolsConfig",
@@ -101,6 +103,8 @@ class BudgetConfig:
     max_steps: int | None = None
     max_tokens: int | None = None
     max_seconds: float | None = None
+    time: BudgetTime = BudgetTime.ACTIVE
+    """What ``max_seconds`` counts."""
     max_tool_calls: int | None = None
     """Tool calls a run may start (a replay after a crash is not a new one)."""
     max_cost_usd: float | None = None
@@ -428,8 +432,14 @@ def _artifact(source: str, table: Mapping[str, Any]) -> ArtifactConfig:
 
 
 def _budget(source: str, table: Mapping[str, Any]) -> BudgetConfig:
-    check_known(source, "[budget]", table, _BUDGET_KEYS)
+    check_known(source, "[budget]", table, (*_BUDGET_KEYS, "time"))
     values: dict[str, Any] = {}
+    if "time" in table:
+        time = table["time"]
+        if not isinstance(time, str) or time not in {t.value for t in BudgetTime}:
+            choices = " | ".join(f'"{t.value}"' for t in BudgetTime)
+            raise _bad(source, "[budget] time", choices, time)
+        values["time"] = BudgetTime(time)
     for key, unit in _BUDGET_KEYS.items():
         if key not in table:
             continue

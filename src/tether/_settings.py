@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tether._sandbox.policy import SandboxMode
 from tether._stores.file import Durability
+from tether.core.stops import BudgetTime
 from tether.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -185,7 +186,14 @@ SETTINGS: Final[tuple[Setting, ...]] = (
     Setting(
         "max_seconds", Kind.SECONDS, None, flag="--max-seconds", toml="[budget] max_seconds",
         metavar="SECONDS",
-        fallback="unlimited", help="Wall time of a run in seconds, from its first start.",
+        fallback="unlimited",
+        help="Time a run may take in seconds, from its first start, as --budget-time counts it.",
+    ),
+    Setting(
+        "budget_time", Kind.CHOICE, BudgetTime.ACTIVE, flag="--budget-time",
+        toml="[budget] time", choices=BudgetTime, metavar="MODE", fallback="active",
+        help="What --max-seconds counts: active (the time processes drove the run; a crash's "
+        "downtime and a wait for a person do not count) or wall (wall-clock time).",
     ),
     Setting(
         "max_tool_calls", Kind.COUNT, None, flag="--max-tool-calls",
@@ -280,6 +288,7 @@ class Settings:
     max_steps: int | None = None
     max_tokens: int | None = None
     max_seconds: float | None = None
+    budget_time: BudgetTime = BudgetTime.ACTIVE
     max_tool_calls: int | None = None
     max_cost_usd: float | None = None
     max_session_tokens: int | None = None

@@ -63,7 +63,8 @@ def inspect(
         bool,
         typer.Option(
             "--json",
-            help='Print {"ok": true, "state": …} or {"ok": false, "error": …} as JSON.',
+            help='Print {"ok": true, "state": …, "costUsd": …} or {"ok": false, "error": …} '
+            "as JSON.",
         ),
     ] = False,
     sessions_dir: SessionsDirOption = None,
@@ -117,9 +118,10 @@ def inspect(
         except SessionCorruption as exc:
             emit_json({"ok": False, "error": exc.to_json()})
             raise typer.Exit(exc.exit_code) from None
-        # The reduced state exactly as the spec's conformance fixtures have it: the cost is
-        # in the human report, `tether sessions --json` and `tether show --json`.
-        emit_json({"ok": True, "state": state.to_json()})
+        # "ok" and "state" exactly as the spec's conformance fixtures have them (the state
+        # keeps its six public members); the cost is tether's, so it stands beside them.
+        cost = _session_cost(state, _side_records(state, log_dir))
+        emit_json({"ok": True, "state": state.to_json(), "costUsd": cost.to_json()})
 
 
 def session_file(file: Path | None, last: bool, sessions_dir: Path | None) -> Path:

@@ -42,6 +42,7 @@ from tether._tools.base import Tool, ToolRegistry
 from tether._tools.workspace import ProtectedState
 from tether._wsdb.protocol import WorkspaceDBOpener
 from tether.core.configuration import AgentConfiguration
+from tether.core.stops import BudgetTime
 from tether.errors import ConfigurationError
 
 __all__ = ["Agent", "AgentOptions"]
@@ -67,6 +68,7 @@ class AgentOptions(TypedDict, total=False):
     max_steps: int | None
     max_tokens: int | None
     max_seconds: float | None
+    budget_time: BudgetTime | str | None
     max_tool_calls: int | None
     max_cost_usd: float | None
     max_session_tokens: int | None

@@ -282,6 +282,7 @@ def _budget(settings: Settings, project: ProjectConfig) -> BudgetConfig:
         max_steps=settings.max_steps,
         max_tokens=settings.max_tokens,
         max_seconds=settings.max_seconds,
+        time=settings.budget_time,
         max_tool_calls=settings.max_tool_calls,
         max_cost_usd=settings.max_cost_usd,
         max_session_tokens=settings.max_session_tokens,

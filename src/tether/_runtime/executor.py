@@ -65,6 +65,7 @@ from tether._runtime.model_steps import ModelSteps
 from tether._runtime.recovery import Recovery, request_abort
 from tether._runtime.results import RunResult, RunStatus
 from tether._runtime.retry import REASONS, RetryPolicy, RetrySchedule, write_record
+from tether._runtime.spend import run_seconds
 from tether._runtime.tool_calls import ToolCalls
 from tether._stores.protocol import SessionOpener, SessionStoreProtocol
 from tether.core import facts
@@ -85,6 +86,7 @@ from tether.core.plans import (
     ToolMode,
 )
 from tether.core.state import IdleOperation, RunOperation, SessionState, Usage
+from tether.core.stops import BudgetTime
 from tether.errors import ConfigurationError, SessionBusy
 
 __all__ = ["MAX_FOLLOW_UPS", "PLANS", "Executor", "PlanRow", "RunResult", "RunStatus"]
@@ -577,11 +579,12 @@ class Executor:
         run_input = operation.input_entry_id if isinstance(operation, RunOperation) else None
         clock = self._shell.clock
         began = clock.monotonic()
-        if isinstance(operation, RunOperation) and operation.started_ms is not None:
-            # The run's time counts from its first start, whichever process wrote it: a
-            # resume continues the clock instead of starting it again (docs/config.md).
-            began -= max(clock.now_ms() - operation.started_ms, 0) / 1000.0
         seconds = self.budget.max_seconds
+        if isinstance(operation, RunOperation) and seconds is not None:
+            # The run's time counts from its first start, whichever process wrote it: a
+            # resume continues the clock instead of starting it again; [budget] time says
+            # whether the time no process drove the run counts (docs/config.md).
+            began -= self._run_seconds(store, operation)
         return Drive(
             store=store,
             usage_before=usage_before if usage_before is not None else state.usage,
@@ -590,6 +593,24 @@ class Executor:
             began=began,
             deadline=began + seconds if run_input is not None and seconds is not None else None,
             finished_before=state.last_finished,
+        )
+
+    def _run_seconds(self, store: SessionStoreProtocol, operation: RunOperation) -> float:
+        """What the run's time budget has counted before this drive (:func:`run_seconds`)."""
+        mode = self.budget.time
+        reconciliations: dict[str, list[Mapping[str, Any]]] = {}
+        if mode is BudgetTime.ACTIVE and operation.tool_calls:
+            # Only a run with started calls can have been reconciled after a crash.
+            reviews = self.parts.evidence.db().reviews
+            for entry in reviews.reconciliations(session_id=store.session_id):
+                decision = {**entry.to_json(), "atMs": entry.at_ms}  # as `tether show` has it
+                reconciliations.setdefault(entry.operation_id, []).append(decision)
+        return run_seconds(
+            store,
+            operation,
+            mode,
+            now_ms=self._shell.clock.now_ms(),
+            reconciliations=reconciliations,
         )
 
     def _next_plan(self, drive: Drive) -> tuple[SessionState, Plan] | None:

@@ -39,7 +39,7 @@ from tether.core.gate import CompletionCheck
 from tether.core.planner import unanswered_calls
 from tether.core.plans import AwaitReview, Blocked, Finish, Observations
 from tether.core.state import IdleOperation, RunOperation, SessionState, ToolCallState, ToolStatus
-from tether.core.stops import StopError, budget_exhausted
+from tether.core.stops import BUDGET_CHECKS, StopError, budget_exhausted
 
 __all__ = ["Reconciled", "Recovery", "request_abort"]
 
@@ -301,16 +301,5 @@ def _assistant_steps(state: SessionState, input_entry_id: str) -> int:
 
 
 def _limited(budget: BudgetConfig) -> bool:
-    """Whether any budget is set (no limit: nothing to count)."""
-    return any(
-        value is not None
-        for value in (
-            budget.max_steps,
-            budget.max_tokens,
-            budget.max_seconds,
-            budget.max_tool_calls,
-            budget.max_cost_usd,
-            budget.max_session_tokens,
-            budget.max_session_cost_usd,
-        )
-    )
+    """Whether any budget is set (no limit: nothing to count); the table names them."""
+    return any(getattr(budget, row.key) is not None for row in BUDGET_CHECKS)

@@ -6,8 +6,11 @@ that drove a run, so a resume continues the spend instead of starting over:
 * tokens — the log's usage ledger, which the reducer keeps exactly once: the run's share is
   the session's total minus the total when its ``runStarted`` was accepted
   (:meth:`~tether.core.state.RunOperation.spent`);
-* time — from the ``timestamp`` of the run's ``runStarted`` (its first start, whichever
-  process wrote it) to now, on the composition's clock;
+* time — ``[budget] time = "wall"``: from the ``timestamp`` of the run's ``runStarted``
+  (its first start, whichever process wrote it) to now, on the composition's clock;
+  ``"active"`` (the default): the time processes drove the run, the timeline's rule
+  (:func:`tether.core.timeline.active_ms`: the log's gaps — a crash's downtime, a wait for
+  a person — do not count), plus this process's own time since it took the run over;
 * money — per answer, the price the provider reported (kept in the answer's side record,
   :mod:`tether._stores.reasoning`, durable before the entry), and for every token no
   report covers, the price table (:mod:`tether._models.prices`). A record lost to a crash
@@ -15,7 +18,9 @@ that drove a run, so a resume continues the spend instead of starting over:
 
 Rules of this module:
 
-* it reads the log's state and the side records only, never the model or the network;
+* it reads the log (its state, and its facts for active time), the side records and what
+  the caller hands over (the workspace database's reconciliations), never the model or
+  the network;
 * a side record never changes once its entry is committed, so each is read once per
   process (:class:`Spending` keeps what it found, by session and entry).
 """
@@ -25,6 +30,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 from tether._models.prices import Price, cost_of, price_for
 from tether._project import find_workspace_root, load_project_config
@@ -35,10 +43,19 @@ from tether._stores.reasoning import (
     read_side_record,
     reported_costs,
 )
-from tether.core.state import SessionState, Usage
+from tether.core.state import RunOperation, SessionState, Usage
+from tether.core.stops import BudgetTime
+from tether.core.timeline import Evidence, active_ms, build_timeline
 from tether.errors import TetherError
 
-__all__ = ["Cost", "Spending", "cost_of_answers", "log_cost", "workspace_prices"]
+__all__ = [
+    "Cost",
+    "Spending",
+    "cost_of_answers",
+    "log_cost",
+    "run_seconds",
+    "workspace_prices",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,3 +167,34 @@ def log_cost(
     the model priced as its header names it."""
     reported = reported_costs(state, read)
     return cost_of_answers(reported, state.usage, price_for(state.header.model, prices))
+
+
+def run_seconds(
+    store: SessionStoreProtocol,
+    operation: RunOperation,
+    time: BudgetTime,
+    *,
+    now_ms: int,
+    reconciliations: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+) -> float:
+    """The time ``operation`` (the store's active run) has taken so far, as ``time``
+    counts it, when a process takes it over at ``now_ms``.
+
+    ``active``: the log's facts as the timeline reads them (``reconciliations``, the
+    workspace database's decisions keyed by ``toolStarted`` id, tell a crash inside a tool
+    from a slow tool). No authorizations are passed: a pause before a call a person
+    allowed is then a gap, so a parked call's wait never counts. The pause from the last
+    fact to ``now_ms`` is not counted either: no process drove the run then (this one
+    counts its own time from now on)."""
+    started = operation.started_ms if operation.started_ms is not None else now_ms
+    if time is BudgetTime.WALL:
+        return max(now_ms - started, 0) / 1000.0
+    loads = orjson.loads
+    transactions: list[tuple[Mapping[str, Any], ...]] = []
+    for raw in store.log_bytes().split(b"\n")[1:]:
+        if raw.strip():
+            value = loads(raw)
+            transactions.append(tuple(value) if isinstance(value, list) else (value,))
+    evidence = Evidence(reconciliations=reconciliations or {})
+    timeline = build_timeline(store.state, transactions, evidence)
+    return active_ms(timeline, operation.operation_id) / 1000.0

@@ -846,6 +846,11 @@ class SessionStore(ClosesOnExit):
         """Byte length of the committed log."""
         return self._length
 
+    def log_bytes(self) -> bytes:
+        """The committed log (this writer's, or what a read-only open reduced)."""
+        with self._mutex:
+            return os.pread(self._fd, self._length, 0)
+
     @property
     def closed(self) -> bool:
         return self._closed

@@ -210,6 +210,9 @@ class MemorySessionStore(ClosesOnExit):
     def flush(self) -> None:
         """Nothing to make durable: every commit is already as durable as memory gets."""
 
+    def log_bytes(self) -> bytes:
+        return self._disk.log_bytes(self.session_id)
+
     def sidecar(self, name: str) -> MemorySidecar:
         return MemorySidecar(self._disk, self.session_id, name)
 

@@ -1003,6 +1003,9 @@ class PostgresSessionStore(ClosesOnExit):
     def flush(self) -> None:
         """Nothing is left unsynced: every commit was durable when it returned."""
 
+    def log_bytes(self) -> bytes:
+        return self._sessions.log_bytes(self.session_id)
+
     def sidecar(self, name: str) -> PostgresSidecar:
         return PostgresSidecar(self._sessions, self.session_id, name)
 

@@ -105,6 +105,11 @@ class SessionStoreProtocol(Protocol):
         """Make every transaction committed with ``sync=False`` durable."""
         ...
 
+    def log_bytes(self) -> bytes:
+        """The committed log as the file store holds it (header and lines, LF after each):
+        what the state was reduced from (the active time budget reads its timestamps)."""
+        ...
+
     def sidecar(self, name: str) -> SessionSidecar:
         """The record ``name`` kept beside this session's log."""
         ...

@@ -14,18 +14,32 @@ Pure: counts, elapsed time and the failures to compare are passed in.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Final
 
 import orjson
 
 __all__ = [
+    "BUDGET_CHECKS",
     "BUDGET_EXHAUSTED",
     "REPEATED_FAILURE",
+    "BudgetTime",
     "FailedCall",
     "StopError",
     "budget_exhausted",
     "repeated_failure",
 ]
+
+
+class BudgetTime(StrEnum):
+    """What ``max_seconds`` counts (``[budget] time``, docs/config.md)."""
+
+    ACTIVE = "active"
+    """The time processes drove the run: a crash's downtime, a queue's wait and a wait for
+    a person's answer do not count (the log's gaps, :func:`tether.core.timeline.active_ms`)."""
+    WALL = "wall"
+    """Wall-clock time from the run's first start, downtime included."""
+
 
 REPEATED_FAILURE: Final = "repeated_failure"
 BUDGET_EXHAUSTED: Final = "budget_exhausted"
@@ -81,32 +95,58 @@ def repeated_failure(previous: FailedCall | None, current: FailedCall) -> StopEr
 
 @dataclass(frozen=True)
 class _Limit:
-    """One row of :data:`BUDGET_CHECKS`: a spent figure, its limit, how the stop reads."""
+    """One row of :data:`BUDGET_CHECKS`: a spent figure, its limit, the ``[budget]`` key
+    that sets the limit, how the stop reads."""
 
     spent: str
     limit: str
+    key: str
+    """The ``[budget]`` key (and ``BudgetConfig`` field) of the limit."""
     message: str
     """Formatted with ``spent`` and ``limit``."""
 
 
 BUDGET_CHECKS: Final[tuple[_Limit, ...]] = (
-    _Limit("steps", "max_steps", "the run used its step budget ({spent} of {limit} steps)"),
-    _Limit("tokens", "max_tokens", "the run used its token budget ({spent} of {limit} tokens)"),
-    _Limit("elapsed", "max_seconds", "the run used its time budget ({spent:.1f} s of {limit:g} s)"),
+    _Limit(
+        "steps",
+        "max_steps",
+        "max_steps",
+        "the run used its step budget ({spent} of {limit} steps)",
+    ),
+    _Limit(
+        "tokens",
+        "max_tokens",
+        "max_tokens",
+        "the run used its token budget ({spent} of {limit} tokens)",
+    ),
+    _Limit(
+        "elapsed",
+        "max_seconds",
+        "max_seconds",
+        "the run used its time budget ({spent:.1f} s of {limit:g} s)",
+    ),
     _Limit(
         "tool_calls",
         "max_tool_calls",
+        "max_tool_calls",
         "the run used its tool-call budget ({spent} of {limit} calls)",
     ),
-    _Limit("cost", "max_cost", "the run used its money budget (${spent:.4f} of ${limit:g})"),
+    _Limit(
+        "cost",
+        "max_cost",
+        "max_cost_usd",
+        "the run used its money budget (${spent:.4f} of ${limit:g})",
+    ),
     _Limit(
         "session_tokens",
+        "max_session_tokens",
         "max_session_tokens",
         "the session used its token budget ({spent} of {limit} tokens)",
     ),
     _Limit(
         "session_cost",
         "max_session_cost",
+        "max_session_cost_usd",
         "the session used its money budget (${spent:.4f} of ${limit:g})",
     ),
 )

@@ -26,6 +26,10 @@ Gaps. The log does not name processes, so a process boundary is inferred:
   started (a crash right after acceptance looks the same, and loses nothing);
 * **open**: the log ends inside an operation (crashed, stopped, or still running).
 
+Active time. :func:`active_ms` is how long processes drove an operation: its span up to
+its end (or the log's last fact) minus the closed gaps above inside it — the same rule,
+used by the ``[budget] time = "active"`` budget (docs/config.md).
+
 Pure (``tether.core`` rule): no clock, no disk; times are the log's millisecond integers.
 """
 
@@ -50,6 +54,7 @@ __all__ = [
     "Timeline",
     "ToolCallView",
     "VerificationView",
+    "active_ms",
     "build_timeline",
     "format_ms",
 ]
@@ -1062,3 +1067,28 @@ def build_timeline(
     for transaction in transactions:
         builder.transaction(transaction)
     return builder.finish(state)
+
+
+def active_ms(timeline: Timeline, operation_id: str) -> int:
+    """How long processes drove ``operation_id``, in milliseconds, as far as the log goes.
+
+    Its span, from its first fact to its end (or to the log's last fact while it is
+    unfinished), minus the closed gaps inside it (``crash``, ``stop``, ``queued``: no
+    process drove it then, or it waited to be picked up). A pause where a person was asked
+    counts as a gap unless the evidence says a person answered at a terminal, where the
+    process waited (a parked call's process ended: its wait is a gap); the ``open`` gap
+    after the last fact is the caller's to count (the process reading the log knows when
+    it began). 0 for an operation the timeline does not hold."""
+    for op in timeline.operations:
+        if op.operation_id == operation_id:
+            break
+    else:
+        return 0
+    start = op.start_ms
+    end = op.end_ms if op.end_ms is not None else timeline.end_ms
+    down = 0
+    for gap in timeline.gaps:
+        if gap.end_ms is None or gap.kind == "open":
+            continue
+        down += max(min(gap.end_ms, end) - max(gap.start_ms, start), 0)
+    return max(end - start - down, 0)

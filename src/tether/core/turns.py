@@ -60,12 +60,15 @@ class ToolCallTurn:
     """A started tool call (its ``toolStarted`` record) and the turn it belongs to.
 
     ``operation_id`` is the ``toolStarted`` fact's id: the id the action journal records
-    the call under. ``index`` is the fact's position in the log (0 = first fact).
+    the call under. ``replay`` the call's declaration (``safe``: running it twice is
+    harmless, i.e. it changes nothing). ``index`` is the fact's position in the log (0 =
+    first fact).
     """
 
     operation_id: str
     tool_name: str
     arguments: Mapping[str, Any]
+    replay: str
     turn: int
     index: int
 
@@ -86,6 +89,7 @@ def tool_calls_after(facts: Sequence[Mapping[str, Any]], turn: int) -> tuple[Too
                 operation_id=fact_id if isinstance(fact_id, str) else "",
                 tool_name=str(record.get("toolName", "")),
                 arguments=arguments if isinstance(arguments, Mapping) else {},
+                replay=str(record.get("replay", "")),
                 turn=number,
                 index=index,
             )

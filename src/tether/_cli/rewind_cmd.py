@@ -10,6 +10,7 @@ import typer
 
 from tether._cli.common import (
     WORKSPACE_HELP,
+    InputError,
     SessionsDirOption,
     emit_json,
     handle_errors,
@@ -17,7 +18,9 @@ from tether._cli.common import (
     printable,
     workspace_root,
 )
+from tether._cli.session_pick import LastOption, pick_session
 from tether._effects.rewind import RewindPlan, StepStatus, rewind_session
+from tether._stores.file import sessions_dir_for
 from tether.errors import RewindNeedsReview
 
 _VERBS: dict[StepStatus, str] = {
@@ -66,9 +69,6 @@ def describe(plan: RewindPlan, *, dry_run: bool) -> list[str]:
 
 
 def rewind(
-    session: Annotated[
-        str, typer.Argument(help="Session id, unique id prefix or path.", metavar="SESSION")
-    ],
     turn: Annotated[
         int,
         typer.Option(
@@ -77,6 +77,13 @@ def rewind(
             metavar="N",
         ),
     ],
+    session: Annotated[
+        str | None,
+        typer.Argument(
+            help="Session id, unique id prefix or path.", metavar="SESSION", show_default=False
+        ),
+    ] = None,
+    last: LastOption = False,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show the plan; change nothing.")
     ] = False,
@@ -98,11 +105,14 @@ def rewind(
 
         tether rewind 0190c3 --turn 2 --dry-run
 
-        tether rewind 0190c3 --turn 2
+        tether rewind --last --turn 0
     """
     with handle_errors(session):
         root = workspace_root(workspace)
-        plan = rewind_session(root, session, turn, dry_run=dry_run, sessions_dir=sessions_dir)
+        chosen = pick_session(session, last, sessions_dir or sessions_dir_for(root))
+        if chosen is None:
+            raise InputError("name a session (or --last)")
+        plan = rewind_session(root, chosen, turn, dry_run=dry_run, sessions_dir=sessions_dir)
         if json_output:
             emit_json({**plan.to_json(), "resumed": plan.resumed, "dryRun": dry_run})
         else:

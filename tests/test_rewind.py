@@ -166,6 +166,20 @@ def test_dry_run_shows_the_plan_and_changes_nothing(
     assert "new.txt (created by the session: deleted)" in plan.stdout
     assert "turn 2 bash: echo made > bashed.txt" in plan.stdout
     assert contents(ws) == before
+    repl = subprocess.run(
+        [sys.executable, "-m", "tether", "repl", "--session", session],
+        cwd=ws,
+        env=cli_env(),
+        input="/rewind 1 --dry-run\n/exit\n",
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert repl.returncode == 0, repl.stderr
+    assert "NEEDS REVIEW: hand.txt" in repl.stdout + repl.stderr
+    assert "turn 2 bash: echo made > bashed.txt" in repl.stdout + repl.stderr
+    assert contents(ws) == before
     bad = tether("rewind", session, "--turn", "3", cwd=ws)
     assert bad.returncode == 2 and "the session has 2 turns" in bad.stderr
     # turn 2 is the last: nothing after it

@@ -118,6 +118,8 @@ def rewind(
         else:
             for line in describe(plan, dry_run=dry_run):
                 typer.echo(line)
+        if plan.resumed and plan.turn != turn:
+            typer.echo(f"that was an earlier rewind; run it again for turn {turn}", err=True)
         review = plan.review
         if review and not dry_run:
             raise RewindNeedsReview(

@@ -412,7 +412,14 @@ def prepare_journaled(
         faults.hit(INTENT_PREPARED)
         return PreparedChange(file_tool, row, arguments, error=error if created else None)
     row, created = _record_change(
-        journal, workspace, session_id, operation_id, file_tool, digest, planned, JournalStatus.AUTHORIZED
+        journal,
+        workspace,
+        session_id,
+        operation_id,
+        file_tool,
+        digest,
+        planned,
+        JournalStatus.AUTHORIZED,
     )
     faults.hit(INTENT_PREPARED)
     if not created:  # recorded concurrently by someone else: reconcile like a resume
@@ -536,7 +543,14 @@ def journaled_run(
     except (ToolError, OSError) as exc:
         return _tool_error(exc, arguments.get("path"))
     row, created = _record_change(
-        journal, workspace, session_id, operation_id, file_tool, digest, planned, JournalStatus.STARTED
+        journal,
+        workspace,
+        session_id,
+        operation_id,
+        file_tool,
+        digest,
+        planned,
+        JournalStatus.STARTED,
     )
     if not created:  # recorded concurrently by someone else: reconcile like a resume
         return _resume(file_tool, workspace, journal, row, arguments, protected)

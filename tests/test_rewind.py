@@ -212,9 +212,9 @@ def test_sigkill_during_rewind_then_rewind_finishes(
         again = tether("rewind", session, "--turn", "1", cwd=ws)
         assert again.returncode == 24 and "restored" not in again.stdout
         assert contents(ws) == {name: chain[0] for name, chain in CHAINS.items()}
-        shown = tether("show", session, cwd=ws)  # a rewind is no crash of the session
+        shown = tether("show", session, "--workspace", str(ws), cwd=ws)  # no crash: a rewind
         assert shown.returncode == 0 and "0 crash(es)" in shown.stdout, shown.stdout
-        assert "rewind to turn 1: hand.txt" in shown.stdout
+        assert "rewind to turn 1: hand.txt" in shown.stdout, shown.stdout[-3000:]
 
 
 def test_turns_are_numbered_from_one() -> None:

@@ -248,3 +248,29 @@ def test_turns_are_numbered_from_one() -> None:
     assert [c.operation_id for c in tool_calls_after(facts, 1)] == ["op2"]
     assert tool_calls_after(facts, 2) == ()
     assert check_turn(2, 2) is None and check_turn(3, 2) and check_turn(-1, 2)
+
+
+def test_a_session_with_an_unfinished_operation_is_not_rewound(tmp_path: Path) -> None:
+    """Its pending call would be reconciled by hash on resume: rewound to the before-version,
+    the change would be applied again. So the rewind refuses and says what to do."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"model": "scripted/r", "responses": SCRIPT["responses"][:2]}))
+    crashed = tether(
+        "run",
+        "--yes",
+        "--model",
+        f"scripted:{script}",
+        "go",
+        cwd=ws,
+        crash_at="journal.change_applied",
+    )
+    assert crashed.returncode == -signal.SIGKILL
+    assert (ws / "a.txt").read_text() == "a1\n"
+    listed = tether("sessions", "--json", cwd=ws)
+    session = json.loads(listed.stdout)[0]["id"]
+    refused = tether("rewind", session, "--turn", "0", cwd=ws)
+    assert refused.returncode == 2, refused.stderr
+    assert "unfinished operation" in refused.stderr and f"tether resume {session}" in refused.stderr
+    assert (ws / "a.txt").read_text() == "a1\n"

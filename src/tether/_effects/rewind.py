@@ -55,6 +55,7 @@ from tether._tools.workspace import ProtectedState, open_parent, stat_entry
 from tether._wsdb.protocol import WorkspaceDB
 from tether._wsdb.sqlite import EffectsDB
 from tether.core.framing import committed_lines, parse_line
+from tether.core.state import IdleOperation
 from tether.core.turns import ToolCallTurn, check_turn, tool_calls_after, turn_count
 from tether.core.values import JournalRow, JournalStatus
 from tether.errors import ConfigurationError, StaleFileChange, ToolError
@@ -542,6 +543,13 @@ def rewind_session(
     workspace's ``effects.db``, and :func:`rewind` (the file store)."""
     root = Path(os.path.realpath(workspace))
     with SessionStore.open(session, workspace=root, sessions_dir=sessions_dir) as store:
+        if not isinstance(store.state.operation, IdleOperation):
+            # A pending call's recovery reconciles its file by hash: rewound to the
+            # before-version, a started change would be applied again on resume.
+            raise ConfigurationError(
+                f"session {store.session_id} has an unfinished operation; finish it first "
+                f"(tether resume {store.session_id}, or --abort), then rewind"
+            )
         log = store.path.read_bytes()
         record = replace(store.sidecar(RECORD_NAME), limit=RECORD_LIMIT)
         db = EffectsDB.open_workspace(root)

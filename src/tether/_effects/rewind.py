@@ -13,8 +13,8 @@ A rewind is a journaled operation of its own:
    first, each a step ``path: after_hash → before_hash``.
 2. **Record** the plan in the session's side record ``rewind`` (beside the log, written
    atomically while the session's writer lock is held; boundary ``rewind.planned``).
-3. **Each step**, newest first, a compare-and-swap (:data:`STEP_ACTIONS`): the file still
-   holds the recorded after-hash → it is replaced by the before-copy
+3. **Each step**, newest first, a compare-and-swap (the table :data:`STEP_ACTIONS`): the
+   file still holds the recorded after-hash → it is replaced by the before-copy
    (:func:`~tether._tools.builtin.apply_change`: temp file, ``fsync``, rename, directory
    ``fsync``) or deleted if the call created it (boundary ``rewind.step_applied``); it
    already holds the before-hash → nothing to do; anything else → nothing is written, a
@@ -62,9 +62,11 @@ from tether.errors import ConfigurationError, StaleFileChange, ToolError
 
 __all__ = [
     "RECORD_NAME",
+    "STEP_ACTIONS",
     "NotRestorable",
     "RewindPlan",
     "RewindStep",
+    "Seen",
     "StepStatus",
     "load_facts",
     "plan_rewind",
@@ -122,6 +124,30 @@ _NO_COPY: Final = (
     "file over the copy limit); not overwritten"
 )
 _SKIPPED: Final = "a newer change of the file needs review; left as it is"
+
+
+class Seen(StrEnum):
+    """What a step finds in its file (a step's two hashes always differ)."""
+
+    AFTER = "after"
+    BEFORE = "before"
+    OTHER = "other"
+
+
+STEP_ACTIONS: Final[Mapping[Seen, StepStatus]] = {
+    Seen.AFTER: StepStatus.RESTORED,  # the session's version: put the before-version back
+    Seen.BEFORE: StepStatus.UNCHANGED,  # already back: nothing to write
+    Seen.OTHER: StepStatus.REVIEW,  # changed since: never overwritten
+}
+"""The compare-and-swap of one step: what the file holds → what the rewind does."""
+
+
+def seen(found: str | None, step: RewindStep) -> Seen:
+    """Which of the step's versions ``found`` (the file's hash now, ``None``: absent) is."""
+    if found == step.before_hash:
+        return Seen.BEFORE
+    return Seen.AFTER if found == step.after_hash else Seen.OTHER
+
 
 DONE: Final = frozenset({StepStatus.RESTORED, StepStatus.UNCHANGED})
 
@@ -355,15 +381,10 @@ def _restore(workspace: Path, db: WorkspaceDB, step: RewindStep) -> RewindStep:
         found = current_hash(workspace, step.path)
     except (ToolError, OSError) as exc:
         return replace(step, status=StepStatus.REVIEW, reason=f"cannot be read: {exc}")
-    if found == step.before_hash:
-        return replace(step, status=StepStatus.UNCHANGED, found_hash=found)
-    if found != step.after_hash:
-        return replace(
-            step,
-            status=StepStatus.REVIEW,
-            found_hash=found,
-            reason=_CHANGED,
-        )
+    action = STEP_ACTIONS[seen(found, step)]
+    if action is not StepStatus.RESTORED:
+        reason = _CHANGED if action is StepStatus.REVIEW else ""
+        return replace(step, status=action, found_hash=found, reason=reason)
     try:
         if step.before_hash is None:
             _delete_if(workspace, step.path, step.after_hash)
@@ -411,11 +432,12 @@ def _preview(workspace: Path, db: WorkspaceDB, plan: RewindPlan) -> RewindPlan:
                 )
                 continue
         found = now[step.path]
-        if found == step.before_hash:
-            steps.append(replace(step, status=StepStatus.UNCHANGED, found_hash=found))
-        elif found != step.after_hash:
-            held.add(step.path)
-            steps.append(replace(step, status=StepStatus.REVIEW, found_hash=found, reason=_CHANGED))
+        action = STEP_ACTIONS[seen(found, step)]
+        if action is not StepStatus.RESTORED:
+            if action is StepStatus.REVIEW:
+                held.add(step.path)
+            reason = _CHANGED if action is StepStatus.REVIEW else ""
+            steps.append(replace(step, status=action, found_hash=found, reason=reason))
         elif step.before_hash is not None and not _has_copy(db, step):
             held.add(step.path)
             steps.append(replace(step, status=StepStatus.REVIEW, found_hash=found, reason=_NO_COPY))

@@ -410,6 +410,21 @@ class ReviewRequired(TetherError):
         )
 
 
+class RewindNeedsReview(ReviewRequired):
+    """A rewind left files as they are because they changed since the session (``tether
+    review`` lists them); exits like :class:`ReviewRequired`."""
+
+    def __init__(self, paths: tuple[str, ...], items: tuple[object, ...]) -> None:
+        self.paths = paths
+        self.items = items
+        TetherError.__init__(
+            self,
+            "rewind left for review (changed since the session, not overwritten): "
+            + ", ".join(paths)
+            + "; see 'tether review'",
+        )
+
+
 class ApprovalNotFound(TetherError, LookupError):
     """No parked call has the given id (``tether approve``/``deny``)."""
 

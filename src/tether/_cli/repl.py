@@ -35,6 +35,8 @@ HELP = """commands:
   /help            show this help
   /compact         summarise the history so far (keeps the latest turn)
   /session         show the session id and how to resume it
+  /rewind N        put back the files this session's tools changed after turn N
+                   (/rewind N --dry-run shows the plan; docs/rewind.md)
   /exit, /quit     leave (Ctrl+D too); the session stays resumable
 anything else is a prompt for the agent. Ctrl+C at the prompt clears the line; during a
 run the first Ctrl+C aborts it, the second exits at once."""
@@ -64,7 +66,7 @@ def repl(
 ) -> None:
     """Chat with the agent: each line is a prompt, all in one session.
 
-    Commands: /help, /compact, /session, /exit (or Ctrl+D). `tether` without
+    Commands: /help, /compact, /session, /rewind N, /exit (or Ctrl+D). `tether` without
     arguments starts this with the defaults ($TETHER_MODEL, the current
     directory). Without a terminal, lines are read from stdin.
 
@@ -185,9 +187,44 @@ class Repl:
                 self.say("nothing to compact yet")
             else:
                 self.call(lambda: self.agent.compact(session))
+        elif name == "/rewind":
+            self.rewind(text.split()[1:])
         else:
             self.say(f"unknown command {name!r}; /help lists the commands")
         return True
+
+    def rewind(self, words: list[str]) -> None:
+        """``/rewind N [--dry-run]``: ``tether rewind`` of this session, reported here."""
+        from tether._cli.rewind_cmd import describe
+        from tether._effects.rewind import rewind_session
+        from tether.errors import TetherError
+
+        dry_run = "--dry-run" in words
+        numbers = [w for w in words if w != "--dry-run"]
+        if len(numbers) != 1 or not numbers[0].isdigit():
+            self.say("usage: /rewind N [--dry-run] (N: the turn to go back to, 0 = the start)")
+            return
+        if self.session is None:
+            self.say("no session yet: nothing to rewind")
+            return
+        parts = self.agent.parts
+        self.agent.release()  # the rewind takes the session's writer lock itself
+        try:
+            plan = rewind_session(
+                parts.workspace,
+                self.session,
+                int(numbers[0]),
+                dry_run=dry_run,
+                sessions_dir=parts.sessions_dir,
+            )
+        except TetherError as exc:
+            self.say(f"error: {exc}")
+            return
+        for line in describe(plan, dry_run=dry_run):
+            self.say(line)
+        if plan.review and not dry_run:
+            paths = ", ".join(step.path for step in plan.review)
+            self.say(f"left for review (changed since the session): {paths}; see tether review")
 
     def call(self, action: Callable[[], RunResult]) -> RunResult | None:
         """Run one agent call; errors are reported and the loop goes on."""

@@ -412,7 +412,14 @@ def prepare_journaled(
         faults.hit(INTENT_PREPARED)
         return PreparedChange(file_tool, row, arguments, error=error if created else None)
     row, created = _record_change(
-        journal, session_id, operation_id, file_tool, digest, planned, JournalStatus.AUTHORIZED
+        journal,
+        workspace,
+        session_id,
+        operation_id,
+        file_tool,
+        digest,
+        planned,
+        JournalStatus.AUTHORIZED,
     )
     faults.hit(INTENT_PREPARED)
     if not created:  # recorded concurrently by someone else: reconcile like a resume
@@ -446,6 +453,7 @@ def run_prepared(
 
 def _record_change(
     journal: JournalTable,
+    workspace: Path,
     session_id: str,
     operation_id: str,
     tool: FileChangePlanner,
@@ -453,7 +461,8 @@ def _record_change(
     planned: PlannedChange,
     status: JournalStatus,
 ) -> tuple[JournalRow, bool]:
-    """Record the intent of a planned change with the success text it will report."""
+    """Record the intent of a planned change with the success text it will report, and
+    the file's content before it (what ``tether rewind`` restores, :func:`_before_content`)."""
     change = planned.change
     outcome = (
         ApplyOutcome.ALREADY_APPLIED
@@ -470,7 +479,24 @@ def _record_change(
         tool_name=tool.name,
         planned_result=tool.result_text(planned, outcome),
         status=status,
+        before_content=_before_content(workspace, change),
     )
+
+
+def _before_content(workspace: Path, change: FileChange) -> bytes | None:
+    """The file's bytes as the change was planned against them, kept with the intent (in
+    the same transaction) so that ``tether rewind`` can restore them; ``None`` for a new
+    file, a file over :data:`EVIDENCE_MAX_BYTES` (a rewind then lists it as not
+    restorable, never restores a part) or one that changed since it was planned."""
+    if change.before_hash is None or change.before_hash == change.after_hash:
+        return None
+    try:
+        digest, data, _size, truncated = _snapshot(workspace, change.path)
+    except (ToolError, OSError):
+        return None
+    if digest != change.before_hash or truncated:
+        return None
+    return data
 
 
 def journaled_run(
@@ -517,7 +543,14 @@ def journaled_run(
     except (ToolError, OSError) as exc:
         return _tool_error(exc, arguments.get("path"))
     row, created = _record_change(
-        journal, session_id, operation_id, file_tool, digest, planned, JournalStatus.STARTED
+        journal,
+        workspace,
+        session_id,
+        operation_id,
+        file_tool,
+        digest,
+        planned,
+        JournalStatus.STARTED,
     )
     if not created:  # recorded concurrently by someone else: reconcile like a resume
         return _resume(file_tool, workspace, journal, row, arguments, protected)

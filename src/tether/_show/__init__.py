@@ -135,6 +135,8 @@ def gather_evidence(workspace: Path, session_id: str, shared_url: str | None = N
         reviews_store = ReviewStore(db)
         reconciliations: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for entry in reviews_store.reconciliations(session_id=session_id):
+            if _of_rewind(entry.evidence):
+                continue
             reconciliations[entry.operation_id].append({**entry.to_json(), "atMs": entry.at_ms})
         reviews: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for item in reviews_store.list_all(session_id):
@@ -187,3 +189,11 @@ def session_timeline(
     evidence = gather_evidence(root, log.state.header.id, shared_url)
     with gc_paused():
         return build_timeline(log.state, log.transactions, evidence, pause_ms=pause_ms)
+
+
+def _of_rewind(evidence: Mapping[str, Any]) -> bool:
+    """Whether a reconciliation is a ``tether rewind`` step, the review it opened or the
+    decision on that review: it happened after the session, not in a recovery, and the
+    timeline would read it as a crash (docs/rewind.md)."""
+    inner = evidence.get("evidence")
+    return "rewind" in evidence or (isinstance(inner, Mapping) and "rewind" in inner)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from tether._wsdb.rules import (
+    BEFORE_KIND,
     check_same_call,
     dumps_evidence,
     loads_evidence,
@@ -182,6 +183,7 @@ class _Journal:
         status: JournalStatus,
         result: str | None = None,
         detail: str | None = None,
+        before_content: bytes | None = None,
     ) -> tuple[JournalRow, bool]:
         status = JournalStatus(status)
         if result is not None and status is not JournalStatus.FAILED:
@@ -211,6 +213,20 @@ class _Journal:
             )
             tables.journal[operation_id] = row
             tables.journal_history.append((operation_id, status, detail or "intent recorded", now))
+            if before_content is not None and before_hash is not None:
+                tables.evidence.append(
+                    EvidenceCopy(
+                        id=len(tables.evidence) + 1,
+                        operation_id=operation_id,
+                        kind=BEFORE_KIND,
+                        path=path,
+                        content_hash=before_hash,
+                        size=len(before_content),
+                        truncated=False,
+                        content=before_content,
+                        created_at_ms=now,
+                    )
+                )
         return row, True
 
     def record_intent(
@@ -323,6 +339,18 @@ class _Journal:
         tables, lock = self._db.use()
         with lock:
             return next((e for e in tables.evidence if e.id == evidence_id), None)
+
+    def before_copy(self, operation_id: str) -> EvidenceCopy | None:
+        tables, lock = self._db.use()
+        with lock:
+            return next(
+                (
+                    e
+                    for e in reversed(tables.evidence)
+                    if e.operation_id == operation_id and e.kind == BEFORE_KIND
+                ),
+                None,
+            )
 
 
 # =========================================================================== reviews

@@ -90,8 +90,10 @@ class JournalTable(Protocol):
         status: JournalStatus,
         result: str | None = None,
         detail: str | None = None,
+        before_content: bytes | None = None,
     ) -> tuple[JournalRow, bool]:
-        """The row of ``operation_id``, recorded now unless it exists: ``(row, created)``."""
+        """The row of ``operation_id``, recorded now unless it exists: ``(row, created)``;
+        ``before_content`` is kept with it (atomically) as the ``before`` evidence copy."""
         ...
 
     def record_intent(
@@ -137,6 +139,10 @@ class JournalTable(Protocol):
     ) -> int: ...
 
     def evidence(self, evidence_id: int) -> EvidenceCopy | None: ...
+
+    def before_copy(self, operation_id: str) -> EvidenceCopy | None:
+        """The file's content before the call's change (``tether rewind``), or ``None``."""
+        ...
 
 
 class ReviewTable(Protocol):

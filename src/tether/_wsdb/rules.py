@@ -15,6 +15,7 @@ from tether.core.values import CheckOutcome, JournalRow, Verification, verificat
 from tether.errors import OperationIdConflict, ReviewItemNotFound
 
 __all__ = [
+    "BEFORE_KIND",
     "SUMMARY_LIMIT",
     "check_same_call",
     "check_session",
@@ -24,6 +25,10 @@ __all__ = [
     "parse_item_id",
     "truncate_summary",
 ]
+
+BEFORE_KIND: Final = "before"
+"""Evidence kind of a file's content before a journaled change (what ``tether rewind``
+restores)."""
 
 
 def check_same_call(

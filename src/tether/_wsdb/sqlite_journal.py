@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from tether._wsdb.rules import check_same_call
+from tether._wsdb.rules import BEFORE_KIND, check_same_call
 from tether._wsdb.sqlite_handle import SQLiteDatabase
 from tether.core.values import EvidenceCopy, JournalRow, JournalStatus, check_transition
 
@@ -92,12 +92,15 @@ class ActionJournal:
         status: JournalStatus,
         result: str | None = None,
         detail: str | None = None,
+        before_content: bytes | None = None,
     ) -> tuple[JournalRow, bool]:
         """Record a row unless ``operation_id`` has one: ``(row, created)``.
 
         An existing row of another session or digest raises
         :class:`~tether.errors.OperationIdConflict`. ``result`` (an error) only with status
-        ``failed``. Durable on return.
+        ``failed``. ``before_content`` (the file's bytes, hashing to ``before_hash``) is kept
+        in the same transaction as evidence of kind ``before``, what ``tether rewind``
+        restores. Durable on return.
         """
         status = JournalStatus(status)
         if result is not None and status is not JournalStatus.FAILED:
@@ -136,6 +139,20 @@ class ActionJournal:
                 "VALUES (?,?,?,?)",
                 (operation_id, status.value, detail or "intent recorded", now),
             )
+            if before_content is not None and before_hash is not None:
+                conn.execute(
+                    "INSERT INTO evidence (operation_id, kind, path, content_hash, size, "
+                    "truncated, content, created_at_ms) VALUES (?,?,?,?,?,0,?,?)",
+                    (
+                        operation_id,
+                        BEFORE_KIND,
+                        path,
+                        before_hash,
+                        len(before_content),
+                        before_content,
+                        now,
+                    ),
+                )
         return (
             JournalRow(
                 operation_id,
@@ -275,17 +292,30 @@ class ActionJournal:
 
     def evidence(self, evidence_id: int) -> EvidenceCopy | None:
         """A kept evidence copy, or ``None``."""
-        found = self.db.query_one("SELECT * FROM evidence WHERE id = ?", (evidence_id,))
-        if found is None:
-            return None
-        return EvidenceCopy(
-            id=int(found["id"]),
-            operation_id=found["operation_id"],
-            kind=found["kind"],
-            path=found["path"],
-            content_hash=found["content_hash"],
-            size=found["size"],
-            truncated=bool(found["truncated"]),
-            content=found["content"],
-            created_at_ms=int(found["created_at_ms"]),
+        return _copy(self.db.query_one("SELECT * FROM evidence WHERE id = ?", (evidence_id,)))
+
+    def before_copy(self, operation_id: str) -> EvidenceCopy | None:
+        """The content the call's file had before it (kind ``before``), or ``None``."""
+        return _copy(
+            self.db.query_one(
+                "SELECT * FROM evidence WHERE operation_id = ? AND kind = ? "
+                "ORDER BY id DESC LIMIT 1",
+                (operation_id, BEFORE_KIND),
+            )
         )
+
+
+def _copy(found: Any) -> EvidenceCopy | None:
+    if found is None:
+        return None
+    return EvidenceCopy(
+        id=int(found["id"]),
+        operation_id=found["operation_id"],
+        kind=found["kind"],
+        path=found["path"],
+        content_hash=found["content_hash"],
+        size=found["size"],
+        truncated=bool(found["truncated"]),
+        content=found["content"],
+        created_at_ms=int(found["created_at_ms"]),
+    )

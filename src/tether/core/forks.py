@@ -187,7 +187,7 @@ def map_log(data: bytes) -> LogMap:
     turns = 0
     run_turns: dict[str, int] = {}
     for raw in lines:
-        reducer.apply(raw)
+        reducer.feed(raw)
         ids, started, finished = _facts_of(orjson.loads(raw))
         for operation_id in started:
             turns += 1

@@ -32,7 +32,8 @@ Pure (``tether.core`` rule): bytes and values in, values out.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -42,7 +43,7 @@ from tether.core.configuration import snapshot_differences
 from tether.core.current import CurrentConfiguration
 from tether.core.framing import committed_lines
 from tether.core.planner import plan_recovery
-from tether.core.plans import StartTool, ToolMode
+from tether.core.plans import StartStep, StartTool, ToolMode
 from tether.core.policy import Decision, Policy, ToolKind, decide
 from tether.core.reducer import Reducer
 from tether.core.state import (
@@ -107,15 +108,24 @@ class ReplayReport:
         }
 
 
-def _transactions(data: bytes) -> Iterator[tuple[Reducer, bytes, list[Mapping[str, Any]]]]:
-    """The reducer *before* each transaction, the line's bytes and its facts; the reducer
-    is advanced by the caller's loop after each item (see :func:`replay_log`)."""
-    lines, _end = committed_lines(data)
-    reducer = Reducer.from_header_line(next(lines))
+_DECISION_WORDS: Final = re.compile(
+    rb'"(?:stepAttempt|toolStarted|operationFinished|stepFailed|synthetic)"'
+).search
+"""A line holding a decision has one of these (its record's or result's type); a line
+without any (a prompt, an answer, a tool's output: most of a log's bytes) is only reduced,
+never parsed a second time. A word inside a text only costs a parse."""
+
+
+def _transactions(
+    reducer: Reducer, lines: Iterator[bytes]
+) -> Iterator[tuple[bytes, list[Mapping[str, Any]]]]:
+    """Each line that may hold a decision with its facts, while ``reducer`` is still
+    *before* it; every line is fed to the reducer after the caller has looked at it."""
     for raw in lines:
-        value = orjson.loads(raw)
-        yield reducer, raw, value if isinstance(value, list) else [value]
-        reducer.apply(raw)
+        if _DECISION_WORDS(raw) is not None:
+            value = orjson.loads(raw)
+            yield raw, value if isinstance(value, list) else [value]
+        reducer.feed(raw)
 
 
 def replay_log(
@@ -130,27 +140,39 @@ def replay_log(
     found: list[Divergence] = []
     seen: set[str] = set()
     decisions = 0
-    line = 1
-    for reducer, _raw, facts in _transactions(data):
+    # Every line goes through the reducer's strict parse, which accepts only UTF-8; the
+    # file-wide check is the load's business when it reports an error (Reducer.load).
+    lines, _end = committed_lines(data, check_utf8=False)
+    reducer = Reducer.from_header_line(next(lines))
+    for _raw, facts in _transactions(reducer, lines):
         line = reducer.line_count + 1
         first = facts[0]
-        state = reducer.state
-        entry = str(first["id"])
         for fact in facts:
             record = fact.get("record")
-            if record is not None and record["type"] == "stepAttempt":
+            if (
+                record is not None
+                and record["type"] == "stepAttempt"
+                and record["configurationDigest"] != current.configuration_digest
+            ):
                 recorded = _snapshot_from_json(record["configurationSnapshot"])
                 for change in snapshot_differences(recorded, snapshot):
                     if change not in seen:
                         seen.add(change)
                         found.append(Divergence(line, str(fact["id"]), "configuration", change))
-        expected = _recorded_decision(first)
-        if expected is not None and not isinstance(state.operation, IdleOperation):
-            decisions += 1
-            planned = plan_recovery(state, current).to_json()
-            problem = _compare(expected, planned, state)
-            if problem is not None:
-                found.append(Divergence(line, entry, *problem))
+        record = first.get("record")
+        fast = _SAME.get(record["type"]) if record is not None else None
+        if fast is not None or _recorded_decision(first) is not None:
+            # The state is taken only where a decision is compared (a snapshot per line
+            # is most of the cost of a replay over a plain load).
+            state = reducer.state
+            if not isinstance(state.operation, IdleOperation):
+                decisions += 1
+                plan = plan_recovery(state, current)
+                if fast is None or record is None or not fast(record, plan):
+                    expected = _recorded_decision(first)
+                    problem = _compare(expected, plan.to_json()) if expected else None
+                    if problem is not None:
+                        found.append(Divergence(line, str(first["id"]), *problem))
         if policy is not None:
             for fact in facts:
                 record = fact.get("record")
@@ -159,7 +181,36 @@ def replay_log(
                     verdict = _gate(record, facts, current, policy)
                     if verdict is not None:
                         found.append(Divergence(line, str(fact["id"]), "gate", verdict))
-    return ReplayReport(line, decisions, tuple(found))
+    return ReplayReport(reducer.line_count, decisions, tuple(found))
+
+
+def _same_step(record: Mapping[str, Any], plan: object) -> bool:
+    return (
+        type(plan) is StartStep
+        and plan.attempt == record["attempt"]
+        and plan.context_through_entry_id == record["contextThroughEntryId"]
+        and plan.step_kind.value == record["stepKind"]
+        and (plan.step_id is None or plan.step_id == record["stepId"])
+    )
+
+
+def _same_tool(record: Mapping[str, Any], plan: object) -> bool:
+    return (
+        type(plan) is StartTool
+        and plan.mode is ToolMode.START
+        and plan.assistant_entry_id == record["assistantEntryId"]
+        and plan.tool_index == record["toolIndex"]
+        and plan.tool_name == record["toolName"]
+        and plan.arguments == record["arguments"]
+    )
+
+
+_SAME: Final[Mapping[str, Callable[[Mapping[str, Any], object], bool]]] = {
+    "stepAttempt": _same_step,
+    "toolStarted": _same_tool,
+}
+"""The common decisions, compared on the typed plan (the JSON forms are built only for a
+difference, to describe it)."""
 
 
 def _recorded_decision(fact: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -210,9 +261,7 @@ def _recorded_decision(fact: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _compare(
-    expected: Mapping[str, Any], planned: Mapping[str, Any], state: SessionState
-) -> tuple[str, str] | None:
+def _compare(expected: Mapping[str, Any], planned: Mapping[str, Any]) -> tuple[str, str] | None:
     """``(what, detail)`` when the plan is not the recorded decision."""
     if expected["type"] == "appendSynthetic":
         if planned["type"] != "appendSynthetic":
@@ -235,7 +284,6 @@ def _compare(
             return None
     elif all(planned.get(k) == v for k, v in expected.items()):
         return None
-    del state
     return "plan", f"the log did {_describe(expected)}; now: {_describe(planned)}"
 
 
@@ -357,7 +405,7 @@ def crash_points(
 
     check()
     for raw in lines:
-        reducer.apply(raw)
+        reducer.feed(raw)
         check()
     return checked, plans, bad
 

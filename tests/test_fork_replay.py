@@ -357,3 +357,44 @@ def _snapshot_of(data: bytes) -> dict[str, Any]:
                 snapshot: dict[str, Any] = record["configurationSnapshot"]
                 return snapshot
     raise AssertionError("no stepAttempt")
+
+
+# --------------------------------------------------------------------------- crash lab
+
+
+def test_a_crash_lab_session_replays_without_divergence(tmp_path: Path) -> None:
+    """A real crash-lab run (multi-call: bash, read, write, bash, edit) killed with SIGKILL
+    after an effect, then resumed, replays with no divergence and no blind re-run."""
+    from tether.testing.crashlab.child import (
+        WORKSPACE,
+        _agent,
+        _Instruments,
+        prepare_run_dir,
+        session_log_path,
+    )
+    from tether.testing.crashlab.matrix import SpawnRunner
+    from tether.testing.crashlab.scenarios import BUILTIN_SCENARIOS
+
+    scenario = BUILTIN_SCENARIOS["multi-call"]
+    run_dir = tmp_path / "run"
+    prepare_run_dir(run_dir, scenario, "durable")
+    spawn = SpawnRunner()
+    crashed = spawn.run(
+        ["multi-call", str(run_dir), "run"],
+        env={"TETHER_CRASH_AT": "after_effect@2", "TETHER_CRASH_MODE": "kill"},
+        out=run_dir / "out" / "r",
+        timeout=60,
+    )
+    assert crashed.returncode == -9, (crashed.returncode, crashed.stderr)  # SIGKILL
+    resumed = spawn.run(
+        ["multi-call", str(run_dir), "resume"], env={}, out=run_dir / "out" / "s", timeout=60
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    log = session_log_path(run_dir / WORKSPACE)
+    assert log is not None
+    lab_agent = _agent(scenario, run_dir, "durable", _Instruments(run_dir))
+    try:
+        report = assert_replays(log, lab_agent, crash_points_too=True)
+    finally:
+        lab_agent.close()
+    assert report.decisions >= 10

@@ -398,3 +398,63 @@ def test_a_crash_lab_session_replays_without_divergence(tmp_path: Path) -> None:
     finally:
         lab_agent.close()
     assert report.decisions >= 10
+
+
+# --------------------------------------------------------------------------- the commands
+
+
+def test_the_commands(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tether fork`` and ``tether replay`` as a user runs them (in-process CliRunner)."""
+    from typer.testing import CliRunner
+
+    from tether._cli import app
+
+    monkeypatch.chdir(workspace)
+    (workspace / "README.md").write_text("hello\n")
+    script = {
+        "model": "scripted/cli",
+        "responses": [
+            {"tool_calls": [{"name": "read", "arguments": {"path": "README.md"}}]},
+            {"tool_calls": [{"name": "write", "arguments": {"path": "a.txt", "content": "1"}}]},
+            {"content": "done"},
+        ],
+    }
+    (workspace / "script.json").write_text(json.dumps(script))
+    runner = CliRunner()
+
+    def cli(*args: str) -> Any:
+        return runner.invoke(app, list(args), catch_exceptions=False)
+
+    run = cli("run", "go", "--model", "scripted:script.json", "--sandbox", "off")
+    assert run.exit_code == 0, run.output
+    (log,) = (workspace / ".tether" / "sessions").glob("*.jsonl")
+    session = log.stem.split("_", 1)[1]
+
+    same = cli("replay", session, "--sandbox", "off")
+    assert same.exit_code == 0 and "no divergence" in same.output, same.output
+
+    (workspace / "AGENTS.md").write_text("Be terse.\n")
+    changed = cli("replay", session, "--sandbox", "off")
+    assert changed.exit_code == 1, changed.output
+    assert "diverges at line 3" in changed.output and "system prompt" in changed.output
+    (workspace / "AGENTS.md").unlink()
+
+    other = workspace / "candidate"
+    other.mkdir()
+    (other / "tether.toml").write_text('[policy.tools]\nwrite = "deny"\n')
+    against = cli("replay", session, "--sandbox", "off", "--against", str(other / "tether.toml"))
+    assert against.exit_code == 1 and "gate" in against.output, against.output
+    assert "now denied by tether.toml [policy.tools] write" in against.output
+
+    crash = cli("replay", session, "--sandbox", "off", "--crash-points", "--json")
+    assert crash.exit_code == 0 and json.loads(crash.output)["ok"] is True, crash.output
+
+    refused = cli("fork", session, "--at", first_ids(log)[3])
+    assert refused.exit_code == 2 and "nearest valid points" in refused.output
+
+    forked = cli("fork", session, "--turn", "1", "--json")
+    assert forked.exit_code == 0, forked.output
+    lineage = json.loads(forked.output)
+    assert lineage["forkOf"] == session and lineage["turn"] == 1
+    shown = cli("inspect", lineage["sessionId"])
+    assert shown.exit_code == 0 and f"forked from {session} after turn 1" in shown.output

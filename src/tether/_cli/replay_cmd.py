@@ -27,8 +27,9 @@ from tether._inputs import MAX_SESSION_FILE_BYTES
 from tether.core.current import CurrentConfiguration
 from tether.core.policy import Policy
 from tether.core.replay import crash_points, replay_log
+from tether.errors import EXIT_FAILED
 
-EXIT_DIVERGED = 1
+EXIT_DIVERGED = EXIT_FAILED
 """A divergence (or a blind re-run at a crash point): the run-failed status."""
 
 

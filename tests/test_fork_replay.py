@@ -458,3 +458,17 @@ def test_the_commands(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert lineage["forkOf"] == session and lineage["turn"] == 1
     shown = cli("inspect", lineage["sessionId"])
     assert shown.exit_code == 0 and f"forked from {session} after turn 1" in shown.output
+
+
+def test_a_corrupt_decision_line_is_the_formats_error(workspace: Path, recorded: Path) -> None:
+    from tether.errors import SessionCorruption
+
+    lines = lines_of(recorded)
+    step = line_with(recorded, "stepAttempt")
+    for bad in (b'{"kind":"record","record":{"type":"stepAttempt"}}', b'{"stepAttempt": '):
+        broken = b"\n".join([*lines[: step - 1], bad, *lines[step:]]) + b"\n"
+        with agent(workspace, TURN_1) as a:
+            configuration = a.configuration
+        with pytest.raises(SessionCorruption) as caught:
+            replay_log(broken, configuration.current, configuration.snapshot)
+        assert caught.value.line == step

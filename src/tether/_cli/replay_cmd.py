@@ -103,8 +103,8 @@ def replay(
 
         tether replay 01a2f3 --crash-points
 
-    Exit status: 0 no divergence, 1 a divergence (or a blind re-run at a crash point),
-    2 usage error, 3 no such session, 5 corrupt log.
+    Exit status: 0 no divergence, 1 a divergence, a blind re-run at a crash point or a
+    corrupt log (the message says which), 2 usage error, 3 no such session.
     """
     with handle_errors(str(file) if file is not None else "--last"):
         if crash_all and crash_at is not None:

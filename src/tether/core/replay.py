@@ -33,7 +33,7 @@ Pure (``tether.core`` rule): bytes and values in, values out.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -116,16 +116,9 @@ without any (a prompt, an answer, a tool's output: most of a log's bytes) is onl
 never parsed a second time. A word inside a text only costs a parse."""
 
 
-def _transactions(
-    reducer: Reducer, lines: Iterator[bytes]
-) -> Iterator[tuple[bytes, list[Mapping[str, Any]]]]:
-    """Each line that may hold a decision with its facts, while ``reducer`` is still
-    *before* it; every line is fed to the reducer after the caller has looked at it."""
-    for raw in lines:
-        if _DECISION_WORDS(raw) is not None:
-            value = orjson.loads(raw)
-            yield raw, value if isinstance(value, list) else [value]
-        reducer.feed(raw)
+_MALFORMED: Final = (ValueError, KeyError, TypeError, AttributeError, IndexError)
+"""What looking at the facts of a line the reducer has not validated yet can raise: the
+line is then fed to the reducer, which reports it as the format's error."""
 
 
 def replay_log(
@@ -137,14 +130,41 @@ def replay_log(
     """Compare every recorded decision of ``data`` with the one ``current``, ``snapshot``
     (the current configuration snapshot, spec 10.2) and ``policy`` take (module
     docstring); raises :class:`~tether.errors.SessionCorruption` for a corrupt log."""
-    found: list[Divergence] = []
-    seen: set[str] = set()
-    decisions = 0
+    replay = _Replay(current, snapshot, policy)
     # Every line goes through the reducer's strict parse, which accepts only UTF-8; the
     # file-wide check is the load's business when it reports an error (Reducer.load).
     lines, _end = committed_lines(data, check_utf8=False)
     reducer = Reducer.from_header_line(next(lines))
-    for _raw, facts in _transactions(reducer, lines):
+    for raw in lines:
+        # A line that may hold a decision is looked at while the reducer is still before
+        # it (the planner needs the state before the decision); any other line (a
+        # prompt, an answer, a tool's output: most of a log's bytes) is only reduced.
+        if _DECISION_WORDS(raw) is not None:
+            try:
+                value = orjson.loads(raw)
+                replay.line(reducer, value if isinstance(value, list) else [value])
+            except _MALFORMED:
+                reducer.feed(raw)  # an invalid line: raises the format's error
+                raise  # a valid line: a bug of this module, not the log's
+        reducer.feed(raw)
+    return ReplayReport(reducer.line_count, replay.decisions, tuple(replay.found))
+
+
+class _Replay:
+    """The comparisons of :func:`replay_log`, one transaction at a time."""
+
+    def __init__(
+        self, current: CurrentConfiguration, snapshot: Mapping[str, Any], policy: Policy | None
+    ) -> None:
+        self.current = current
+        self.snapshot = snapshot
+        self.policy = policy
+        self.found: list[Divergence] = []
+        self.seen: set[str] = set()
+        self.decisions = 0
+
+    def line(self, reducer: Reducer, facts: Sequence[Mapping[str, Any]]) -> None:
+        current = self.current
         line = reducer.line_count + 1
         first = facts[0]
         for fact in facts:
@@ -155,10 +175,12 @@ def replay_log(
                 and record["configurationDigest"] != current.configuration_digest
             ):
                 recorded = _snapshot_from_json(record["configurationSnapshot"])
-                for change in snapshot_differences(recorded, snapshot):
-                    if change not in seen:
-                        seen.add(change)
-                        found.append(Divergence(line, str(fact["id"]), "configuration", change))
+                for change in snapshot_differences(recorded, self.snapshot):
+                    if change not in self.seen:
+                        self.seen.add(change)
+                        self.found.append(
+                            Divergence(line, str(fact["id"]), "configuration", change)
+                        )
         record = first.get("record")
         fast = _SAME.get(record["type"]) if record is not None else None
         if fast is not None or _recorded_decision(first) is not None:
@@ -166,22 +188,21 @@ def replay_log(
             # is most of the cost of a replay over a plain load).
             state = reducer.state
             if not isinstance(state.operation, IdleOperation):
-                decisions += 1
+                self.decisions += 1
                 plan = plan_recovery(state, current)
                 if fast is None or record is None or not fast(record, plan):
                     expected = _recorded_decision(first)
                     problem = _compare(expected, plan.to_json()) if expected else None
                     if problem is not None:
-                        found.append(Divergence(line, str(first["id"]), *problem))
-        if policy is not None:
+                        self.found.append(Divergence(line, str(first["id"]), *problem))
+        if self.policy is not None:
             for fact in facts:
                 record = fact.get("record")
                 if record is not None and record["type"] == "toolStarted":
-                    decisions += 1
-                    verdict = _gate(record, facts, current, policy)
+                    self.decisions += 1
+                    verdict = _gate(record, facts, current, self.policy)
                     if verdict is not None:
-                        found.append(Divergence(line, str(fact["id"]), "gate", verdict))
-    return ReplayReport(reducer.line_count, decisions, tuple(found))
+                        self.found.append(Divergence(line, str(fact["id"]), "gate", verdict))
 
 
 def _same_step(record: Mapping[str, Any], plan: object) -> bool:

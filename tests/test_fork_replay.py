@@ -17,6 +17,7 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
 from fakeprovider import FakeProvider, completion, ok
+from pgkit import pg_store, pg_url  # noqa: F401 (fixtures)
 from tether._cli.fork_cmd import fork_session
 from tether._models import OpenAICompatibleModel, ScriptedModel
 from tether._runtime import Agent, RunStatus
@@ -472,3 +473,32 @@ def test_a_corrupt_decision_line_is_the_formats_error(workspace: Path, recorded:
         with pytest.raises(SessionCorruption) as caught:
             replay_log(broken, configuration.current, configuration.snapshot)
         assert caught.value.line == step
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+def test_fork_on_the_postgresql_store(recorded: Path, pg_store: str) -> None:  # noqa: F811
+    """``tether fork --store URL``: the fork is a session of the same store."""
+    from typer.testing import CliRunner
+
+    from tether._cli import app
+    from tether._stores.postgres import PostgresSessions, PostgresSidecar
+
+    original = recorded.read_bytes()
+    with PostgresSessions(pg_store) as sessions:
+        session = sessions.import_log(original)
+    result = CliRunner().invoke(
+        app, ["fork", session, "--store", pg_store, "--turn", "1", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    lineage = json.loads(result.output)
+    assert lineage["forkOf"] == session and lineage["turn"] == 1
+    with PostgresSessions(pg_store) as sessions:
+        data = sessions.log_bytes(lineage["sessionId"])
+        assert sessions.log_bytes(session) == original  # the original is unchanged
+        record = read_lineage(PostgresSidecar(sessions, lineage["sessionId"], SIDECAR_NAME))
+    cut = map_log(original).turn_end(1)
+    assert data.split(b"\n", 1)[1] == original[map_log(original).marks[0].end : cut.end]
+    assert reduce_session(data).header.id == lineage["sessionId"]
+    assert record is not None and not isinstance(record, str) and record.fork_of == session

@@ -34,7 +34,7 @@ from tether._stores.lineage import SIDECAR_NAME, Lineage, write_lineage
 from tether._stores.reasoning import side_record_name
 from tether._stores.sidecar import FileSidecar, sidecar_path
 from tether.core.forks import CutPoint, LogMap, map_log
-from tether.core.state import SessionState
+from tether.core.state import Header, SessionState
 from tether.errors import TetherError
 
 
@@ -74,6 +74,17 @@ def fork(
         bool, typer.Option("--json", help="Print the new session's lineage as JSON.")
     ] = False,
     sessions_dir: SessionsDirOption = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="Fork a session of a shared store (postgresql://…) into the same store. "
+            "Default: $TETHER_STORE_URL, else [store] url (not for a log's path or with "
+            "--sessions-dir).",
+            metavar="URL",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Create a new session from a prefix of SESSION; SESSION is never changed.
 
@@ -93,9 +104,18 @@ def fork(
     with handle_errors(str(session) if session is not None else "--last"):
         if at is not None and turn is not None:
             raise InputError("give --at or --turn, not both")
-        path = session_file(session, last, sessions_dir)
-        data = read_input(path, "session file", limit=MAX_SESSION_FILE_BYTES)
-        lineage = fork_session(path, data, at=at, turn=turn)
+        from tether._cli.store_cmd import default_store
+
+        named_file = sessions_dir is not None or (session is not None and session.is_file())
+        url = default_store(store, files_named=named_file)
+        if url is not None:
+            if session is None or last:
+                raise InputError("with a store, give the session's id (no --last)")
+            lineage = fork_store_session(url, str(session), at=at, turn=turn)
+        else:
+            path = session_file(session, last, sessions_dir)
+            data = read_input(path, "session file", limit=MAX_SESSION_FILE_BYTES)
+            lineage = fork_session(path, data, at=at, turn=turn)
         if json_output:
             emit_json(lineage.to_json())
         else:
@@ -112,14 +132,16 @@ def choose_cut(log: LogMap, *, at: str | None, turn: int | None) -> CutPoint:
     return CutPoint(log.last_settled())
 
 
-def fork_session(path: Path, data: bytes, *, at: str | None, turn: int | None) -> Lineage:
-    """Fork the log at ``path`` (its bytes ``data``) into a new session beside it."""
+def plan_fork(
+    data: bytes, *, at: str | None, turn: int | None
+) -> tuple[Lineage, Header, LogMap, CutPoint]:
+    """The lineage of a fork of ``data`` (with a new session id), the original's header,
+    the log's map and the cut (:class:`ConfigurationError` for a cut that is not settled)."""
     from tether._loading import reduce_session
 
     log = map_log(data)
     cut = choose_cut(log, at=at, turn=turn)
-    state = reduce_session(data[: log.marks[0].end])
-    header = state.header
+    header = reduce_session(data[: log.marks[0].end]).header
     new_id = new_uuid7()
     lineage = Lineage(
         session_id=new_id,
@@ -130,6 +152,39 @@ def fork_session(path: Path, data: bytes, *, at: str | None, turn: int | None) -
         bytes=cut.end,
         forked_at=SYSTEM_CLOCK.now_ms(),
     )
+    return lineage, header, log, cut
+
+
+def fork_store_session(url: str, session: str, *, at: str | None, turn: int | None) -> Lineage:
+    """Fork a session of the shared store at ``url`` into a new session of the same store:
+    the fork's log is imported whole (one transaction of the store), its lineage is a
+    sidecar record of the store (``tether_sidecars``)."""
+    from tether._cli.store_cmd import open_store
+    from tether._stores.postgres import PostgresSidecar
+    from tether._stores.transaction import encode_header
+
+    with open_store(url) as sessions:
+        data = sessions.log_bytes(session)
+        lineage, header, log, cut = plan_fork(data, at=at, turn=turn)
+        head, _reducer = encode_header(
+            session_id=lineage.session_id,
+            created_at=lineage.forked_at,
+            cwd=header.cwd,
+            provider=header.provider,
+            model=header.model,
+            environment_identity=header.environment_identity,
+        )
+        sessions.import_log(head + data[log.marks[0].end : cut.end])
+        # A sidecar row needs its session (a foreign key): the lineage follows the import,
+        # so a crash in between leaves a fork without it (shown as no lineage, harmless).
+        write_lineage(PostgresSidecar(sessions, lineage.session_id, SIDECAR_NAME), lineage)
+    return lineage
+
+
+def fork_session(path: Path, data: bytes, *, at: str | None, turn: int | None) -> Lineage:
+    """Fork the log at ``path`` (its bytes ``data``) into a new session beside it."""
+    lineage, header, log, cut = plan_fork(data, at=at, turn=turn)
+    new_id = lineage.session_id
     folder = path.parent
     # The lineage first: a crash before the log exists leaves a record naming no session
     # (harmless), never a fork that does not say where it came from.

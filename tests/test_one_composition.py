@@ -28,7 +28,7 @@ from tether._runtime.agent import AgentOptions
 from tether._settings import SETTINGS, Kind, Settings, resolve_settings
 from tether.core.reducer import Reducer
 
-AGENT_COMMANDS = ("run", "resume", "retry", "repl", "submit", "worker", "plan")
+AGENT_COMMANDS = ("run", "resume", "retry", "repl", "submit", "worker", "plan", "replay")
 
 SCRIPT = {
     "model": "scripted/one",

@@ -23,11 +23,13 @@ from tether._cli import (
     approvals_cmd,
     authorizations_cmd,
     crashlab_cmd,
+    fork_cmd,
     inspect_cmd,
     lab_cmd,
     mcp_cmd,
     plan_cmd,
     repl,
+    replay_cmd,
     resume_cmd,
     review_cmd,
     rewind_cmd,
@@ -73,6 +75,8 @@ COMMAND_MODULES = (
     store_cmd,
     approvals_cmd,
     sandbox_cmd,
+    fork_cmd,
+    replay_cmd,
 )
 for _module in COMMAND_MODULES:
     _module.register(app)

@@ -3,10 +3,10 @@
 Rules of this module:
 
 * Every command that builds an agent (``run``, ``resume``, ``retry``, ``repl``, ``submit``,
-  ``worker``, ``plan``) is declared with :func:`agent_command`: it gets one flag per row of
-  :data:`tether._settings.SETTINGS`, with the row's name, help and value check, and receives
-  the values given as one :class:`Flags` mapping. A new setting is a row of the table; no
-  command lists flags of its own for it.
+  ``worker``, ``plan``, ``replay``) is declared with :func:`agent_command`: it gets one flag
+  per row of :data:`tether._settings.SETTINGS`, with the row's name, help and value check,
+  and receives the values given as one :class:`Flags` mapping. A new setting is a row of the
+  table; no command lists flags of its own for it.
 * :func:`cli_settings` turns the flags (with what a continued session remembered, see
   :mod:`tether._cli.session_pick`) into one :class:`~tether._settings.Settings` value, and
   :func:`cli_agent` builds the agent from it through the one composition

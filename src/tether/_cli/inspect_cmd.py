@@ -296,6 +296,13 @@ def render_state(
     report.row("provider", header.provider)
     report.row("model", header.model)
     report.row("environment", header.environment_identity)
+    if log_dir is not None:
+        from tether._stores.lineage import SIDECAR_NAME, read_lineage
+        from tether._stores.sidecar import FileSidecar, sidecar_path
+
+        lineage = read_lineage(FileSidecar(sidecar_path(log_dir, header.id, SIDECAR_NAME)))
+        if lineage is not None:
+            report.row("lineage", lineage if isinstance(lineage, str) else lineage.text())
 
     operation = state.operation
     if isinstance(operation, RunOperation):

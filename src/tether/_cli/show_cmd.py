@@ -33,6 +33,7 @@ from tether.errors import SessionNotFound, exit_code_of
 
 if TYPE_CHECKING:
     from tether._runtime.spend import Cost
+    from tether._stores.lineage import Lineage
     from tether._stores.reasoning import SideRecord
 
 
@@ -169,6 +170,17 @@ def _cost(log: SessionLog, workspace: Path | None) -> Cost:
     return log_cost(log.state, read, workspace_prices(str(workspace) if workspace else None))
 
 
+def log_lineage(log: SessionLog) -> Lineage | str | None:
+    """The fork lineage record beside a file log (docs/replay.md), if any."""
+    from tether._stores.lineage import SIDECAR_NAME, read_lineage
+    from tether._stores.sidecar import FileSidecar, sidecar_path
+
+    path = Path(log.location)
+    if not path.is_file():
+        return None
+    return read_lineage(FileSidecar(sidecar_path(path.parent, log.state.header.id, SIDECAR_NAME)))
+
+
 def _draw(
     timeline: Timeline,
     log: SessionLog,
@@ -189,6 +201,9 @@ def _draw(
     if json_output:
         document = timeline.to_json()
         document["costUsd"] = cost.to_json()
+        lineage = log_lineage(log)
+        if lineage is not None and not isinstance(lineage, str):
+            document["lineage"] = lineage.to_json()
         if stopped is not None:
             document["unreadable"] = {**stopped.to_json(), "detail": stopped.detail}
         emit_json(document)
@@ -198,6 +213,10 @@ def _draw(
         console = Console(width=160)
     render_timeline(timeline, console, show_all=show_all)
     write_lines([[("Cost ", "bold cyan"), (cost.text(), "")]], console)
+    lineage = log_lineage(log)
+    if lineage is not None:
+        text = lineage if isinstance(lineage, str) else lineage.text()
+        write_lines([[("Lineage ", "bold cyan"), (printable(text), "")]], console)
     if stopped is not None:
         detail = f" ({printable(stopped.detail)})" if stopped.detail else ""
         seq = f", seq {stopped.seq}" if stopped.seq is not None else ""

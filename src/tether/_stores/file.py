@@ -587,8 +587,14 @@ class SessionStore(ClosesOnExit):
         sessions_dir: str | os.PathLike[str] | None = None,
         clock: Callable[[], int] = SYSTEM_CLOCK.now_ms,
         ids: Callable[[], str] = new_uuid7,
+        body: bytes = b"",
     ) -> SessionStore:
         """Create a new session log holding only its header and open it for writing.
+
+        ``body`` (a fork, docs/replay.md): complete transaction lines copied from another
+        log, written after the header in the same creation, so the new log appears under its
+        final name with all of them or not at all; they must reduce after the new header
+        (:class:`~tether.errors.FactRejected` otherwise, and nothing is created).
 
         The log is written under a hidden temporary name (``O_EXCL|O_NOFOLLOW``, mode 0600),
         locked, filled with the header and (durable mode) synced, then hard-linked to its
@@ -611,6 +617,14 @@ class SessionStore(ClosesOnExit):
             model=model,
             environment_identity=environment_identity,
         )
+        if body:
+            data += body
+            try:
+                reducer = load_reducer(data)
+            except SessionCorruption as exc:
+                raise FactRejected(exc.code, exc.line, exc.seq, exc.detail) from None
+            if reducer.length != len(data):
+                raise FactRejected("MALFORMED_JSON", reducer.line_count, None, "torn body")
 
         name = session_file_name(created, session_id)
         temp = _temporary_name(name)

@@ -488,6 +488,12 @@ class Reducer:
         """Validate a candidate transaction without applying it."""
         self.begin(transaction).rollback()
 
+    def feed(self, raw: bytes) -> None:
+        """Apply the next committed line of a log being read (as :meth:`load` does, with no
+        undo log): for a reader that stops after each line (``tether replay``, fork's
+        cut points). On :class:`SessionCorruption` the reducer must not be used again."""
+        self._apply_unchecked(raw)
+
     # ------------------------------------------------------------------ undo helpers
 
     def _invalidate(self) -> None:

@@ -502,3 +502,34 @@ def test_fork_on_the_postgresql_store(recorded: Path, pg_store: str) -> None:  #
     assert data.split(b"\n", 1)[1] == original[map_log(original).marks[0].end : cut.end]
     assert reduce_session(data).header.id == lineage["sessionId"]
     assert record is not None and not isinstance(record, str) and record.fork_of == session
+
+
+def test_fork_and_rewind_number_turns_alike_through_a_retry(workspace: Path) -> None:
+    """A retried prompt stays one turn for both (core.turns is the one numbering): its end
+    is the retry's finish, and what rewind calls "after turn 1" is what a fork at turn 1
+    leaves out."""
+    from tether.core.framing import committed_lines
+    from tether.core.turns import tool_calls_after, turn_count
+
+    failing = {"error": {"code": "authentication", "message": "no"}}
+    with agent(workspace, [failing, *TURN_1, *TURN_2]) as a:
+        first = a.run("turn one")
+        assert first.status is RunStatus.FAILED
+        assert a.retry(first.session_id).status is RunStatus.COMPLETED
+        assert a.run("turn two", session=first.session_id).status is RunStatus.COMPLETED
+        log = first.session_path.read_bytes()
+    lines, _ = committed_lines(log)
+    next(lines)
+    facts: list[dict[str, Any]] = []
+    for raw in lines:
+        value = json.loads(raw)
+        facts.extend(value if isinstance(value, list) else [value])
+    mapped = map_log(log)
+    assert turn_count(facts) == mapped.turns == 2
+    cut = mapped.turn_end(1)
+    kept = {i for mark in mapped.marks[: cut.line] for i in mark.fact_ids}
+    after = tool_calls_after(facts, 1)
+    assert after and all(call.operation_id not in kept for call in after)
+    assert all(call.turn == 2 for call in after)
+    # The retry's run finished inside the cut: nothing of turn 1 is after it.
+    assert not [c for c in tool_calls_after(facts, 0) if c.turn == 1 and c.operation_id not in kept]

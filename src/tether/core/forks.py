@@ -15,10 +15,12 @@ Definitions (docs/replay.md):
   point: a copy cut inside an open attempt or between a tool's intent and its result would
   ask recovery of the fork to decide about an effect that belongs to the original.
   The header alone (line 1) is settled.
-* **Turns** are the session's runs (``runStarted``, one per prompt), numbered from 1 in log
-  order; the **end of turn N** is the line holding that run's ``operationFinished``, and
-  "as after turn N" means cut after that line. Turn 0 ends at the header (before the first
-  turn). A turn whose run has not finished has no end.
+* **Turns** are :mod:`tether.core.turns`' (the one numbering, shared with ``tether rewind``):
+  a turn starts at a user message, numbered from 1 in log order; its runs are the runs
+  started in it (a ``tether retry`` runs the same prompt again, in the same turn). The
+  **end of turn N** is the line holding the ``operationFinished`` of its last finished
+  run, and "as after turn N" means cut after that line. Turn 0 ends at the header (before
+  the first turn). A turn none of whose runs has finished has no end.
 
 Pure (``tether.core`` rule): bytes in, values out; the reducer does the validation.
 """
@@ -39,6 +41,7 @@ from tether.core.state import (
     StepStatus,
     ToolStatus,
 )
+from tether.core.turns import starts_turn
 from tether.errors import ConfigurationError
 
 __all__ = [
@@ -126,7 +129,7 @@ class LogMap:
     @property
     def turns(self) -> int:
         """How many turns the log has finished."""
-        return sum(1 for mark in self.marks if mark.ends_turn is not None)
+        return len({mark.ends_turn for mark in self.marks if mark.ends_turn is not None})
 
     def turn_end(self, turn: int) -> CutPoint:
         """The point "as after turn ``turn``" (0: the header); :class:`ConfigurationError`
@@ -135,7 +138,7 @@ class LogMap:
             raise ConfigurationError(f"--turn {turn}: turns are numbered from 1 (0: before all)")
         if turn == 0:
             return CutPoint(self.marks[0])
-        for mark in self.marks:
+        for mark in reversed(self.marks):  # a retried turn ends with its last run
             if mark.ends_turn == turn:
                 return CutPoint(mark)
         started = self.marks[-1].turn
@@ -188,9 +191,9 @@ def map_log(data: bytes) -> LogMap:
     run_turns: dict[str, int] = {}
     for raw in lines:
         reducer.feed(raw)
-        ids, started, finished = _facts_of(orjson.loads(raw))
+        ids, users, started, finished = _facts_of(orjson.loads(raw))
+        turns += users  # the user message comes before its runStarted (one transaction)
         for operation_id in started:
-            turns += 1
             run_turns[operation_id] = turns
         ends = next((run_turns[op] for op in finished if op in run_turns), None)
         marks.append(
@@ -206,16 +209,18 @@ def map_log(data: bytes) -> LogMap:
     return LogMap(tuple(marks))
 
 
-def _facts_of(value: object) -> tuple[tuple[str, ...], list[str], list[str]]:
-    """The fact ids of a (valid) transaction, the runs it starts and the operations it
-    finishes."""
+def _facts_of(value: object) -> tuple[tuple[str, ...], int, list[str], list[str]]:
+    """The fact ids of a (valid) transaction, the turns it starts (its user messages), the
+    runs it starts and the operations it finishes."""
     facts: Sequence[object] = value if isinstance(value, list) else [value]
     ids: list[str] = []
+    users = 0
     started: list[str] = []
     finished: list[str] = []
     for fact in facts:
         assert isinstance(fact, dict)
         ids.append(fact["id"])
+        users += starts_turn(fact)
         record = fact.get("record")
         if record is None:
             continue
@@ -223,4 +228,4 @@ def _facts_of(value: object) -> tuple[tuple[str, ...], list[str], list[str]]:
             started.append(record["operationId"])
         elif record["type"] == "operationFinished" and record["operationKind"] == "run":
             finished.append(record["operationId"])
-    return tuple(ids), started, finished
+    return tuple(ids), users, started, finished

@@ -17,10 +17,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ToolCallTurn", "check_turn", "tool_calls_after", "turn_count", "turns_of"]
+__all__ = [
+    "ToolCallTurn",
+    "check_turn",
+    "starts_turn",
+    "tool_calls_after",
+    "turn_count",
+    "turns_of",
+]
 
 
-def _starts_turn(fact: Mapping[str, Any]) -> bool:
+def starts_turn(fact: Mapping[str, Any]) -> bool:
+    """Whether ``fact`` starts a turn: a user message entry."""
     if fact.get("kind") != "entry":
         return False
     entry = fact.get("entry")
@@ -35,7 +43,7 @@ def turns_of(facts: Iterable[Mapping[str, Any]]) -> tuple[int, ...]:
     numbers: list[int] = []
     turn = 0
     for fact in facts:
-        if _starts_turn(fact):
+        if starts_turn(fact):
             turn += 1
         numbers.append(turn)
     return tuple(numbers)
@@ -43,7 +51,7 @@ def turns_of(facts: Iterable[Mapping[str, Any]]) -> tuple[int, ...]:
 
 def turn_count(facts: Iterable[Mapping[str, Any]]) -> int:
     """How many turns the session has (its number of user messages)."""
-    return sum(1 for fact in facts if _starts_turn(fact))
+    return sum(1 for fact in facts if starts_turn(fact))
 
 
 def check_turn(turn: int, count: int) -> str | None:

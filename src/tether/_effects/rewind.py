@@ -68,6 +68,7 @@ __all__ = [
     "RewindStep",
     "Seen",
     "StepStatus",
+    "is_rewind_evidence",
     "load_facts",
     "plan_rewind",
     "rewind",
@@ -86,6 +87,16 @@ STEP_RECORDED = faults.register(
 )
 
 RECORD_NAME: Final = "rewind"
+
+
+def is_rewind_evidence(evidence: Mapping[str, Any]) -> bool:
+    """Whether a reconciliation's evidence is a rewind's (a step, the review it opened, or
+    the decision on that review): it happened after the session, not in a recovery, so a
+    timeline or a time budget must not read it as a crash."""
+    inner = evidence.get("evidence")
+    return RECORD_NAME in evidence or (isinstance(inner, Mapping) and RECORD_NAME in inner)
+
+
 """Name of the session's side record that holds its rewinds."""
 
 RECORD_LIMIT: Final = 8 * 1024 * 1024

@@ -57,6 +57,7 @@ from typing import Any, Final, Self
 import tether._faults as faults
 import tether._runtime.boundaries as boundaries
 import tether._runtime.events as events
+from tether._effects.rewind import is_rewind_evidence
 from tether._runtime.compose import Composition
 from tether._runtime.drive import Drive, NewWork, Shell
 from tether._runtime.guards import follow_up_prompt
@@ -603,6 +604,8 @@ class Executor:
             # Only a run with started calls can have been reconciled after a crash.
             reviews = self.parts.evidence.db().reviews
             for entry in reviews.reconciliations(session_id=store.session_id):
+                if is_rewind_evidence(entry.evidence):  # after the session, not a recovery
+                    continue
                 decision = {**entry.to_json(), "atMs": entry.at_ms}  # as `tether show` has it
                 reconciliations.setdefault(entry.operation_id, []).append(decision)
         return run_seconds(

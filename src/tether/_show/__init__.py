@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from tether._effects.rewind import is_rewind_evidence
 from tether._inputs import MAX_SESSION_FILE_BYTES, read_file
 from tether._loading import gc_paused, reduce_session
 from tether.core import SessionState
@@ -135,7 +136,7 @@ def gather_evidence(workspace: Path, session_id: str, shared_url: str | None = N
         reviews_store = ReviewStore(db)
         reconciliations: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
         for entry in reviews_store.reconciliations(session_id=session_id):
-            if _of_rewind(entry.evidence):
+            if is_rewind_evidence(entry.evidence):
                 continue
             reconciliations[entry.operation_id].append({**entry.to_json(), "atMs": entry.at_ms})
         reviews: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
@@ -189,11 +190,3 @@ def session_timeline(
     evidence = gather_evidence(root, log.state.header.id, shared_url)
     with gc_paused():
         return build_timeline(log.state, log.transactions, evidence, pause_ms=pause_ms)
-
-
-def _of_rewind(evidence: Mapping[str, Any]) -> bool:
-    """Whether a reconciliation is a ``tether rewind`` step, the review it opened or the
-    decision on that review: it happened after the session, not in a recovery, and the
-    timeline would read it as a crash (docs/rewind.md)."""
-    inner = evidence.get("evidence")
-    return "rewind" in evidence or (isinstance(inner, Mapping) and "rewind" in inner)

@@ -380,3 +380,19 @@ def test_a_writable_root_is_writable_and_nothing_beside_it(ws: Path, outside: Pa
         assert agent.run("go").status.value == "completed"
     assert (allowed / "kept.txt").read_text() == "kept\n"
     assert not (outside / "lost.txt").exists()
+
+
+def test_replay_needs_no_working_sandbox_and_sees_no_divergence(ws: Path) -> None:
+    """Replay runs no tool: the sandbox's policy is part of the digest it compares, but its
+    mechanism is not started (a machine without bwrap can replay a confined session)."""
+    model = script(ws, bash_calls("echo hi"))
+    ran = run_cli("run", "go", "--model", model, "--yes", cwd=ws)
+    assert ran.returncode == 0, ran.stderr
+    session_id, _ = only_session(ws)
+    env = cli_env(TETHER_BWRAP=str(ws / "no-bwrap-here"))
+    replayed = run_cli("replay", session_id, "--model", model, cwd=ws, env=env)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert "no divergence" in replayed.stdout + replayed.stderr
+    # Under another sandbox, the same session diverges: the mode is in the configuration.
+    other = run_cli("replay", session_id, "--model", model, "--sandbox", "off", cwd=ws, env=env)
+    assert other.returncode == 1 and "diverge" in other.stdout + other.stderr

@@ -227,8 +227,9 @@ def cli_agent(
     return agent
 
 
-def quiet_agent(settings: Settings) -> Agent:
-    """An agent for ``settings`` without progress output (``submit``, the worker's slots)."""
+def quiet_agent(settings: Settings, *, check_sandbox: bool = True) -> Agent:
+    """An agent for ``settings`` without progress output (``submit``, the worker's slots);
+    ``check_sandbox=False`` for one that never runs a tool (``replay``)."""
     from tether._runtime import Agent
 
     if settings.api_key is not None and settings.api_key.strip():
@@ -238,7 +239,7 @@ def quiet_agent(settings: Settings) -> Agent:
         hide_from_process_listing(registered_secrets())  # before any MCP server starts
         return model
 
-    return Agent(settings=settings, wrap_model=hidden)
+    return Agent(settings=settings, wrap_model=hidden, check_sandbox=check_sandbox)
 
 
 def location_flags(settings: Settings) -> str:

@@ -175,7 +175,9 @@ def replay_configuration(
             raise InputError(f"--against {against}: no such tether.toml or workspace")
         given = {**given, "workspace": workspace}
         project = load_project_config(find_workspace_root(workspace).path)
-    agent = quiet_agent(cli_settings(given, project=project))
+    # Replay runs no tool: the sandbox's policy shapes the digest, its check would only
+    # start a process.
+    agent = quiet_agent(cli_settings(given, project=project), check_sandbox=False)
     try:
         configuration = agent.configuration
         return ReplayConfiguration(

@@ -98,6 +98,7 @@ class AgentOptions(TypedDict, total=False):
     ids: IdSource | None
     model_retries: int | None
     retry_base_delay: float
+    check_sandbox: bool
     telemetry: Telemetry | None
 
 

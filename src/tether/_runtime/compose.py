@@ -214,6 +214,10 @@ class Seams:
     telemetry: Telemetry | None = None
     """Where spans go (default: what the ``OTEL_*`` variables and ``[telemetry]`` of
     ``tether.toml`` say, :func:`tether._telemetry.open_telemetry`; usually nothing)."""
+    check_sandbox: bool = True
+    """Check the sandbox's mechanism before any tool can run (fail closed). ``False`` only
+    for an agent that never runs a tool (``tether replay`` compares configurations): the
+    policy, and so the digest, are the same; only the check's process is not started."""
 
 
 @dataclass(frozen=True)
@@ -325,7 +329,7 @@ def compose(
     # checked before any MCP server starts); 7. the system prompt and AGENTS.md.
     protected = ProtectedState.for_workspace(real, settings.sessions_dir)
     sandbox = _sandbox(settings, real, protected)
-    registry = _registry(tools, config, real, guards, sandbox)
+    registry = _registry(tools, config, real, guards, sandbox, seams.check_sandbox)
     prompt = system_prompt_for(settings, real, read_agents_md=seams.read_agents_md)
     # 8. The configuration snapshot.
     identity = environment_identity(settings.environment, str(real))
@@ -434,6 +438,7 @@ def _registry(
     workspace: Path,
     guards: Guards,
     sandbox: Sandbox,
+    check_sandbox: bool = True,
 ) -> ToolRegistry:
     """The caller's tools or the built-ins, plus ``verify`` for a configured check command,
     plus the MCP servers' tools; names must be unique. Fail closed: when a tool runs
@@ -443,7 +448,8 @@ def _registry(
     if config.verify.command is not None and all(t.name != "verify" for t in chosen):
         chosen.append(VerifyTool(lambda: guards.verifier))
     confined = [t for t in chosen if t.runs_commands]
-    if confined or any(s.sandboxed for s in config.mcp.servers if s.command is not None):
+    servers = any(s.sandboxed for s in config.mcp.servers if s.command is not None)
+    if check_sandbox and (confined or servers):
         sandbox.ensure()
     for tool in confined:
         tool.confine(sandbox.policy.tool_note())

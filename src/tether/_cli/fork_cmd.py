@@ -25,7 +25,7 @@ from tether._cli.common import (
     read_input,
 )
 from tether._cli.inspect_cmd import session_file
-from tether._cli.session_pick import LastOption, settings_record
+from tether._cli.session_pick import LastOption, SessionArgument, settings_record
 from tether._clock import SYSTEM_CLOCK
 from tether._ids import new_uuid7
 from tether._inputs import MAX_SESSION_FILE_BYTES
@@ -43,14 +43,7 @@ def register(app: typer.Typer) -> None:
 
 
 def fork(
-    session: Annotated[
-        Path | None,
-        typer.Argument(
-            help="Session log (.jsonl), or a session id or unique id prefix.",
-            metavar="SESSION",
-            show_default=False,
-        ),
-    ] = None,
+    session: SessionArgument = None,
     last: LastOption = False,
     at: Annotated[
         str | None,

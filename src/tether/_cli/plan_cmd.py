@@ -23,7 +23,7 @@ from tether._cli.common import (
     read_input,
 )
 from tether._cli.inspect_cmd import session_file
-from tether._cli.session_pick import LastOption, agent_sessions_dir, with_recorded
+from tether._cli.session_pick import LastOption, SessionArgument, agent_sessions_dir, with_recorded
 from tether._inputs import MAX_CURRENT_BYTES, MAX_SESSION_FILE_BYTES
 from tether._loading import reduce_session
 from tether.core import CurrentConfiguration, SessionState, plan_recovery
@@ -44,14 +44,7 @@ def register(app: typer.Typer) -> None:
 
 @agent_command
 def plan(
-    file: Annotated[
-        Path | None,
-        typer.Argument(
-            help="Session log (.jsonl), or a session id or unique id prefix.",
-            metavar="SESSION",
-            show_default=False,
-        ),
-    ] = None,
+    file: SessionArgument = None,
     last: LastOption = False,
     current: Annotated[
         Path | None,

@@ -22,7 +22,7 @@ import typer
 from tether._cli.agent_flags import Flags, agent_command, cli_settings, quiet_agent
 from tether._cli.common import InputError, emit_json, handle_errors, read_input
 from tether._cli.inspect_cmd import session_file
-from tether._cli.session_pick import LastOption, agent_sessions_dir, with_recorded
+from tether._cli.session_pick import LastOption, SessionArgument, agent_sessions_dir, with_recorded
 from tether._inputs import MAX_SESSION_FILE_BYTES
 from tether.core.current import CurrentConfiguration
 from tether.core.policy import Policy
@@ -48,14 +48,7 @@ class ReplayConfiguration:
 
 @agent_command
 def replay(
-    file: Annotated[
-        Path | None,
-        typer.Argument(
-            help="Session log (.jsonl), or a session id or unique id prefix.",
-            metavar="SESSION",
-            show_default=False,
-        ),
-    ] = None,
+    file: SessionArgument = None,
     last: LastOption = False,
     against: Annotated[
         Path | None,

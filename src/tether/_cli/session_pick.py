@@ -77,6 +77,15 @@ LastOption = Annotated[
         "--last", "-l", help="The session with the latest activity in the sessions folder."
     ),
 ]
+SessionArgument = Annotated[
+    Path | None,
+    typer.Argument(
+        help="Session log (.jsonl), or a session id or unique id prefix.",
+        metavar="SESSION",
+        show_default=False,
+    ),
+]
+"""The SESSION argument of the commands that read one session (``--last`` beside it)."""
 
 
 def agent_sessions_dir(sessions_dir: Path | None, workspace: Path | None) -> Path:

@@ -28,6 +28,9 @@ OUTSIDE_THE_LAB: dict[str, str] = {
     "approval.parked": "tests/test_approvals.py (a parked run needs a person to go on)",
     "approval.deciding": "tests/test_approvals.py (tether approve/deny, not an agent run)",
     "approval.decided": "tests/test_approvals.py (tether approve/deny, not an agent run)",
+    "rewind.planned": "tests/test_rewind.py (tether rewind, not an agent run)",
+    "rewind.step_applied": "tests/test_rewind.py (tether rewind, not an agent run)",
+    "rewind.step_recorded": "tests/test_rewind.py (tether rewind, not an agent run)",
 }
 """Boundaries no lab scenario can reach, and the test that kills a process at each."""
 

@@ -139,21 +139,26 @@ def test_escape_attempts_fail(ws: Path) -> None:
             f"grep -l {marker} /proc/*/environ 2>/dev/null; echo scanned",
             "mkdir -p .tether/settings && echo '{}' > .tether/settings/forged.json && echo FORGED",
             "(exec 3<>/dev/tcp/1.1.1.1/53) 2>&1 && echo REACHED",
+            f"cat {ws.parent}/beside.txt",
         ),
     )
+    # Beside the workspace, under /tmp: the sandbox's /tmp is its own (tether's current
+    # folder is the workspace, and that exposes nothing around it).
+    (ws.parent / "beside.txt").write_text("beside-the-workspace\n")
     env = cli_env(TETHER_API_KEY=marker)  # in tether's environment, never in the command's
     ran = subprocess.run(
         [sys.executable, "-m", "tether", "run", "go", "--model", model, "--yes"],
         cwd=ws, env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
-    remount, unmask, nested, environ, forged, network = contents(ws)
+    remount, unmask, nested, environ, forged, network, beside = contents(ws)
     assert "REMOUNTED" not in remount and "exit code: 0" not in remount
     assert "UNMASKED" not in unmask
     assert "NESTED" not in nested
     assert marker not in environ and "scanned" in environ
     assert "FORGED" not in forged and not list((ws / ".tether").rglob("forged.json"))
     assert "REACHED" not in network and "Network is unreachable" in network
+    assert "beside-the-workspace" not in beside and "No such file or directory" in beside
 
 
 # --------------------------------------------------------------------------- no orphans

@@ -406,6 +406,11 @@ def _workspace_db(workspace: Path, store_url: str | None, seams: Seams) -> Works
     return _effects_db_opener(workspace)
 
 
+_TETHER_SOURCES: Final = Path(__file__).resolve().parents[2]
+"""The folder tether's package is imported from (``src/`` of a checkout, or
+``site-packages``)."""
+
+
 def sandbox_for(settings: Settings, workspace: Path | None = None) -> Sandbox:
     """The sandbox an agent built from ``settings`` would have (``tether sandbox check``,
     ``tether mcp list``), on ``workspace`` (default: the settings' workspace)."""
@@ -425,8 +430,9 @@ def _sandbox(settings: Settings, workspace: Path, protected: ProtectedState) -> 
         hidden=(protected.state_dir, protected.sessions_dir),
         read_only=(workspace / CONFIG_FILE,),
         # tether's own environment stays visible where the private /tmp would hide it (a
-        # checkout or venv under /tmp): the commands run its Python, its MCP servers.
-        exposed=(sys.prefix, sys.exec_prefix, sys.base_prefix, *filter(None, sys.path)),
+        # checkout or venv under /tmp): the commands run its Python, its MCP servers. Not
+        # sys.path, whose first entry may be the current folder.
+        exposed=(sys.prefix, sys.exec_prefix, sys.base_prefix, _TETHER_SOURCES),
         home=os.path.expanduser("~"),
     )
     return Sandbox(policy)

@@ -12,7 +12,6 @@ finish the job.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from test_evidence_crash import cli_env, tether
 from tether._effects.review import ReviewStore
 from tether._tools.builtin import content_hash
 from tether._wsdb.sqlite import EffectsDB
@@ -78,28 +78,6 @@ CHAINS: dict[str, tuple[str | None, ...]] = {
     "hand.txt": ("by hand\n",),  # changed after the session: never touched
     "bashed.txt": ("made\n",),  # bash: not restorable, never touched
 }
-
-
-def cli_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
-    src = str(ROOT / "src")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    env.update(extra)
-    return env
-
-
-def tether(*args: str, cwd: Path, crash_at: str | None = None) -> subprocess.CompletedProcess[str]:
-    extra = {"TETHER_CRASH_AT": crash_at, "TETHER_CRASH_MODE": "kill"} if crash_at else {}
-    return subprocess.run(
-        [sys.executable, "-m", "tether", *args],
-        cwd=cwd,
-        env=cli_env(**extra),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")

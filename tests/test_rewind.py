@@ -26,8 +26,6 @@ from tether._tools.builtin import content_hash
 from tether._wsdb.sqlite import EffectsDB
 from tether.core.turns import check_turn, tool_calls_after, turn_count, turns_of
 
-ROOT = Path(__file__).resolve().parent.parent
-
 SCRIPT = {
     "model": "scripted/rewind",
     "responses": [

@@ -806,6 +806,31 @@ def test_second_writer_in_the_same_process_is_busy(workspace: Path) -> None:
         assert again.state.last_seq == 1
 
 
+def test_a_finalizer_releasing_a_lock_inside_an_acquire_does_not_deadlock(
+    workspace: Path,
+) -> None:
+    """The garbage collector may finalize a dropped store (releasing its lock) while this
+    thread is inside another acquire, holding the lock registry: that must not block. Run
+    in a thread with a deadline, so a deadlock fails instead of hanging the suite."""
+    import threading
+
+    from tether._stores import locking
+
+    dropped = make(workspace)
+    done = threading.Event()
+
+    def inside_an_acquire() -> None:
+        with locking._registry_lock:  # as WriterLock.acquire holds it
+            dropped.close()  # what SessionStore.__del__ does
+        done.set()
+
+    worker = threading.Thread(target=inside_an_acquire, daemon=True)
+    worker.start()
+    assert done.wait(10), "releasing a lock inside an acquire deadlocked"
+    with SessionStore.open(dropped.session_id, workspace=workspace) as again:
+        assert again.session_id == dropped.session_id
+
+
 def test_flock_alone_excludes_a_second_descriptor_in_this_process(workspace: Path) -> None:
     """The in-process registry is a second line of defence; flock alone must suffice."""
     s = make(workspace)

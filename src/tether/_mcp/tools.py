@@ -426,8 +426,9 @@ def launched(
             if found is None and "/" in server.command and os.access(cwd / server.command, os.X_OK):
                 found = str(cwd / server.command)
             if found is not None:
-                # The server's program stays visible where the private /tmp would hide it.
-                box = sandbox.exposing([found, cwd])
+                # The server's program stays visible where the private /tmp would hide it
+                # (its working folder is in the workspace, bound already).
+                box = sandbox.exposing([found])
                 launch = box.wrap([server.command, *server.args], cwd)
                 server = replace(server, launch=tuple(launch))
         out.append(server)

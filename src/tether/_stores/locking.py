@@ -44,7 +44,9 @@ LOCKED = faults.register(
     "store.locked", "a writer holds the log's flock and has not yet recorded its pid"
 )
 
-_registry_lock = threading.Lock()
+# Reentrant: the garbage collector may run a dropped store's finalizer (which releases its
+# lock) in the middle of an acquire, in the same thread; a plain lock deadlocked there.
+_registry_lock = threading.RLock()
 _held: set[tuple[int, int]] = set()
 
 # struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid (native alignment). The
@@ -59,7 +61,7 @@ def _forget_all_in_child() -> None:
     # A forked child does not own its parent's writers (flock is shared through the
     # inherited descriptor, but the child must not think it may write).
     global _registry_lock
-    _registry_lock = threading.Lock()
+    _registry_lock = threading.RLock()
     _held.clear()
 
 

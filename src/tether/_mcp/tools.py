@@ -426,9 +426,10 @@ def launched(
             if found is None and "/" in server.command and os.access(cwd / server.command, os.X_OK):
                 found = str(cwd / server.command)
             if found is not None:
-                # The server's program stays visible where the private /tmp would hide it
-                # (its working folder is in the workspace, bound already).
-                box = sandbox.exposing([found])
+                # The server's program (and a working folder outside the workspace, which
+                # is bound already) stay visible where the private /tmp would hide them.
+                inside = cwd == sandbox.policy.workspace or sandbox.policy.workspace in cwd.parents
+                box = sandbox.exposing([found] if inside else [found, cwd])
                 launch = box.wrap([server.command, *server.args], cwd)
                 server = replace(server, launch=tuple(launch))
         out.append(server)

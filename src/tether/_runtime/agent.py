@@ -76,6 +76,7 @@ class AgentOptions(TypedDict, total=False):
     store: str | None
     store_url: str | None  # the name ``store`` had before the settings table; still accepted
     lease_seconds: float | None
+    pool_size: int | None
     environment: str | None
     sandbox: SandboxMode | str | None
     sandbox_network: bool | None

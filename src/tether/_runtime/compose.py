@@ -518,7 +518,16 @@ def _shared_sessions(
     if not is_store_url(url):
         raise ConfigurationError("a store URL must start with postgresql:// or postgres://")
     lease = settings.lease_seconds or DEFAULT_LEASE_SECONDS
-    return PostgresSessions(url, str(workspace), lease_seconds=lease, clock=clock.now_ms, ids=ids)
+    # Every opener of the URL in the process shares one pool (tether._stores.pgpool): a
+    # worker's agents, one opener each, hold pool_size connections in all.
+    return PostgresSessions(
+        url,
+        str(workspace),
+        lease_seconds=lease,
+        clock=clock.now_ms,
+        ids=ids,
+        pool_size=settings.pool_size,
+    )
 
 
 def _shared_db_opener(workspace: Path, url: str) -> WorkspaceDBOpener:
@@ -527,6 +536,7 @@ def _shared_db_opener(workspace: Path, url: str) -> WorkspaceDBOpener:
     def open_split() -> WorkspaceDB:
         from tether._wsdb.postgres import PostgresEffectsDB, SplitWorkspaceDB
 
+        # On the process's pool of the store (opened by the session opener, of its size).
         shared = PostgresEffectsDB.open_url(url)
         try:
             return SplitWorkspaceDB(EffectsDB.open_workspace(workspace), shared)

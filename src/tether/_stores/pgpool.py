@@ -297,21 +297,22 @@ class StorePool:
 
     def _unavailable(self, reason: str) -> None:
         """Say once per outage that the store is away and operations wait."""
-        with self._outage_lock:
+        with self._outage_lock:  # held while saying it: the two messages alternate
             if self._outage is not None:
                 return
             self._outage = time.monotonic()
-        _hook(
-            f"store {self.where} unavailable, retrying for up to {RECONNECT_SECONDS:g} s: {reason}"
-        )
+            _hook(
+                f"store {self.where} unavailable, retrying for up to {RECONNECT_SECONDS:g} s: "
+                f"{reason}"
+            )
 
     def _available(self) -> None:
         if self._outage is None:
             return
         with self._outage_lock:
             began, self._outage = self._outage, None
-        if began is not None:
-            _hook(f"store {self.where} reachable again after {time.monotonic() - began:.1f} s")
+            if began is not None:
+                _hook(f"store {self.where} reachable again after {time.monotonic() - began:.1f} s")
 
     def _lost(self, reason: str) -> None:
         """A connection failed: count it, say so, and drop the idle connections that died

@@ -53,6 +53,7 @@ __all__ = [
     "StorePool",
     "acquire",
     "pool_metrics",
+    "say",
     "set_unavailable_hook",
 ]
 
@@ -218,6 +219,11 @@ def _log_hook(message: str) -> None:
 
 
 _hook: Callable[[str], None] = _log_hook
+
+
+def say(message: str) -> None:
+    """Tell the process's hook (see :func:`set_unavailable_hook`)."""
+    _hook(message)
 
 
 def set_unavailable_hook(hook: Callable[[str], None] | None) -> None:

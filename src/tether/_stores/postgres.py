@@ -35,6 +35,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,8 +46,10 @@ from urllib.parse import unquote
 from tether._clock import SYSTEM_CLOCK, Clock
 from tether._ids import new_uuid7
 from tether._loading import load_reducer
+from tether._stores import pgpool
 from tether._stores.pgpool import (
     DEFAULT_POOL_SIZE,
+    RECONNECT_SECONDS,
     CommitLost,
     CommitRequest,
     Lease,
@@ -242,10 +245,34 @@ def connect(url: str) -> psycopg.Connection[Any]:
         raise error from None
 
 
+_BUSY_SERVER: Final = (
+    "too many clients",
+    "remaining connection slots are reserved",
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+)
+"""What a server says when it refuses connections for now (full, restarting): waited out."""
+
+
 def _validate(url: str) -> None:
     """Connect once before a pool is made: a bad URL or an unreachable server is one clear
-    line at once (a pool would only keep trying in the background)."""
-    connect(url).close()
+    line at once (a pool would only keep trying in the background). A server that is full
+    or restarting is waited for (back-pressure, said once) until the reconnect deadline."""
+    deadline = time.monotonic() + RECONNECT_SECONDS
+    said = False
+    while True:
+        try:
+            connect(url).close()
+            return
+        except StoreUnavailable as exc:
+            busy = any(text in str(exc) for text in _BUSY_SERVER)
+            if not busy or time.monotonic() >= deadline:
+                raise
+            if not said:
+                said = True
+                pgpool.say(f"store {display_url(url)} unavailable, retrying: {exc.why}")
+            time.sleep(0.5)
 
 
 def check_schema(conn: psycopg.Connection[Any], url: str) -> None:
@@ -836,23 +863,25 @@ class PostgresSidecar:
 
     def read(self) -> tuple[bytes | None, str | None]:
         try:
-            with self.sessions._db() as conn:
-                row = conn.execute(
+            row = self.sessions._run(
+                lambda conn: conn.execute(
                     "SELECT data FROM tether_sidecars WHERE session_id = %s AND name = %s",
                     (self.session_id, self.name),
                 ).fetchone()
+            )
         except (StoreUnavailable, psycopg.Error) as exc:
             return None, str(exc)
         return (None if row is None else bytes(row[0])), None
 
     def write(self, data: bytes) -> None:
-        try:
-            with self.sessions._db() as conn:
-                conn.execute(
+        try:  # an upsert of the whole record: run again after a lost connection
+            self.sessions._run(
+                lambda conn: conn.execute(
                     "INSERT INTO tether_sidecars (session_id, name, data) VALUES (%s, %s, %s) "
                     "ON CONFLICT (session_id, name) DO UPDATE SET data = EXCLUDED.data",
                     (self.session_id, self.name, data),
                 )
+            )
         except (StoreUnavailable, psycopg.Error) as exc:
             raise OSError(str(exc)) from None
 

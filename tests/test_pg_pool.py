@@ -282,3 +282,24 @@ def test_the_workspace_tables_and_the_sessions_share_the_pool_of_the_setting(
     assert _gone(admin, opener.application_name)
     with pytest.raises(ConfigurationError, match="pool size must be a positive integer"):
         PostgresSessions(pg_store, pool_size=0)
+
+
+def test_the_pool_size_setting_reads_its_sources_and_refuses_bad_values_in_one_line() -> None:
+    from tether._project import parse_project_config
+    from tether._settings import resolve_settings
+    from tether.errors import ProjectConfigError
+
+    project = parse_project_config("[store]\npool_size = 4\n")
+    assert resolve_settings({}, environ={}, project=None).pool_size is None  # 10 by default
+    assert resolve_settings({}, environ={}, project=project).pool_size == 4
+    env = {"TETHER_STORE_POOL_SIZE": "6"}
+    assert resolve_settings({}, environ=env, project=project).pool_size == 6
+    assert resolve_settings({"pool_size": 8}, environ=env, project=project).pool_size == 8
+    for bad in ("0", "ten", "-3", "2.5"):
+        with pytest.raises(ConfigurationError) as caught:
+            resolve_settings({}, environ={"TETHER_STORE_POOL_SIZE": bad}, project=None)
+        assert str(caught.value) == (
+            f"TETHER_STORE_POOL_SIZE must be a positive whole number, got {bad!r}"
+        )
+    with pytest.raises(ProjectConfigError, match=r"\[store\] pool_size: expected a positive"):
+        parse_project_config("[store]\npool_size = 0\n")

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -204,7 +205,9 @@ def test_a_fenced_session_in_a_batch_stores_nothing_and_the_others_commit(
 def test_killing_the_pools_connections_mid_commit_loses_and_doubles_nothing(
     pg_store: str,  # noqa: F811
     admin: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(pgpool, "QUIET_SECONDS", 0.05)
     said: list[str] = []
     pgpool.set_unavailable_hook(said.append)
     sessions = PostgresSessions(pg_store, "/w", pool_size=3, waits=FakeClock())
@@ -246,7 +249,7 @@ def test_killing_the_pools_connections_mid_commit_loses_and_doubles_nothing(
         assert row is not None and row[0] == 12 * 40
         # The outage was said once per outage (and its end), not once per retry.
         assert said and said[0].startswith("store ") and "unavailable, retrying" in said[0]
-        assert len(said) <= 2 * kills
+        assert len(said) <= 2 * kills  # at most once per outage and its end
         for a, b in itertools.pairwise(said):
             assert ("unavailable" in a) != ("unavailable" in b)  # alternating
         for store in stores:
@@ -303,3 +306,117 @@ def test_the_pool_size_setting_reads_its_sources_and_refuses_bad_values_in_one_l
         )
     with pytest.raises(ProjectConfigError, match=r"\[store\] pool_size: expected a positive"):
         parse_project_config("[store]\npool_size = 0\n")
+
+
+class _Gate:
+    """A loopback TCP proxy to the test server that can refuse every connection, as a full
+    or restarting server does (accept, then close at once), and cut those it forwarded."""
+
+    def __init__(self, host: str, port: int) -> None:
+        import socket
+
+        self._target = (host, port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self.refusing = False
+        self._open: list[Any] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if self.refusing:
+                client.close()
+                continue
+            server = socket.create_connection(self._target)
+            with self._lock:
+                self._open += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: Any, dst: Any) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def refuse(self) -> None:
+        import socket
+
+        self.refusing = True
+        with self._lock:
+            for s in self._open:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self._open.clear()
+
+    def close(self) -> None:
+        self.refuse()
+        self._listener.close()
+
+
+def test_a_server_that_refuses_connections_is_waited_for_not_failed(
+    pg_store: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pgpool, "QUIET_SECONDS", 0.2)
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(pg_store)
+    gate = _Gate(str(params.get("host") or "127.0.0.1"), int(params.get("port") or 5432))
+    url = make_conninfo(pg_store, host="127.0.0.1", port=str(gate.port))
+    url = "postgresql://?" + "&".join(
+        f"{k}={quote(str(v))}" for k, v in conninfo_to_dict(url).items()
+    )
+    said: list[str] = []
+    pgpool.set_unavailable_hook(said.append)
+    sessions = PostgresSessions(url, "/w", waits=FakeClock())
+    try:
+        store = _create(sessions)
+        _say(store, "before")
+        gate.refuse()  # every connection cut, every new one refused: a restart under way
+        outcome: list[BaseException | None] = []
+
+        def commit() -> None:
+            try:
+                _say(store, "during")
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        committer = threading.Thread(target=commit)
+        committer.start()
+        deadline = time.monotonic() + 10
+        while not said and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert said and "unavailable, retrying" in said[0]  # said at once, once
+        time.sleep(0.3)
+        assert committer.is_alive() and outcome == []  # waiting, not failed
+        gate.refusing = False  # the server is back
+        committer.join(timeout=20)
+        assert outcome == [None]
+        time.sleep(0.2)  # quiet: the next success ends the outage
+        _say(store, "after")
+        assert "reachable again" in said[-1] and len(said) == 2
+        assert _texts(pg_store, store.session_id) == ["before", "during", "after"]  # once each
+        store.close()
+    finally:
+        pgpool.set_unavailable_hook(None)
+        sessions.close()
+        gate.close()

@@ -64,6 +64,10 @@ CONNECT_TIMEOUT: Final = 5
 MAX_BATCH: Final = 512
 """Commits one transaction takes at most (the rest are the next leader's)."""
 _BACKOFF: Final = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
+QUIET_SECONDS = 1.0
+"""An outage is over when an operation succeeds this long after the last failure: a restart
+kills every pooled connection, and the borrowers find out one by one, so successes and
+failures interleave for a moment; that is one outage, said once."""
 
 T = TypeVar("T")
 _log = logging.getLogger("tether.store")
@@ -267,6 +271,7 @@ class StorePool:
         self.renewals = 0
         self.retries = 0
         self._outage: float | None = None
+        self._last_failure = 0.0
         self._outage_lock = threading.Lock()
         # Group commit: the queue, and whether a leader is storing a batch now.
         self._cond = threading.Condition()
@@ -304,6 +309,7 @@ class StorePool:
 
     def _unavailable(self, reason: str) -> None:
         """Say once per outage that the store is away and operations wait."""
+        self._last_failure = time.monotonic()
         with self._outage_lock:  # held while saying it: the two messages alternate
             if self._outage is not None:
                 return
@@ -314,7 +320,7 @@ class StorePool:
             )
 
     def _available(self) -> None:
-        if self._outage is None:
+        if self._outage is None or time.monotonic() - self._last_failure < QUIET_SECONDS:
             return
         with self._outage_lock:
             began, self._outage = self._outage, None

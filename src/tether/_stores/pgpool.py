@@ -265,6 +265,8 @@ class StorePool:
             timeout=RECONNECT_SECONDS,
         )
         self.refs = 0
+        self.migrated: set[int] = set()
+        """The workspace-table schema versions already migrated through this pool."""
         self._counter_lock = threading.Lock()
         self.commits = 0
         self.transactions = 0

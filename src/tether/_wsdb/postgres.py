@@ -204,11 +204,17 @@ class PostgresEffectsDB(EffectsDB):
             url, display_url(url), pool_size, validate=lambda: connect(url).close()
         )
         db = cls(url, pool, clock=clock)
+        if len(migrations) in pool.migrated:
+            # Migrated by an earlier open in this process (a worker opens the tables once
+            # per agent): the tables existed before this open.
+            db.existed, db.fresh = True, False
+            return db
         try:
             db._migrate_pg(migrations)
         except BaseException:
             db.close()
             raise
+        pool.migrated.add(len(migrations))
         return db
 
     def _pool(self) -> pgpool.StorePool:

@@ -63,6 +63,8 @@ RECONNECT_SECONDS: Final = 15.0
 CONNECT_TIMEOUT: Final = 5
 MAX_BATCH: Final = 512
 """Commits one transaction takes at most (the rest are the next leader's)."""
+MAX_BATCH_BYTES: Final = 8 << 20
+"""And lines of at most this many bytes in all (one line alone may be longer)."""
 _BACKOFF: Final = (0.05, 0.1, 0.2, 0.4, 0.8, 1.0)
 QUIET_SECONDS = 1.0
 """An outage is over when an operation succeeds this long after the last failure: a restart
@@ -211,6 +213,16 @@ class LeaseHolder(Protocol):
     def held_leases(self) -> list[Lease]: ...
 
     def leases_renewed(self, renewed: dict[tuple[str, str], int]) -> None: ...
+
+
+def _batch_length(queue: Sequence[CommitRequest]) -> int:
+    """How many of the queue's first requests one transaction takes (at least one)."""
+    size = 0
+    for n, request in enumerate(queue[:MAX_BATCH]):
+        size += len(request.data)
+        if size > MAX_BATCH_BYTES and n > 0:
+            return n
+    return min(len(queue), MAX_BATCH)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -402,7 +414,8 @@ class StorePool:
                 batch: list[CommitRequest] = []
             else:
                 self._leading = True
-                batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+                taken = _batch_length(self._queue)
+                batch, self._queue = self._queue[:taken], self._queue[taken:]
         if batch:
             try:
                 self._store(batch)

@@ -37,8 +37,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeVar
 
-import psycopg
-from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+try:  # the optional extra tether[postgres]; this module is imported without it too
+    import psycopg
+    from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+except ImportError:  # pragma: no cover - exercised only without the extra
+    psycopg = None  # type: ignore[assignment]
+    ConnectionPool = PoolClosed = PoolTimeout = None  # type: ignore[assignment,misc]
 
 from tether._clock import SYSTEM_CLOCK, Clock
 from tether.errors import StoreUnavailable
@@ -52,6 +56,7 @@ __all__ = [
     "StoreMetrics",
     "StorePool",
     "acquire",
+    "installed",
     "pool_metrics",
     "say",
     "set_unavailable_hook",
@@ -213,6 +218,11 @@ class LeaseHolder(Protocol):
     def held_leases(self) -> list[Lease]: ...
 
     def leases_renewed(self, renewed: dict[tuple[str, str], int]) -> None: ...
+
+
+def installed() -> bool:
+    """Whether psycopg and psycopg-pool (the extra tether[postgres]) are installed."""
+    return psycopg is not None and ConnectionPool is not None
 
 
 def _batch_length(queue: Sequence[CommitRequest]) -> int:

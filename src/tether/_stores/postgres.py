@@ -219,8 +219,10 @@ def display_url(url: str) -> str:
 
 
 def _require_driver() -> None:
-    if psycopg is None:
-        raise ConfigurationError("a postgresql:// store needs psycopg: install tether[postgres]")
+    if psycopg is None or not pgpool.installed():
+        raise ConfigurationError(
+            "a postgresql:// store needs psycopg and psycopg-pool: install tether[postgres]"
+        )
 
 
 def _first_line(exc: BaseException) -> str:

@@ -186,3 +186,14 @@ def test_building_an_agent_loads_nothing_a_call_needs(tmp_path: Path) -> None:
     )
     loaded = _loaded_modules(call, NOT_AT_CONSTRUCTION, cwd=tmp_path)
     assert {"tether._runtime.executor", "tether._runtime.events"} <= set(loaded)
+
+
+def test_an_anthropic_agent_loads_its_sdk_on_the_first_request(tmp_path: Path) -> None:
+    build = (
+        "import tether\n"
+        f"agent = tether.Agent('anthropic:claude-test', workspace={str(tmp_path)!r}, "
+        "api_key='sk-ant-test-startup-000000')\n"
+        "assert agent.model.provider == 'anthropic'\n"
+        "agent.close()\n"
+    )
+    assert _loaded(build, cwd=tmp_path) == []

@@ -75,6 +75,7 @@ NOT_AT_CONSTRUCTION = (
     "tether.core.plans",
     "tether.core.reconcile",
     "tether.core.timeline",
+    "tether.core.values",
 )
 
 

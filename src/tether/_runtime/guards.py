@@ -56,7 +56,6 @@ from tether.core.policy import (
 )
 from tether.core.state import Replay, SessionState
 from tether.core.stops import FailedCall, StopError, describe_call, repeated_failure
-from tether.core.values import ApprovalRequest
 from tether.errors import ArtifactError, TetherError
 
 if TYPE_CHECKING:
@@ -64,6 +63,7 @@ if TYPE_CHECKING:
     from tether._completion.failures import ToolFailure
     from tether._completion.verify import Verifier
     from tether._effects.authorization import Authorization
+    from tether.core.values import ApprovalRequest
 
 # The completion machinery (the scanner, check runs, the verifier) and the authorization
 # store are imported by the methods that use them: every agent builds its Guards, and only

@@ -174,6 +174,11 @@ class Agent:
     sources of the loop. ``store`` (default: ``$TETHER_STORE_URL``, else ``[store] url``)
     selects a shared PostgreSQL store instead of the file store (``docs/scale-out.md``).
     Everything is read and built by :func:`~tether._runtime.compose.compose`.
+
+    Building an agent checks everything a bad option or file would break and starts
+    nothing: the model's client is made at its first request, the executor and the check
+    of the commands' sandbox (:class:`~tether.errors.SandboxUnavailable`, before any
+    session is created or opened) at the first call that drives a session.
     """
 
     def __init__(

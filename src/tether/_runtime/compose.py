@@ -29,7 +29,8 @@ Steps, in this order (so the first problem is the one reported):
 6. the tools: the caller's or the built-ins, plus ``verify`` for a configured check
    command, plus the tools of the MCP servers of ``[mcp.servers]`` (started now if this
    process has not started them yet, :mod:`tether._mcp`); names must be unique; when any
-   of them runs programs, the sandbox is checked first (it fails closed);
+   of them runs programs, the sandbox is checked (it fails closed) before an MCP server
+   starts, else at the agent's first call (:meth:`Composition.ensure_sandbox`);
 7. the system prompt, with ``AGENTS.md`` appended (:func:`load_agents_md`);
 8. the environment identity and the configuration snapshot;
 9. the masker (a credential in the snapshot is refused) and the masked event sink;
@@ -153,8 +154,8 @@ class Composition:
     """The money side of the spend: the model's price (``[prices]``, else tether's table)
     and the costs providers reported (:mod:`tether._runtime.spend`)."""
     sandbox_due: bool = False
-    """Some tool runs commands under a sandbox not checked yet: :meth:`ensure_sandbox`
-    checks it before the first call drives a session (it fails closed)."""
+    """Some tool runs commands: :meth:`ensure_sandbox` checks the sandbox (once) before the
+    first call drives a session (it fails closed)."""
 
     def ensure_sandbox(self) -> None:
         """Check the sandbox's mechanism when the tools need it (once per agent and policy;

@@ -460,7 +460,7 @@ class AnthropicModel:
     @property
     def _anthropic(self) -> Any:
         """The SDK's module (its error types)."""
-        import anthropic
+        import anthropic  # loaded by the first request already (see the top of the module)
 
         return anthropic
 
@@ -469,7 +469,7 @@ class AnthropicModel:
         """The tracker of this adapter's connections (an httpx backend), made on first use."""
         with self._client_lock:
             if self._connections is None:
-                from tether._models.streaming import ConnectionTracker
+                from tether._models.streaming import ConnectionTracker  # httpx: see the top
 
                 self._connections = ConnectionTracker()
             return self._connections
@@ -480,6 +480,7 @@ class AnthropicModel:
         client = self._sdk_client
         if client is not None:
             return client
+        # The first request's: the SDK, httpx and the tracked client (see the top).
         import anthropic
         import httpx2
 

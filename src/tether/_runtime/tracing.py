@@ -300,7 +300,7 @@ def handlers() -> Mapping[type, Callable[[Tracing, Any], None]]:
     """Event type → what it does to the spans (the one table). Made on first use: every
     agent builds a :class:`Tracing`, and only one with telemetry reads the table, so the
     event types' module (~18 dataclasses) is not loaded to build an agent."""
-    import tether._runtime.events as events
+    import tether._runtime.events as events  # loaded already: an event was made
 
     return {
         events.ModelStarted: Tracing._model_started,

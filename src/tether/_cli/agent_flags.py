@@ -52,6 +52,7 @@ __all__ = [
     "Interaction",
     "ObservedModel",
     "agent_command",
+    "checked_sandbox",
     "cli_agent",
     "cli_settings",
     "location_flags",
@@ -224,7 +225,7 @@ def cli_agent(
         wrap_model=observed,
         project=project,  # tether.toml as the command read it: not parsed a second time
     )
-    return agent
+    return checked_sandbox(agent)
 
 
 def quiet_agent(settings: Settings, *, check_sandbox: bool = True) -> Agent:
@@ -239,7 +240,19 @@ def quiet_agent(settings: Settings, *, check_sandbox: bool = True) -> Agent:
         hide_from_process_listing(registered_secrets())  # before any MCP server starts
         return model
 
-    return Agent(settings=settings, wrap_model=hidden, check_sandbox=check_sandbox)
+    return checked_sandbox(Agent(settings=settings, wrap_model=hidden, check_sandbox=check_sandbox))
+
+
+def checked_sandbox(agent: Agent) -> Agent:
+    """``agent``, its commands' sandbox checked now (fail closed, exit 27): a command
+    refuses before it reads a prompt, writes a submission or claims a session, where the
+    library's ``Agent`` checks at its first call (docs/sandbox.md)."""
+    try:
+        agent.parts.ensure_sandbox()
+    except BaseException:
+        agent.close()
+        raise
+    return agent
 
 
 def location_flags(settings: Settings) -> str:

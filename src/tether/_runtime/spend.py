@@ -40,8 +40,8 @@ from tether._stores.protocol import SessionStoreProtocol
 from tether._stores.reasoning import (
     ReportedCost,
     SideRecord,
-    read_side_record,
     reported_costs,
+    side_record_reader,
 )
 from tether.core.state import RunOperation, SessionState, Usage
 from tether.core.stops import BudgetTime
@@ -130,7 +130,7 @@ class Spending:
         scanned = len(state.transcript_ids)
         if answers.scanned < scanned:
             answers.reported += reported_costs(
-                state, lambda entry: read_side_record(store, entry), start=answers.scanned
+                state, side_record_reader(store), start=answers.scanned
             )
             answers.scanned = scanned
         return cost_of_answers(answers.reported, usage, self.price, start=start)

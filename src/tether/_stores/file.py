@@ -1046,6 +1046,23 @@ class SessionStore(ClosesOnExit):
         """The record ``name`` beside the log: ``.<session id>.<name>.json`` in its directory."""
         return FileSidecar(sidecar_path(self.path.parent, self.session_id, name))
 
+    def sidecar_names(self, prefix: str) -> frozenset[str] | None:
+        """Names of records ``.<session id>.<name>.json`` beside the log whose ``name``
+        starts with ``prefix``: one listing of the sessions directory."""
+        head = f".{self.session_id}."
+        start = len(head)
+        try:
+            entries = os.listdir(self.path.parent)
+        except OSError:
+            return None
+        return frozenset(
+            entry[start:-5]
+            for entry in entries
+            if entry.startswith(head)
+            and entry.endswith(".json")
+            and entry.startswith(prefix, start)
+        )
+
     def check_lease(self) -> None:
         """Nothing to confirm: the writer lock is held until ``close`` and has no token."""
 

@@ -69,6 +69,7 @@ REDUCER_MODULES: Final = (
     "tether.core.canonical",
     "tether.core.checkpoint",
     "tether.core.contents",
+    "tether.core.depth",
     "tether.core.facts",
     "tether.core.framing",
     "tether.core.reducer",

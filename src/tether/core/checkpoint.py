@@ -82,7 +82,7 @@ _STOP_NAMES: Final = {reason: name for name, reason in _STOP_REASONS.items()}
 _REPLAY_NAMES: Final = {replay: name for name, replay in _REPLAYS.items()}
 _BINDING_KEYS: Final = frozenset(
     {"checkpoint", "reducer", "session", "length", "lines", "digest", "view", "checks"}
-    | {"checksCrc32"}
+    | {"viewCrc32", "checksCrc32"}
 )
 
 
@@ -240,6 +240,7 @@ def encode_checkpoint(reducer: Reducer, binding: CheckpointBinding) -> bytes:
             "lines": binding.lines,
             "digest": binding.digest,
             "view": len(view_line),
+            "viewCrc32": zlib.crc32(view_line),
             "checks": len(checks_line),
             "checksCrc32": zlib.crc32(checks_line),
         }
@@ -269,7 +270,7 @@ def _read_head(raw: bytes) -> tuple[CheckpointBinding, dict[str, Any], int]:
         raise _refuse("the binding line is not a checkpoint binding")
     if fmt != CHECKPOINT_FORMAT:
         raise _refuse(f"checkpoint format {fmt}, not {CHECKPOINT_FORMAT}")
-    for name in ("length", "lines", "view", "checks", "checksCrc32"):
+    for name in ("length", "lines", "view", "viewCrc32", "checks", "checksCrc32"):
         if type(head[name]) is not int or head[name] < 0:
             raise _refuse(f"the binding's {name} is not a count")
     for name in ("reducer", "session", "digest"):
@@ -307,11 +308,12 @@ def decode_checkpoint(raw: bytes, expected: CheckpointBinding, header_line: byte
     checks_end = view_end + 1 + head["checks"]
     if checks_end != len(raw) or raw[view_end : view_end + 1] != b"\n":
         raise _refuse("the checkpoint's sections are not of the lengths recorded")
+    view_bytes = memoryview(raw)[start:view_end]
     checks = memoryview(raw)[view_end + 1 :]
-    if zlib.crc32(checks) != head["checksCrc32"]:
-        raise _refuse("the checkpoint's checks do not match their CRC-32")
+    if zlib.crc32(view_bytes) != head["viewCrc32"] or zlib.crc32(checks) != head["checksCrc32"]:
+        raise _refuse("the checkpoint does not match its CRC-32s")
     try:
-        view = orjson.loads(memoryview(raw)[start:view_end])
+        view = orjson.loads(view_bytes)
         reducer = Reducer.from_header_line(header_line)
         if reducer._header.id != binding.session_id:
             raise _refuse("the checkpoint is of another session")
@@ -367,10 +369,10 @@ def _fill_view(r: Reducer, view: Any) -> None:
     """
     if type(view) is not dict:
         raise _refuse("malformed checkpoint state")
-    r._next_seq = view["nextSeq"]
-    r._step_count = view["stepCount"]
-    usage = view["usage"]
-    if type(usage) is not list or len(usage) != 4:
+    r._next_seq = _count(view["nextSeq"], 1)
+    r._step_count = _count(view["stepCount"])
+    usage = [_count(n) for n in view["usage"]]
+    if len(usage) != 4:
         raise _refuse("malformed checkpoint state (usage)")
     r._usage = usage
     transcript = view["transcript"]
@@ -379,6 +381,8 @@ def _fill_view(r: Reducer, view: Any) -> None:
         type(transcript) is not list
         or type(transcript_ids) is not list
         or len(transcript) != len(transcript_ids)
+        or not all(type(m) is dict and type(m.get("role")) is str for m in transcript)
+        or not all(type(i) is str for i in transcript_ids)
     ):
         raise _refuse("malformed checkpoint state (transcript)")
     r._transcript = transcript
@@ -395,23 +399,44 @@ def _fill_view(r: Reducer, view: Any) -> None:
         else:
             raise _refuse("malformed checkpoint state (context)")
     r._context = context
-    r._boundary = view["boundary"]
-    r._open_calls = frozenset(view["openCalls"])
-    r._failed = list(view["failed"])
-    r._person_denials = [PersonDenial(*denial) for denial in view["denials"]]
+    r._boundary = _text(view["boundary"], optional=True)
+    r._open_calls = frozenset(_text(i) for i in view["openCalls"])
+    r._failed = [_count(i) for i in view["failed"]]
+    r._person_denials = [
+        PersonDenial(_text(name), _text(entry), _count(index), _count(at), _text(result))
+        for name, entry, index, at, result in view["denials"]
+    ]
     last = view["lastFinished"]
     if last is None:
         r._last_finished = None
     else:
         op_id, kind, outcome, completion, error, final_id = last
+        if kind not in ("run", "compaction") or outcome not in ("completed", "failed", "aborted"):
+            raise _refuse("malformed checkpoint state (last finished operation)")
+        if error is not None and (
+            type(error) is not dict or not all(type(v) is str for v in error.values())
+        ):
+            raise _refuse("malformed checkpoint state (last finished operation)")
         r._last_finished = FinishedOperation(
-            operation_id=op_id,
+            operation_id=_text(op_id),
             kind=kind,
             outcome=outcome,
-            completion=completion,
+            completion=_text(completion, optional=True),
             error=None if error is None else MappingProxyType(dict(error)),
-            final_entry_id=final_id,
+            final_entry_id=_text(final_id, optional=True),
         )
+
+
+def _count(value: Any, least: int = 0) -> int:
+    if type(value) is not int or value < least:
+        raise _refuse("malformed checkpoint state (a count expected)")
+    return value
+
+
+def _text(value: Any, *, optional: bool = False) -> Any:
+    if type(value) is not str and not (optional and value is None):
+        raise _refuse("malformed checkpoint state (a string expected)")
+    return value
 
 
 def _fill_checks_or_refuse(r: Reducer, raw: memoryview, active: str | None) -> None:
@@ -456,7 +481,7 @@ def _fill_checks(r: Reducer, checks: Any, active: str | None) -> None:
         entry.order = order
         order += 1
         if used:
-            entry.used_calls = used
+            entry.used_calls = _count(used)
         entries[ident] = entry
     if len(entries) != order or index != len(transcript):
         raise _refuse("malformed checkpoint state (entries)")
@@ -489,6 +514,8 @@ def _fill_checks(r: Reducer, checks: Any, active: str | None) -> None:
             snapshots[digest] if own is None else own,
             digest,
         )
+        if type(number) is not int or type(is_open) is not bool or type(failed) is not bool:
+            raise _refuse("malformed checkpoint state (attempt)")
         if not is_open:
             attempt.open = False
         if failed:
@@ -519,7 +546,7 @@ def _fill_checks(r: Reducer, checks: Any, active: str | None) -> None:
             started,
             step_id,
             assistant,
-            tool_index,
+            _count(tool_index),
             call,
             name,
             args,

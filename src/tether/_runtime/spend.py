@@ -129,9 +129,9 @@ class Spending:
         answers = self._sessions.setdefault(store.session_id, _Answers())
         scanned = len(state.transcript_ids)
         if answers.scanned < scanned:
-            answers.reported += reported_costs(
-                state, side_record_reader(store), start=answers.scanned
-            )
+            read = side_record_reader(store)  # None: the session has no side records
+            if read is not None:
+                answers.reported += reported_costs(state, read, start=answers.scanned)
             answers.scanned = scanned
         return cost_of_answers(answers.reported, usage, self.price, start=start)
 

@@ -108,11 +108,14 @@ def write_side_record(
     return record
 
 
-def side_record_reader(store: SessionStoreProtocol) -> Callable[[str], SideRecord | None]:
+def side_record_reader(store: SessionStoreProtocol) -> Callable[[str], SideRecord | None] | None:
     """:func:`read_side_record` for many entries: the session's side records are listed
     once, and only those that exist are read (a long session's cost would otherwise ask
-    for thousands of missing records, one system call each)."""
+    for thousands of missing records, one system call each); ``None`` when the session has
+    none at all."""
     names = store.sidecar_names(side_record_name(""))
+    if names is not None and not names:
+        return None
 
     def read(entry_id: str) -> SideRecord | None:
         if names is not None and side_record_name(entry_id) not in names:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from operator import itemgetter
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -80,6 +81,9 @@ _PURPOSES: Final = (_FACT_ID, _RESERVED_FOREVER, _RESERVED_TOOL_RESULT, _RESERVE
 _STEP_KIND_NAMES: Final = {kind: name for name, kind in _STEP_KINDS.items()}
 _STOP_NAMES: Final = {reason: name for name, reason in _STOP_REASONS.items()}
 _REPLAY_NAMES: Final = {replay: name for name, replay in _REPLAYS.items()}
+_DICT: Final = frozenset({dict})
+_STR: Final = frozenset({str})
+_ROLE: Final = itemgetter("role")
 _BINDING_KEYS: Final = frozenset(
     {"checkpoint", "reducer", "session", "length", "lines", "digest", "view", "checks"}
     | {"viewCrc32", "checksCrc32"}
@@ -381,8 +385,9 @@ def _fill_view(r: Reducer, view: Any) -> None:
         type(transcript) is not list
         or type(transcript_ids) is not list
         or len(transcript) != len(transcript_ids)
-        or not all(type(m) is dict and type(m.get("role")) is str for m in transcript)
-        or not all(type(i) is str for i in transcript_ids)
+        or not set(map(type, transcript)) <= _DICT
+        or not set(map(type, map(_ROLE, transcript))) <= _STR
+        or not set(map(type, transcript_ids)) <= _STR
     ):
         raise _refuse("malformed checkpoint state (transcript)")
     r._transcript = transcript

@@ -34,10 +34,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessionkit import SessionKit, make_id
+from test_cli_inputs import run_bounded
 from test_reducer_properties import SETTINGS, _json_mutation, _late_failures, session_kits
 from tether._loading import load_reducer
 from tether._stores import checkpoints
-from tether._stores.file import SessionStore, session_file_name, sessions_dir_for
+from tether._stores.file import (
+    SessionStore,
+    reduce_log_file,
+    session_file_name,
+    sessions_dir_for,
+)
 from tether._stores.memory import MemorySessions
 from tether._tools import ReadTool, ToolContext
 from tether.core.checkpoint import (
@@ -516,3 +522,25 @@ def test_a_checkpoint_binds_the_bytes_the_writer_reduced(tmp_path: Path) -> None
     binding = read_binding(sidecar.read_bytes())
     assert binding.digest == "sha256:" + hashlib.sha256(data).hexdigest()
     assert binding.lines == data.count(b"\n") and binding.length == len(data)
+
+
+def test_inspect_reads_a_long_session_from_its_checkpoint(tmp_path: Path) -> None:
+    workspace, session_id, data = _session(tmp_path, LONG_TURNS)
+    log, sidecar = _paths(workspace, session_id)
+    without = run_bounded("inspect", log, "--json", cwd=tmp_path)
+    _checkpointed(workspace, session_id).close()
+    assert sidecar.exists()
+    torn = data + b'[{"kind":'  # a torn tail is ignored, as without a checkpoint
+    log.write_bytes(torn)
+    assert reduce_log_file(log, torn) == load_reducer(torn).state
+    log.write_bytes(data)
+    with_checkpoint = run_bounded("inspect", log, "--json", cwd=tmp_path)
+    assert with_checkpoint.returncode == without.returncode == 0, with_checkpoint.stderr
+    assert orjson.loads(with_checkpoint.stdout) == orjson.loads(without.stdout)
+    corrupt = data + data.split(b"\n")[3] + b"\n"
+    log.write_bytes(corrupt)
+    with pytest.raises(SessionCorruption) as expected:
+        load_reducer(corrupt)
+    with pytest.raises(SessionCorruption) as got:
+        reduce_log_file(log, corrupt)
+    assert (got.value.code, got.value.line) == (expected.value.code, expected.value.line)

@@ -157,6 +157,15 @@ def _checkpoint_of(path: Path) -> FileSidecar | None:
     return FileSidecar(sidecar_path(path.parent, m.group("id"), checkpoints.CHECKPOINT_NAME))
 
 
+def reduce_log_file(path: Path, data: bytes) -> SessionState:
+    """The state of the log at ``path`` whose bytes (read whole) are ``data``: from the
+    reducer checkpoint beside it when one matches, else the full reduction, for a reader
+    that reads the file itself (``tether inspect``). Raises
+    :class:`~tether.errors.SessionCorruption` exactly as :func:`tether.reduce_session`."""
+    reducer, _, _ = checkpoints.load(data, _checkpoint_of(path))
+    return reducer.state
+
+
 def _open_dir(sessions_dir: Path, *, query: str) -> int:
     try:
         return os.open(sessions_dir, os.O_RDONLY | os.O_DIRECTORY | _O_CLOEXEC)

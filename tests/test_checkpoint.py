@@ -40,6 +40,7 @@ from tether._loading import load_reducer
 from tether._stores import checkpoints
 from tether._stores.file import (
     SessionStore,
+    list_sessions,
     reduce_log_file,
     session_file_name,
     sessions_dir_for,
@@ -351,6 +352,8 @@ def test_a_long_session_opens_from_its_checkpoint_and_goes_on(tmp_path: Path) ->
     read_only = SessionStore.open_read_only(session_id, workspace=workspace)
     assert read_only._checkpointed == len(data)
     assert read_only.state == load_reducer(log.read_bytes()).state
+    (summary,) = list_sessions(sessions_dir_for(workspace))  # tether sessions
+    assert summary.error is None and summary.id == session_id
 
 
 def test_a_short_session_and_a_read_only_open_write_no_checkpoint(tmp_path: Path) -> None:

@@ -454,7 +454,7 @@ def _summarize(sdir: Path, dir_fd: int, name: str) -> SessionSummary | None:
     last_lf = data.rfind(b"\n")
     committed = data[: last_lf + 1]
     try:
-        state = load_reducer(committed).state
+        state = checkpoints.load(committed, _checkpoint_of(path))[0].state
     except SessionCorruption as exc:
         return SessionSummary(
             id=_id_of(sdir, name) or fallback_id,

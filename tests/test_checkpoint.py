@@ -547,3 +547,23 @@ def test_inspect_reads_a_long_session_from_its_checkpoint(tmp_path: Path) -> Non
     with pytest.raises(SessionCorruption) as got:
         reduce_log_file(log, corrupt)
     assert (got.value.code, got.value.line) == (expected.value.code, expected.value.line)
+
+
+def test_checks_that_fail_to_decode_at_the_first_commit_fall_back_to_the_log(
+    tmp_path: Path,
+) -> None:
+    """A checks line that passes its CRC but does not decode (a bug, never seen) is found at
+    the first commit; the writer reduces its log in full and commits, never a wrong state."""
+    workspace, session_id, data = _session(tmp_path, LONG_TURNS)
+    _checkpointed(workspace, session_id).close()
+    log, sidecar = _paths(workspace, session_id)
+    head, view, checks = sidecar.read_bytes().split(b"\n")
+    broken = orjson.loads(checks)
+    broken["attempts"] = [["not", "an", "attempt"]]
+    sidecar.write_bytes(_reseal(orjson.loads(head), view, orjson.dumps(broken)))
+    store = _open(workspace, session_id)
+    assert store._checkpointed == len(data)  # the view was fine
+    value = orjson.loads(sessiongen.turn_lines(LONG_TURNS)[0])
+    store.commit(value if isinstance(value, list) else [value])
+    assert _internals(store._reducer) == _internals(load_reducer(log.read_bytes()))
+    store.close()

@@ -55,6 +55,7 @@ from tether.core.reducer import PendingTransaction, Reducer
 from tether.core.state import SessionState, Usage
 from tether.errors import (
     AmbiguousSessionId,
+    CheckpointMismatch,
     ConfigurationError,
     CorruptSession,
     FactRejected,
@@ -948,7 +949,13 @@ class SessionStore(ClosesOnExit):
             )
             # T5: validated and applied in memory (with an undo log); nothing written yet.
             try:
-                pending = reducer.begin(line)
+                try:
+                    pending = reducer.begin(line)
+                except CheckpointMismatch:
+                    # The checkpoint's deferred indexes did not decode (begin changed
+                    # nothing): the committed log, reduced in full, takes its place.
+                    reducer = self._reducer = self._reduce_committed()
+                    pending = reducer.begin(line)
             except SessionCorruption as exc:
                 raise FactRejected(exc.code, exc.line, exc.seq, exc.detail) from None
             data = line + b"\n"
@@ -989,6 +996,14 @@ class SessionStore(ClosesOnExit):
             if sync or not self._durable:
                 self._synced = self._length
             return committed
+
+    def _reduce_committed(self) -> Reducer:
+        """The full reduction of this writer's committed log, read back (under its lock)."""
+        data = os.pread(self._fd, self._length, 0)
+        try:
+            return load_reducer(data)
+        except SessionCorruption as exc:
+            raise CorruptSession.wrap(str(self.path), exc) from None
 
     def flush(self) -> None:
         """Make every commit made with ``sync=False`` durable (one ``fdatasync``; nothing

@@ -251,8 +251,18 @@ def test_the_binding_must_be_the_expected_one() -> None:
     old = orjson.dumps({**orjson.loads(head), "checkpoint": CHECKPOINT_FORMAT - 1})
     with pytest.raises(CheckpointMismatch, match="format"):
         decode_checkpoint(old + b"\n" + rest, binding, header)
-    with pytest.raises(CheckpointMismatch, match="CRC"):
-        decode_checkpoint(raw[:-2] + b"0]", binding, header)
+    with pytest.raises(CheckpointMismatch, match="view does not match its CRC"):
+        decode_checkpoint(raw.replace(b'"role":"user"', b'"role":"usex"', 1), binding, header)
+    idle_kit = SessionKit(first_id=300)
+    idle_kit.tool_run()
+    idle = _load(idle_kit.lines())
+    raw_idle = encode_checkpoint(idle, _binding(idle))
+    damaged = decode_checkpoint(raw_idle[:-2] + b"0]", _binding(idle), idle_kit.lines()[0])
+    assert damaged.state == idle.state  # the view is whole; the checks are seen when used
+    with pytest.raises(CheckpointMismatch, match="checks do not match their CRC"):
+        damaged.check(idle_kit.lines()[-1])
+    with pytest.raises(CheckpointMismatch):  # and again: nothing was half-built
+        damaged._complete()
     with pytest.raises(CheckpointMismatch, match="lengths"):
         decode_checkpoint(raw[:-1], binding, header)
     # The header comes from the log: another session's header is refused.
@@ -549,18 +559,22 @@ def test_inspect_reads_a_long_session_from_its_checkpoint(tmp_path: Path) -> Non
     assert (got.value.code, got.value.line) == (expected.value.code, expected.value.line)
 
 
-def test_checks_that_fail_to_decode_at_the_first_commit_fall_back_to_the_log(
-    tmp_path: Path,
+@pytest.mark.parametrize("resealed", [False, True], ids=["bad-crc", "crc-ok-bad-shape"])
+def test_checks_that_fail_at_the_first_commit_fall_back_to_the_log(
+    tmp_path: Path, resealed: bool
 ) -> None:
-    """A checks line that passes its CRC but does not decode (a bug, never seen) is found at
-    the first commit; the writer reduces its log in full and commits, never a wrong state."""
+    """Checks damaged on disk (their CRC-32 fails) or that pass it but do not decode (a bug)
+    are found at the first commit; the writer reduces its log in full and commits."""
     workspace, session_id, data = _session(tmp_path, LONG_TURNS)
     _checkpointed(workspace, session_id).close()
     log, sidecar = _paths(workspace, session_id)
     head, view, checks = sidecar.read_bytes().split(b"\n")
     broken = orjson.loads(checks)
     broken["attempts"] = [["not", "an", "attempt"]]
-    sidecar.write_bytes(_reseal(orjson.loads(head), view, orjson.dumps(broken)))
+    if resealed:
+        sidecar.write_bytes(_reseal(orjson.loads(head), view, orjson.dumps(broken)))
+    else:
+        sidecar.write_bytes(b"\n".join((head, view, checks.replace(b'"', b"'", 1))))
     store = _open(workspace, session_id)
     assert store._checkpointed == len(data)  # the view was fine
     value = orjson.loads(sessiongen.turn_lines(LONG_TURNS)[0])

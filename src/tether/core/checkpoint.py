@@ -299,10 +299,10 @@ def decode_checkpoint(raw: bytes, expected: CheckpointBinding, header_line: byte
     ``header_line`` is the log's first line without its LF: the header is parsed from the
     log itself (the prefix digest covers it). The view is decoded now; the checks (the
     indexes of IDs, entries, attempts, tools and operations, the bulk of the state) are
-    decoded when the reducer first checks a line (:meth:`Reducer._complete`), so that an
-    open that only reads the state never builds them — their bytes are checked now
-    (length and CRC-32), and anything wrong with them raises
-    :class:`~tether.errors.CheckpointMismatch` then. Raises
+    checked (CRC-32) and decoded when the reducer first checks a line
+    (:meth:`Reducer._complete`), so that an open that only reads the state never builds
+    them; anything wrong with them raises :class:`~tether.errors.CheckpointMismatch` then
+    (the file store's writer then reduces its log in full). Raises
     :class:`~tether.errors.CheckpointMismatch` for anything else, never another error.
     """
     binding, head, start = _read_head(raw)
@@ -314,8 +314,8 @@ def decode_checkpoint(raw: bytes, expected: CheckpointBinding, header_line: byte
         raise _refuse("the checkpoint's sections are not of the lengths recorded")
     view_bytes = memoryview(raw)[start:view_end]
     checks = memoryview(raw)[view_end + 1 :]
-    if zlib.crc32(view_bytes) != head["viewCrc32"] or zlib.crc32(checks) != head["checksCrc32"]:
-        raise _refuse("the checkpoint does not match its CRC-32s")
+    if zlib.crc32(view_bytes) != head["viewCrc32"]:
+        raise _refuse("the checkpoint's view does not match its CRC-32")
     try:
         view = orjson.loads(view_bytes)
         reducer = Reducer.from_header_line(header_line)
@@ -329,7 +329,8 @@ def decode_checkpoint(raw: bytes, expected: CheckpointBinding, header_line: byte
     reducer._length = binding.length
     reducer._line = binding.lines
     active = view["active"]
-    reducer._deferred = lambda: _fill_checks_or_refuse(reducer, checks, active)
+    crc = head["checksCrc32"]
+    reducer._deferred = lambda: _fill_checks_or_refuse(reducer, checks, crc, active)
     if active is not None:  # a snapshot of an active operation reads the checks
         reducer._complete()
     return reducer
@@ -444,7 +445,9 @@ def _text(value: Any, *, optional: bool = False) -> Any:
     return value
 
 
-def _fill_checks_or_refuse(r: Reducer, raw: memoryview, active: str | None) -> None:
+def _fill_checks_or_refuse(r: Reducer, raw: memoryview, crc: int, active: str | None) -> None:
+    if zlib.crc32(raw) != crc:
+        raise _refuse("the checkpoint's checks do not match their CRC-32")
     try:
         _fill_checks(r, orjson.loads(raw), active)
     except CheckpointMismatch:

@@ -1107,7 +1107,10 @@ class SessionStore(ClosesOnExit):
             if self._closed:
                 return
             if checkpoint:
-                self._write_checkpoint()
+                try:
+                    self._write_checkpoint()
+                except Exception:  # a cache never stands between a writer and its close
+                    pass
             self._closed = True
             self._unusable = "the store is closed"
             if self._lock is not None:

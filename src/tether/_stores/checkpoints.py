@@ -9,17 +9,17 @@ binding); this module is the shell's half, for :mod:`tether._stores.file`:
   cache: deleting it changes nothing but the time of the next open.
 * **When it is used** (:func:`load`): its binding must name this session, the running
   reducer (:func:`reducer_identity`) and the current checkpoint format, and a prefix of
-  the committed log that ends at a line boundary, has the recorded number of lines and
-  whose SHA-256 is the recorded one. Then the state is decoded and only the lines after the
-  prefix are reduced. Anything else — no checkpoint, an unreadable one, another version, a
-  log rewritten, truncated or replaced under it, a tail line the reducer rejects — and the
-  whole log is reduced exactly as without a checkpoint (so its errors are the reducer's
-  own, never the checkpoint's).
+  the committed log that ends at a line boundary and whose SHA-256 is the recorded one
+  (the line count recorded with it is the reducer's own, not recounted). Then the state
+  is decoded and only the lines after the prefix are reduced. Anything else — no
+  checkpoint, an unreadable one, another version, a log rewritten, truncated or replaced
+  under it, a tail line the reducer rejects — and the whole log is reduced exactly as
+  without a checkpoint (so its errors are the reducer's own, never the checkpoint's).
 * **When it is written** (:func:`save`): by a writer that holds the session's lock, when
   it closes a store that reduced or committed at least :data:`CHECKPOINT_EVERY` bytes
   beyond the checkpoint it opened with — never on a commit, so turn 2,000 costs what turn 2
   does. Atomically and durably (temporary name, ``fsync``, rename), so a checkpoint is
-  whole or absent; its body's length is recorded and checked too.
+  whole or absent; its sections' lengths and CRC-32s are recorded and checked too.
 * **The reducer's identity** is the SHA-256 of the sources of the :mod:`tether.core`
   modules the reducer is made of (:data:`REDUCER_MODULES`, checked against the reducer's
   imports by ``tests/test_checkpoint.py``), computed once per process. Chosen over a
@@ -100,7 +100,8 @@ def reducer_identity() -> str | None:
 def load(
     data: bytes, sidecar: FileSidecar | None, *, running_hash: bool = False
 ) -> tuple[Reducer, int, Any]:
-    """``(reducer, covered, hash)`` of the committed log ``data`` (it ends with LF):
+    """``(reducer, covered, hash)`` of the log ``data`` (a torn tail after the last LF is
+    ignored, as by :meth:`~tether.core.reducer.Reducer.load`):
     ``covered`` is the length of the prefix the checkpoint used covered (``0``: none was
     used, the whole log was reduced) and ``hash`` (when ``running_hash``) a ``hashlib``
     SHA-256 object over ``data``, to be continued with the lines committed later.

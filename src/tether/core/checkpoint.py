@@ -17,11 +17,17 @@ Rules of this module:
   its line count, the SHA-256 of its bytes, the session ID, and the identity of the reducer
   code that produced it (computed by the shell, which can read the sources:
   :mod:`tether._stores.checkpoints`). The shell hashes the log it read and compares; this
-  module checks that the state decoded agrees with the binding (length, lines, header).
+  module checks the binding is the one expected and parses the header from the log itself.
+* **Three lines**: the binding (with the length and CRC-32 of the two others), the *view*
+  (what a snapshot of the state reads: the transcript, the context, the totals, …, decoded
+  at once) and the *checks* (the indexes only a later line's checks read, the bulk of the
+  state: decoded by :meth:`Reducer._complete` when the first line is checked, so that an
+  open that only reads the state never builds them).
 * **Refused, never half-used.** Anything wrong — bytes that are not a checkpoint, another
-  format, a body whose checksum does not match, a value of the wrong shape, a binding that
-  is not the one expected — raises :class:`~tether.errors.CheckpointMismatch` and nothing
-  else; the shell then reduces the whole log as if there were no checkpoint.
+  format, a section whose length or CRC-32 does not match, a value of the wrong shape, a
+  binding that is not the one expected — raises :class:`~tether.errors.CheckpointMismatch`
+  and nothing else (for the checks, when they are decoded, leaving the reducer as it was);
+  the shell then reduces the whole log as if there were no checkpoint.
 * **What is left out is derived or transient**: the snapshot caches (``_state``,
   ``_frozen_configurations``, ``_last_step``, ``_last_usage``, the operations' completed-tool
   memos), the running compaction source hash (restarted empty: the next compaction hashes

@@ -20,6 +20,8 @@ FIGURES = (
     "resume.tether.open",
     "resume.tether.read_only",
     "resume.tether.reduce",
+    "resume.tether.checkpoint.write",
+    "resume.tether.checkpoint.full",
     "resume.tether.resume",
     "resume.Agent(...)",
     "startup.import",

@@ -168,6 +168,10 @@ def test_one_writer_unknown_and_ambiguous_ids_and_the_sidecar(sessions: Postgres
         assert record.read() == (None, None)
         record.write(b"{}\n")
         assert store.sidecar("binding").read() == (b"{}\n", None)
+        store.sidecar("reasoning.a").write(b"{}")
+        other.sidecar("reasoning.b").write(b"{}")
+        assert store.sidecar_names("reasoning.") == {"reasoning.a"}
+        assert store.sidecar_names("") == {"binding", "reasoning.a"}
         with pytest.raises(AmbiguousSessionId):
             sessions.open("018f0000")
         assert other.session_id != store.session_id

@@ -126,11 +126,11 @@ class Spending:
         scanned = len(state.transcript_ids)
         if answers.scanned < scanned:
             # Imported here: a run's, not an agent's construction (which builds Spending).
-            from tether._stores.reasoning import read_side_record, reported_costs
+            from tether._stores.reasoning import reported_costs, side_record_reader
 
-            answers.reported += reported_costs(
-                state, lambda entry: read_side_record(store, entry), start=answers.scanned
-            )
+            read = side_record_reader(store)  # None: the session has no side records
+            if read is not None:
+                answers.reported += reported_costs(state, read, start=answers.scanned)
             answers.scanned = scanned
         return cost_of_answers(answers.reported, usage, self.price, start=start)
 

@@ -1044,6 +1044,18 @@ class PostgresSessionStore(ClosesOnExit):
     def sidecar(self, name: str) -> PostgresSidecar:
         return PostgresSidecar(self._sessions, self.session_id, name)
 
+    def sidecar_names(self, prefix: str) -> frozenset[str] | None:
+        try:
+            with self._sessions._db() as conn:
+                rows = conn.execute(
+                    "SELECT name FROM tether_sidecars WHERE session_id = %s "
+                    "AND left(name, %s) = %s",
+                    (self.session_id, len(prefix), prefix),
+                ).fetchall()
+        except (StoreUnavailable, psycopg.Error):
+            return None
+        return frozenset(row[0] for row in rows)
+
     def close(self) -> None:
         """Release the lease (a fenced writer has none left). Idempotent."""
         with self._mutex:

@@ -38,6 +38,7 @@ from test_cli_inputs import run_bounded
 from test_reducer_properties import SETTINGS, _json_mutation, _late_failures, session_kits
 from tether._loading import load_reducer
 from tether._stores import checkpoints
+from tether._stores import file as file_store
 from tether._stores.file import (
     SessionStore,
     list_sessions,
@@ -535,6 +536,32 @@ def test_a_checkpoint_binds_the_bytes_the_writer_reduced(tmp_path: Path) -> None
     binding = read_binding(sidecar.read_bytes())
     assert binding.digest == "sha256:" + hashlib.sha256(data).hexdigest()
     assert binding.lines == data.count(b"\n") and binding.length == len(data)
+
+
+def test_a_long_lived_writer_keeps_bounded_bytes_for_its_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The committed lines wait for the hash only up to HASH_BATCH bytes, then are folded
+    in; the checkpoint written at close still binds every byte of the log."""
+    monkeypatch.setattr(file_store, "HASH_BATCH", 4096)
+    workspace, session_id, _ = _session(tmp_path, LONG_TURNS)
+    store = _checkpointed(workspace, session_id)
+    for turn in range(LONG_TURNS, LONG_TURNS + 60):
+        for line in sessiongen.turn_lines(turn):
+            value = orjson.loads(line)
+            store.commit(value if isinstance(value, list) else [value])
+            assert store._unhashed_bytes < 4096 + len(line) + 1
+    monkeypatch.setattr(checkpoints, "CHECKPOINT_EVERY", 1)
+    store.close()
+    log, sidecar = _paths(workspace, session_id)
+    data = log.read_bytes()
+    binding = read_binding(sidecar.read_bytes())
+    assert binding.digest == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert binding.length == len(data)
+    again = _open(workspace, session_id)
+    assert again._checkpointed == len(data)
+    assert again.state == load_reducer(data).state
+    again.close()
 
 
 def test_inspect_reads_a_long_session_from_its_checkpoint(tmp_path: Path) -> None:

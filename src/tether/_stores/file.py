@@ -82,6 +82,9 @@ __all__ = [
 
 FORMAT_VERSION = facts.VERSION
 LOG_SUFFIX = ".jsonl"
+HASH_BATCH = 1 << 20
+"""Committed bytes a writer keeps before folding them into its running log hash (the
+checkpoint's binding): one hashing call per MiB, not per commit, and bounded memory."""
 
 BEFORE_WRITE = faults.register(
     "store.before_write", "commit validated the transaction, nothing written yet"
@@ -601,10 +604,12 @@ class SessionStore(ClosesOnExit):
         self._durable = durability is Durability.DURABLE
         self._checkpointed = checkpointed
         # The writer's running hash of its log: the lines it commits are kept (one list
-        # append per commit, no hashing on the commit path) and hashed only if a checkpoint
-        # is written when it closes.
+        # append per commit, no hashing on the commit path) and folded into the hash once
+        # they reach HASH_BATCH bytes, or when a checkpoint is written at close: the memory
+        # they hold stays bounded however long the writer lives.
         self._log_hash = log_hash
         self._unhashed: list[bytes] = []
+        self._unhashed_bytes = 0
 
     # ---------------------------------------------------------------- constructors
 
@@ -992,7 +997,11 @@ class SessionStore(ClosesOnExit):
             # T8: adopted; returning acknowledges the transaction.
             pending.commit()
             self._length += size
-            self._unhashed.append(data)
+            if self._log_hash is not None:
+                self._unhashed.append(data)
+                self._unhashed_bytes += size
+                if self._unhashed_bytes >= HASH_BATCH:
+                    self._fold_hash()
             if sync or not self._durable:
                 self._synced = self._length
             return committed
@@ -1125,6 +1134,15 @@ class SessionStore(ClosesOnExit):
                 os.close(self._dir_fd)
                 self._dir_fd = -1
 
+    def _fold_hash(self) -> None:
+        """Hash the committed lines kept since the last fold into the running log hash."""
+        log_hash = self._log_hash
+        if log_hash is not None:
+            for line in self._unhashed:
+                log_hash.update(line)
+        self._unhashed = []
+        self._unhashed_bytes = 0
+
     def _write_checkpoint(self) -> None:
         """The checkpoint of a writer that reduced or committed enough beyond the last one
         (:mod:`tether._stores.checkpoints`); under the lock, before it is released."""
@@ -1138,11 +1156,8 @@ class SessionStore(ClosesOnExit):
         sidecar = _checkpoint_of(self.path)
         if sidecar is None:
             return
-        log_hash = self._log_hash
-        for line in self._unhashed:
-            log_hash.update(line)
-        self._unhashed = []
-        if checkpoints.save(self._reducer, log_hash, sidecar):
+        self._fold_hash()
+        if checkpoints.save(self._reducer, self._log_hash, sidecar):
             self._checkpointed = self._length
 
     def __del__(self) -> None:

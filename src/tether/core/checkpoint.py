@@ -454,11 +454,17 @@ def _text(value: Any, *, optional: bool = False) -> Any:
 def _fill_checks_or_refuse(r: Reducer, raw: memoryview, crc: int, active: str | None) -> None:
     if zlib.crc32(raw) != crc:
         raise _refuse("the checkpoint's checks do not match their CRC-32")
+    saved = (r._ids, r._entries, r._snapshots, r._attempts, r._tools, r._operations, r._active)
     try:
         _fill_checks(r, orjson.loads(raw), active)
-    except CheckpointMismatch:
-        raise
+        # The active operation's snapshot reads the attempts, entries and tools by the ids
+        # the operation names: build it once here, so that a checkpoint whose tables do not
+        # hold together is refused now, not met later as a KeyError in a state snapshot.
+        r._operation_snapshot()
     except Exception as exc:  # any shape the encoder never writes
+        (r._ids, r._entries, r._snapshots, r._attempts, r._tools, r._operations, r._active) = saved
+        if isinstance(exc, CheckpointMismatch):
+            raise
         raise _refuse(f"malformed checkpoint state ({type(exc).__name__})") from None
 
 

@@ -429,6 +429,7 @@ class Worker:
         self._agents: list[Agent] = []
         self._idle: list[Agent] = []
         self._threads: set[threading.Thread] = set()
+        self._driving: dict[str, threading.Event] = {}
         self._in_flight = 0
         self._limit = concurrency
         self._refused_at: float | None = None
@@ -544,21 +545,37 @@ class Worker:
             self._start(agent, session, clock)
 
     def _start(self, agent: Agent, session: str, clock: Any) -> None:
+        done = threading.Event()
         with self._cond:
             self._in_flight += 1
             self.peak = max(self.peak, self._in_flight)
             self._started += 1
+            # The session may be claimed again (its lease given back) while the thread
+            # that drove it is still ending; on a shared opener that thread's clean-up
+            # (``release_claim``) names the session, not the claim, and would give back the
+            # new claim too: the new drive starts once the old thread is done.
+            before = self._driving.get(session)
+            self._driving[session] = done
             thread = threading.Thread(
                 target=self._slot,
-                args=(agent, session, clock),
+                args=(agent, session, clock, before, done),
                 name=f"tether-session-{self._started}",
                 daemon=True,
             )
             self._threads.add(thread)
         thread.start()
 
-    def _slot(self, agent: Agent, session: str, clock: Any) -> None:
+    def _slot(
+        self,
+        agent: Agent,
+        session: str,
+        clock: Any,
+        before: threading.Event | None,
+        done: threading.Event,
+    ) -> None:
         try:
+            if before is not None:
+                before.wait()
             self._drive(agent, _shared_store(agent), session)
         except SessionFenced as exc:
             self.log(f"fenced: {exc}")
@@ -569,6 +586,9 @@ class Worker:
             self._refused(exc, clock.monotonic())
         finally:
             with self._cond:
+                done.set()
+                if self._driving.get(session) is done:
+                    del self._driving[session]
                 self._in_flight -= 1
                 self.finished += 1
                 self._idle.append(agent)

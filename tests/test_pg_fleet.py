@@ -41,9 +41,10 @@ import psycopg
 import pytest
 
 from pgkit import pg_store, pg_url  # noqa: F401 (fixtures)
+from tether._models import load_model
 from tether._models.scripted import ScriptedModel
 from tether._runtime import Agent
-from tether._runtime.worker import Worker, submit
+from tether._runtime.worker import Submission, Worker, fleet_status, submit, submit_all
 from tether._stores.memory import MemorySessions, MemorySessionStore
 from tether._stores.postgres import PostgresSessions, export_session
 from tether.core.reducer import Reducer
@@ -86,12 +87,20 @@ class Fleet:
         self.env["TETHER_LEASE_SECONDS"] = str(LEASE)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs: list[Path] = []
-        prompts = root / "prompts.jsonl"
-        prompts.write_text("".join(json.dumps(f"task {n}") + "\n" for n in range(sessions)))
-        done = self.tether("submit", "--from", str(prompts))
-        assert done.returncode == 0, done.stderr
-        self.ids = done.stdout.split()
-        assert len(self.ids) == sessions
+        # Submitted in this process (what ``tether submit --from`` does, in one batch): the
+        # same workspace and settings give the workers' environment identity.
+        agent = Agent(
+            load_model(f"scripted:{self.ws / 'script.json'}"),
+            workspace=self.ws,
+            read_agents_md=False,
+            store_url=self.url,
+        )
+        self.ids: list[str] = []
+        try:
+            items = [Submission(f"task {n}") for n in range(sessions)]
+            submit_all(agent, items, accepted=self.ids.extend)
+        finally:
+            agent.close()
 
     def flags(self) -> list[str]:
         return ["--store", self.url, "-m", "scripted:script.json", "--sandbox", "off"]
@@ -194,13 +203,12 @@ def test_one_process_drives_its_sessions_over_one_opener(pg_store: str, tmp_path
     while worker.poll() is None:
         peak = max(peak, _connections(pg_store, fleet.name))
         if not seen_status:
-            status = fleet.tether("worker", "--status", "--json")
-            report = json.loads(status.stdout)
-            if report["workers"]:
-                seen_status.append(status.stdout)
-                (mine,) = report["workers"]
-                assert f":{worker.pid}:" in mine["owner"] and 1 <= mine["leases"] <= 20
-                assert report["queued"] + report["running"] + report["idle"] == 40
+            report = fleet_status(fleet.url)  # what --status prints
+            if report.workers:
+                seen_status.extend(report.lines())
+                (mine,) = report.workers
+                assert f":{worker.pid}:" in mine.owner and 1 <= mine.leases <= 20
+                assert report.queued + report.running + report.idle == 40
         time.sleep(0.05)
     assert worker.returncode == 0, fleet.log(worker)
     assert seen_status, "--status never saw the worker's leases"
@@ -212,12 +220,20 @@ def test_one_process_drives_its_sessions_over_one_opener(pg_store: str, tmp_path
     assert re.search(r"status: in flight \d+.*, finished \d+, commits/s \d+", log), log
     assert log.count(": completed") == 40
     fleet.check()
-    text = fleet.tether("worker", "--status")
-    assert text.returncode == 0 and text.stdout.startswith("queued 0, running 0, parked 0, idle 40")
+    assert seen_status[1].startswith(f"worker {mine.owner}: {mine.leases} leases")
+    done = fleet.tether("worker", "--status", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "queued": 0,
+        "running": 0,
+        "parked": 0,
+        "idle": 40,
+        "workers": [],
+    }
 
 
 def test_a_killed_worker_s_sessions_are_taken_over(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
-    fleet = Fleet(tmp_path, pg_store, sessions=60)
+    fleet = Fleet(tmp_path, pg_store, sessions=40)
     victim = fleet.start()
     survivor = fleet.start()
     _wait(lambda: len(fleet.held_by(victim)) >= 10, 20, "the victim to hold many sessions")
@@ -228,7 +244,7 @@ def test_a_killed_worker_s_sessions_are_taken_over(pg_store: str, tmp_path: Path
 
 
 def test_terminated_connections_are_regained(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
-    fleet = Fleet(tmp_path, pg_store, sessions=60)
+    fleet = Fleet(tmp_path, pg_store, sessions=40)
     workers = [fleet.start(), fleet.start()]
     _wait(lambda: len(fleet.held_by(workers[0])) >= 10, 20, "many sessions in flight")
     with psycopg.connect(pg_store, autocommit=True) as admin:
@@ -385,7 +401,7 @@ def test_many_sessions_in_flight_survive_a_postgres_restart(pg_store: str, tmp_p
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI must run the restart test: set {CLUSTER_ENV} (.ci/run does)")
         pytest.skip(f"may not restart the PostgreSQL cluster here: {CLUSTER_ENV} is not set")
-    fleet = Fleet(tmp_path, pg_store, sessions=60)
+    fleet = Fleet(tmp_path, pg_store, sessions=40)
     workers = [fleet.start(), fleet.start()]
     _wait(lambda: len(fleet.held_by(workers[0])) >= 10, 20, "many sessions in flight")
     subprocess.run(["pg_ctlcluster", *cluster.split(), "restart", "-m", "fast"], check=True)

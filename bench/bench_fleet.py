@@ -258,6 +258,8 @@ class Result:
     facts: int
     commits: int
     codes: list[int]
+    cpu: float
+    """CPU seconds the workers used (user + system, with the bash calls they ran)."""
     bare: float
     """The bare INSERT + COMMIT loop's rows per second, measured right after the fleet."""
 
@@ -322,7 +324,12 @@ def run_fleet(
             for log in logs
         ]
         sampler = Sampler(base, [p.pid for p in procs])
-        codes = [p.wait() for p in procs]
+        codes, cpu = [], 0.0
+        for proc in procs:  # wait4: the exit status and the CPU the worker used
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            codes.append(proc.returncode)
+            cpu += usage.ru_utime + usage.ru_stime
         wall = time.perf_counter() - start
         sampler.stop()
         for code, log in zip(codes, logs, strict=True):
@@ -337,6 +344,22 @@ def run_fleet(
             ).fetchone()
             assert row is not None
             finished, lines_after = int(row[0]), int(row[1])
+            unfinished = conn.execute(
+                "SELECT session_id, operation, lines, blocked, lease_owner FROM tether_sessions "
+                "WHERE pending ORDER BY session_id LIMIT 5"
+            ).fetchall()
+        for session_id, operation, count, blocked, owner in unfinished:
+            said = [
+                line
+                for log in logs
+                for line in log.read_text().splitlines()
+                if str(session_id) in line
+            ]
+            print(
+                f"  unfinished: {session_id} ({operation}, {count} lines, "
+                f"{'parked' if blocked else 'queued'}, lease {owner}): {said[-3:]}"
+            )
+        with psycopg.connect(url, autocommit=True) as conn:
             facts = 0
             sample = b""
             for (data,) in conn.execute(
@@ -364,6 +387,7 @@ def run_fleet(
             facts=facts,
             commits=lines_after - lines_before,
             codes=codes,
+            cpu=cpu,
             bare=bare_loop(url, sample or b"x" * 600),
         )
         return result
@@ -399,7 +423,10 @@ def report(result: Result) -> bool:
         f"fleet: {result.sessions} sessions, {result.workers} worker(s) x concurrency "
         f"{result.concurrency}, model delay {result.delay:g} s"
     )
-    print(f"  wall {result.wall:.1f} s, ideal {ideal}{ratio}; worker exit codes {result.codes}")
+    print(
+        f"  wall {result.wall:.1f} s, ideal {ideal}{ratio}; worker exit codes {result.codes}; "
+        f"worker CPU {result.cpu:.1f} s ({result.cpu / result.sessions * 1000:.1f} ms a session)"
+    )
     print(
         f"  finished {result.finished}/{result.sessions}; effects: exactly one in {once}, "
         f"none in {result.sessions - len(result.effects)}, "

@@ -6,29 +6,48 @@ looks for. :func:`submit_all` (``tether submit --from FILE``, lines parsed by
 :func:`parse_submissions`) accepts many: on the shared store 1,000 new sessions per
 database transaction (:meth:`~tether._stores.postgres.PostgresSessions.create_queued`).
 
-:class:`Worker` runs ``concurrency`` threads, each with its own
-:class:`~tether._runtime.agent.Agent` over a shared store (:mod:`tether._stores.postgres`):
-a thread claims the oldest unfinished session of its environment identity whose lease is
-free or expired (``FOR UPDATE SKIP LOCKED``), drives it with the normal executor
-(``resume``: the same planner as after a crash), and releases the lease. A session of
-another environment identity is never claimed: it waits for a worker that serves it.
+:class:`Worker` drives up to ``concurrency`` sessions at once (1 to
+:data:`MAX_CONCURRENCY`), each on a thread of its own with its own
+:class:`~tether._runtime.agent.Agent` over a shared store (:mod:`tether._stores.postgres`).
+Its loop claims the oldest unfinished session of its environment identity whose lease is
+free or expired (``FOR UPDATE SKIP LOCKED``) while fewer than the limit are in flight,
+and starts a thread that drives it with the normal executor (``resume``: the same planner
+as after a crash) and releases the lease. A session of another environment identity is
+never claimed: it waits for a worker that serves it.
+
+What a session in flight costs (docs/scale-out.md, "Many sessions per worker"): ``tether
+worker`` gives every agent the process's one session opener (:class:`FleetSessions`: one
+set of connections, one lease renewal for every lease) and one workspace database
+(:class:`SharedWorkspaceDB`) through the composition's seams (:func:`fleet_openers`);
+agents are made lazily, when a claim needs one and none is free, and kept for the next
+session; every thread the process starts meanwhile has a :data:`STACK_BYTES` stack. A
+session waiting on its model holds its thread (and the model request its own, from
+:func:`tether._models.streaming.in_worker`): threads, not connections, are what grows.
 
 * a session whose recovery is blocked (a gate, a review) is parked: out of the queue until
   its next commit (a person resolving it);
 * :class:`~tether.errors.SessionFenced`: this worker lost a lease (it was paused past its
-  expiry and another worker took over). The thread stops at once; the worker takes no new
-  work and exits with the fenced error's code;
+  expiry and another worker took over). It takes no new work, every drive stops at its
+  next durable point, and the worker exits with the fenced error's code;
 * any other error driving a session (a corrupt log, …): the session is parked, the worker
   goes on;
-* the database going away: the thread waits and claims again; a worker that cannot reach
-  it for :data:`UNREACHABLE_SECONDS` exits with the store error's code;
+* back-pressure: a drive that ends on :class:`~tether.errors.StoreUnavailable` (no
+  connection to be had for its session, or the database away longer than a commit waits)
+  gives its session back and lowers the in-flight limit to what the store holds now; it
+  grows again by half every :data:`GROW_SECONDS` without a refusal. A claim that fails
+  waits a second and tries again. Each is said once per outage. The worker exits with the
+  store error's code only when the store has been unreachable for
+  :data:`UNREACHABLE_SECONDS` with no session in flight;
 * :meth:`Worker.stop` (``SIGTERM``): no new claims; each thread finishes the step it is in
   (the model request being answered, or the tool call running, until its result is
   committed: the executor's stop signal,
   :meth:`~tether._runtime.executor.Executor.set_stop_signal`), leaves the session's
   operation unfinished, releases its lease at once (claimable again right away, not after
   expiry), and the worker exits 0. Another worker continues each such session from that
-  durable point with the same planner as after a crash there: nothing done is done again.
+  durable point with the same planner as after a crash there: nothing done is done again;
+* ``status_every``: a status line (sessions in flight, finished, commits/s, lease
+  renewals, the store's ``metrics()`` when it has them); :func:`fleet_status` is
+  ``tether worker --status``: the queue and each worker's leases, from the database.
 """
 
 from __future__ import annotations
@@ -55,7 +74,13 @@ from tether._text import printable
 from tether._wsdb.protocol import WorkspaceDB, WorkspaceDBOpener
 from tether.core import facts
 from tether.core.state import IdleOperation
-from tether.errors import ConfigurationError, SessionFenced, StoreUnavailable, TetherError
+from tether.errors import (
+    ConfigurationError,
+    SessionBusy,
+    SessionFenced,
+    StoreUnavailable,
+    TetherError,
+)
 
 __all__ = [
     "MAX_CONCURRENCY",
@@ -626,6 +651,12 @@ class Worker:
         except (SessionFenced, StoreUnavailable):
             sessions.release_claim(session)
             raise
+        except SessionBusy as exc:
+            # Another writer holds it (or a claim this process gave back in a race): a
+            # busy session is not a broken one, so it stays in the queue, never parked.
+            sessions.release_claim(session)
+            self.log(f"session {session}: busy, left in the queue: {exc}")
+            return
         except Exception as exc:
             # This session cannot be driven here (a corrupt log, a configuration the
             # planner refuses, a bug): park it for a person and go on with the others.

@@ -5,7 +5,9 @@ Run: ``python bench/bench_fleet.py [URL]`` (URL default ``$TETHER_BENCH_PG_URL``
 ``--sessions S`` (1000), ``--delay D`` seconds per model answer (2), ``--workers C`` (1),
 ``--concurrency N`` per worker (default: S/C, every session in flight at once),
 ``--sandbox MODE`` (``off``; ``workspace-write`` runs each bash call under bubblewrap),
-``--sweep`` (also the zero-delay throughput at 1 to 4 workers), ``--lease S``.
+``--sweep`` (also the zero-delay throughput at 1 to 4 workers), ``--lease S``, ``--memory``
+(instead: the worker side alone, one worker with every session in flight over an in-memory
+store: its wall, RSS and threads, without the database's connection limit).
 
 Workload: S sessions submitted with ``tether submit --from`` (one JSON line each). Each
 session's model (a scripted OpenAI-compatible server on loopback, answering after
@@ -398,6 +400,90 @@ def run_fleet(
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
+def memory_child(sessions: int, delay: float, port: int, workdir: str) -> None:
+    """(A child process.) One :class:`~tether._runtime.worker.Worker` with every session
+    in flight, over an in-memory store: the worker side's own cost, with no database
+    connection to run out of. Prints the wall and how many sessions completed."""
+    from tether._models.openai_compat import OpenAICompatibleModel
+    from tether._runtime import Agent
+    from tether._runtime.worker import Worker, submit
+    from tether._stores.memory import MemorySessions
+
+    class Queue(MemorySessions):
+        def __init__(self) -> None:
+            super().__init__()
+            self.queue: list[str] = []
+            self.guard = threading.Lock()
+
+        def claim(self, environment: str) -> str | None:
+            with self.guard:
+                return self.queue.pop(0) if self.queue else None
+
+        def waiting(self, environment: str) -> int:
+            with self.guard:
+                return len(self.queue)
+
+        def release_claim(self, session_id: str) -> None:
+            pass
+
+        def park(self, session_id: str) -> None:
+            pass
+
+    store = Queue()
+
+    def make_agent() -> Agent:
+        model = OpenAICompatibleModel(
+            MODEL, base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-bench-fleet"
+        )
+        return Agent(
+            model, workspace=workdir, read_agents_md=False, session_store=store, sandbox="off"
+        )
+
+    first = make_agent()
+    store.queue = [submit(first, f"task {n}") for n in range(sessions)]
+    first.close()
+    start = time.perf_counter()
+    report = Worker(make_agent, concurrency=sessions, until_empty=True).run()
+    wall = time.perf_counter() - start
+    done = sum(1 for v in report.driven.values() if v == "completed")
+    print(json.dumps({"wall": wall, "completed": done}))
+
+
+def run_memory(sessions: int, delay: float) -> None:
+    """The worker side alone at ``sessions`` in flight (:func:`memory_child`)."""
+    server = serve(delay)
+    work = Path(tempfile.mkdtemp(prefix="bench-fleet-mem-"))
+    try:
+        (work / ".tether").mkdir()
+        child = subprocess.Popen(
+            [
+                sys.executable, __file__, "--memory-child", str(sessions), str(delay),
+                str(server.server_address[1]), str(work),
+            ],
+            cwd=work, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        peak_rss, peak_threads = 0.0, 0
+        while child.poll() is None:
+            status = _proc_status(child.pid)
+            peak_rss = max(peak_rss, status.get("VmRSS", 0) / 1024)
+            peak_threads = max(peak_threads, status.get("Threads", 0))
+            time.sleep(0.05)
+        out = json.loads((child.stdout.read() if child.stdout else "").strip().splitlines()[-1])
+        effects = Counter((work / "effects.txt").read_text().split())
+        once = sum(1 for n in effects.values() if n == 1)
+        ideal = 2 * delay
+        print(
+            f"worker side alone (in-memory store, {sessions} in flight, model delay {delay:g} "
+            f"s): wall {out['wall']:.1f} s, ideal {ideal:.1f} s"
+            + (f" ({out['wall'] / ideal:.2f}x)" if ideal else "")
+            + f"; completed {out['completed']}/{sessions}, exactly one effect in {once}; "
+            f"peak RSS {peak_rss:.0f} MB, peak threads {peak_threads}"
+        )
+    finally:
+        server.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def _facts_in(line: bytes) -> int:
     """How many facts a committed line holds (a transaction: one JSON array or object)."""
     value = json.loads(line)
@@ -455,7 +541,18 @@ def main() -> None:
     parser.add_argument("--lease", type=float, default=30.0)
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--keep-logs", action="store_true", help="print the workers' log tails")
+    parser.add_argument(
+        "--memory", action="store_true", help="also the worker side alone, in-memory store"
+    )
+    parser.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory_child:
+        count, delay, port, workdir = args.memory_child
+        memory_child(int(count), float(delay), int(port), workdir)
+        return
+    if args.memory:
+        run_memory(args.sessions, args.delay)
+        return
     base = args.url or os.environ.get("TETHER_BENCH_PG_URL") or os.environ["TETHER_TEST_PG_URL"]
     with contextlib.suppress(psycopg.Error), psycopg.connect(base) as conn:
         row = conn.execute("SHOW max_connections").fetchone()

@@ -76,6 +76,7 @@ from tether.core import facts
 from tether.core.state import IdleOperation
 from tether.errors import (
     ConfigurationError,
+    EffectsDatabaseError,
     SessionBusy,
     SessionFenced,
     StoreUnavailable,
@@ -455,6 +456,7 @@ class Worker:
         self._idle: list[Agent] = []
         self._threads: set[threading.Thread] = set()
         self._driving: dict[str, threading.Event] = {}
+        self._db_failures: dict[str, int] = {}
         self._in_flight = 0
         self._limit = concurrency
         self._refused_at: float | None = None
@@ -651,6 +653,19 @@ class Worker:
         except (SessionFenced, StoreUnavailable):
             sessions.release_claim(session)
             raise
+        except EffectsDatabaseError as exc:
+            # The workspace database failed: a lost connection (a restart, a terminated
+            # backend; the shared one is opened again on its next use) is worth one more
+            # drive, from the session's durable point; a second failure parks it.
+            sessions.release_claim(session)
+            with self._cond:
+                failures = self._db_failures.get(session, 0) + 1
+                self._db_failures[session] = failures
+            if failures < 2:
+                self.log(f"session {session}: given back after a workspace database error: {exc}")
+                return
+            self._park(sessions, session, str(exc))
+            return
         except SessionBusy as exc:
             # Another writer holds it (or a claim this process gave back in a race): a
             # busy session is not a broken one, so it stays in the queue, never parked.
@@ -662,13 +677,7 @@ class Worker:
             # planner refuses, a bug): park it for a person and go on with the others.
             sessions.release_claim(session)
             what = str(exc) if isinstance(exc, TetherError) else f"{type(exc).__name__}: {exc}"
-            self.log(f"session {session}: parked: {what}")
-            try:
-                sessions.park(session)
-            except TetherError:
-                pass
-            with self.report.lock:
-                self.report.driven[session] = "error"
+            self._park(sessions, session, what)
             return
         except BaseException:
             sessions.release_claim(session)
@@ -689,6 +698,15 @@ class Worker:
             self.log(f"session {session}: {status.value}")
         with self.report.lock:
             self.report.driven[session] = status.value
+
+    def _park(self, sessions: Any, session: str, what: str) -> None:
+        self.log(f"session {session}: parked: {what}")
+        try:
+            sessions.park(session)
+        except TetherError:
+            pass
+        with self.report.lock:
+            self.report.driven[session] = "error"
 
     def openers(self) -> list[Any]:
         """The distinct session openers of the worker's agents (one when they share it)."""

@@ -409,3 +409,33 @@ def test_many_sessions_in_flight_survive_a_postgres_restart(pg_store: str, tmp_p
     # Sessions in flight: the workers never exit on the outage (they slow down and retry).
     assert codes == [0, 0], [fleet.log(p) for p in workers]
     fleet.check()
+
+
+def test_the_status_line_carries_the_store_s_metrics(tmp_path: Path) -> None:
+    """A status line every ``status_every`` seconds: in flight, finished, commits/s, lease
+    renewals, then what the store's ``metrics()`` says (the store's own figures)."""
+
+    class Measured(_Queue):
+        renewals = 7
+
+        def metrics(self) -> dict[str, int]:
+            return {"pool_in_use": 2, "pool_size": 10}
+
+    store = Measured(refusals=0)
+
+    def make_agent() -> Agent:
+        model = ScriptedModel.from_json({"responses": [{"content": "Done.", "delay": 0.05}]})
+        return Agent(model, workspace=tmp_path, read_agents_md=False, session_store=store)
+
+    first = make_agent()
+    store.queue = [submit(first, f"task {n}") for n in range(12)]
+    first.close()
+    lines: list[str] = []
+    Worker(make_agent, concurrency=4, until_empty=True, log=lines.append, status_every=0.02).run()
+    status = [line for line in lines if line.startswith("status: ")]
+    assert status, lines
+    assert re.fullmatch(
+        r"status: in flight [0-4], finished \d+, commits/s \d+, lease renewals 7, "
+        r"store pool_in_use 2 pool_size 10",
+        status[-1],
+    ), status

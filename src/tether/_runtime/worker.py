@@ -53,6 +53,7 @@ session waiting on its model holds its thread (and the model request its own, fr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import threading
@@ -775,6 +776,8 @@ class _Status:
                     figures = metrics()
                 except TetherError as exc:
                     figures = {"unavailable": str(exc)}
+                if dataclasses.is_dataclass(figures) and not isinstance(figures, type):
+                    figures = dataclasses.asdict(figures)
                 if isinstance(figures, Mapping):
                     parts.append("store " + " ".join(f"{k} {v}" for k, v in figures.items()))
         return ", ".join(parts)

@@ -7,7 +7,8 @@ Run: ``python bench/bench_fleet.py [URL]`` (URL default ``$TETHER_BENCH_PG_URL``
 ``--sandbox MODE`` (``off``; ``workspace-write`` runs each bash call under bubblewrap),
 ``--sweep`` (also the zero-delay throughput at 1 to 4 workers), ``--lease S``, ``--memory``
 (instead: the worker side alone, one worker with every session in flight over an in-memory
-store: its wall, RSS and threads, without the database's connection limit).
+store: its wall, RSS and threads, without the database's connection limit; then the same
+with a SIGTERM once half are in flight: how long the drain takes).
 
 Workload: S sessions submitted with ``tether submit --from`` (one JSON line each). Each
 session's model (a scripted OpenAI-compatible server on loopback, answering after
@@ -44,6 +45,7 @@ import math
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -442,15 +444,24 @@ def memory_child(sessions: int, delay: float, port: int, workdir: str) -> None:
     first = make_agent()
     store.queue = [submit(first, f"task {n}") for n in range(sessions)]
     first.close()
+
+    def log(line: str) -> None:
+        if line.startswith("status: "):
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    worker = Worker(make_agent, concurrency=sessions, until_empty=True, log=log, status_every=0.1)
+    signal.signal(signal.SIGTERM, lambda signum, frame: worker.stop("SIGTERM"))
     start = time.perf_counter()
-    report = Worker(make_agent, concurrency=sessions, until_empty=True).run()
+    report = worker.run()
     wall = time.perf_counter() - start
-    done = sum(1 for v in report.driven.values() if v == "completed")
-    print(json.dumps({"wall": wall, "completed": done}))
+    statuses = Counter(report.driven.values())
+    print(json.dumps({"wall": wall, "completed": statuses["completed"], **statuses}))
 
 
-def run_memory(sessions: int, delay: float) -> None:
-    """The worker side alone at ``sessions`` in flight (:func:`memory_child`)."""
+def run_memory(sessions: int, delay: float, drain: bool = False) -> None:
+    """The worker side alone at ``sessions`` in flight (:func:`memory_child`); ``drain``:
+    SIGTERM once half of them are in flight, and time the exit."""
     server = serve(delay)
     work = Path(tempfile.mkdtemp(prefix="bench-fleet-mem-"))
     try:
@@ -460,18 +471,45 @@ def run_memory(sessions: int, delay: float) -> None:
                 sys.executable, __file__, "--memory-child", str(sessions), str(delay),
                 str(server.server_address[1]), str(work),
             ],
-            cwd=work, stdout=subprocess.PIPE, text=True,
+            cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
+        termed: list[tuple[float, int]] = []
+
+        def watch() -> None:
+            assert child.stderr is not None
+            for line in child.stderr:
+                flying = line.partition("in flight ")[2].split(",")[0].split(" ")[0]
+                if drain and not termed and flying.isdigit() and int(flying) >= 0.5 * sessions:
+                    termed.append((time.perf_counter(), int(flying)))
+                    child.send_signal(signal.SIGTERM)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
         peak_rss, peak_threads = 0.0, 0
         while child.poll() is None:
             status = _proc_status(child.pid)
             peak_rss = max(peak_rss, status.get("VmRSS", 0) / 1024)
             peak_threads = max(peak_threads, status.get("Threads", 0))
             time.sleep(0.05)
+        exited = time.perf_counter()
+        watcher.join(timeout=5)
         out = json.loads((child.stdout.read() if child.stdout else "").strip().splitlines()[-1])
         effects = Counter((work / "effects.txt").read_text().split())
         once = sum(1 for n in effects.values() if n == 1)
         ideal = 2 * delay
+        if drain:
+            if not termed:
+                print(f"drain: {sessions // 2} were never in flight at once; no SIGTERM")
+                return
+            at, flying = termed[0]
+            print(
+                f"drain (in-memory store): SIGTERM with {flying} sessions in flight; exit "
+                f"{child.returncode} after {exited - at:.1f} s (model delay {delay:g} s); "
+                f"{out.get('stopped', 0)} stopped at a durable point, {out['completed']} "
+                f"completed, {sum(effects.values())} effects, none twice: "
+                f"{all(n == 1 for n in effects.values())}"
+            )
+            return
         print(
             f"worker side alone (in-memory store, {sessions} in flight, model delay {delay:g} "
             f"s): wall {out['wall']:.1f} s, ideal {ideal:.1f} s"
@@ -552,6 +590,7 @@ def main() -> None:
         return
     if args.memory:
         run_memory(args.sessions, args.delay)
+        run_memory(args.sessions, args.delay, drain=True)
         return
     base = args.url or os.environ.get("TETHER_BENCH_PG_URL") or os.environ["TETHER_TEST_PG_URL"]
     with contextlib.suppress(psycopg.Error), psycopg.connect(base) as conn:

@@ -1,6 +1,6 @@
 """Benchmark of the PostgreSQL session store against a bare INSERT on the same server.
 
-Run: ``python bench/bench_postgres.py [URL]`` (about 30 s; URL default
+Run: ``python bench/bench_postgres.py [URL] [--only NAME,…]`` (about 45 s; URL default
 ``$TETHER_BENCH_PG_URL``, else ``$TETHER_TEST_PG_URL``). It works in a schema of its own,
 dropped at the end.
 
@@ -21,6 +21,11 @@ Printed (acceptance targets in brackets):
 * ``pg.throughput.N``: N worker processes (1, 2, 4, 8), each creating sessions of 20
   commits: durable facts per second and sessions per minute, all workers together; and
   the bare-``INSERT`` rate of N processes as the physical baseline;
+* ``pg.group_commit.T``: T threads, each driving its own session, committing concurrently
+  through one :class:`PostgresSessions` (one process, one pool of ``pool_size``
+  connections): durable facts per second, against a bare ``INSERT`` + ``COMMIT`` loop on
+  one connection in the same run [≥ 3x at T ≥ 32: the issue's group-commit target]; and
+  the mean batch (commits per database transaction, from ``metrics()``);
 * ``pg.renewal``: one lease renewal (one ``UPDATE`` for all the leases a worker holds; 8
   held) against a bare ``INSERT`` + ``COMMIT`` of one small row, and its share of a
   worker's time at the default period (every 10 s).
@@ -38,14 +43,16 @@ import secrets
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import quote
 
 import psycopg
 
-from tether._stores.postgres import PostgresSessions, init_schema
+from tether._stores.postgres import PostgresSessions, StoreMetrics, init_schema
 
 TEXT = ("The quick brown fox jumps over the lazy dog. " * 5)[:200]
 FACT: dict[str, Any] = {
@@ -108,7 +115,8 @@ def round_trips(conn: psycopg.Connection[Any], fn: Callable[[], None], n: int = 
 
 
 def bench_commit(url: str, label: str = "pg.commit", *, trips: bool = True) -> None:
-    sessions = PostgresSessions(url, lease_seconds=60)
+    # One connection in the pool: the round-trip trace below follows the commit onto it.
+    sessions = PostgresSessions(url, lease_seconds=60, pool_size=1)
     store = sessions.create(provider="bench", model="m", environment_identity="bench")
     conn = psycopg.connect(url, autocommit=True)
     conn.execute(
@@ -150,13 +158,15 @@ def bench_commit(url: str, label: str = "pg.commit", *, trips: bool = True) -> N
     ratio, ta, tb = ratio_rounds(commit, insert_commit, rounds=15, batch=40)
     print(f"{label}  {ratio:.2f}x  store {ta * 1e6:.0f} us  bare INSERT + COMMIT {tb * 1e6:.0f} us")
     if trips:
+        with sessions.pool.connection() as pooled:
+            pass  # the pool's only connection, which every commit borrows
         ratio, ta, tb = ratio_rounds(commit, bare, rounds=15, batch=40)
         print(
             f"{label}.one_statement  {ratio:.2f}x  store {ta * 1e6:.0f} us  "
             f"bare INSERT in autocommit (one round trip) {tb * 1e6:.0f} us"
         )
         print(
-            f"{label}.round_trips  store {round_trips(store._conn, commit):.1f}  "
+            f"{label}.round_trips  store {round_trips(pooled, commit):.1f}  "
             f"bare INSERT + COMMIT {round_trips(tx, insert_commit):.1f}"
         )
     tx.close()
@@ -219,6 +229,80 @@ def bench_throughput(url: str, seconds: float = 2.0) -> None:
         )
 
 
+def _bare_loop(url: str, seconds: float) -> int:
+    """Commits of a bare ``INSERT`` + ``COMMIT`` loop on one connection in ``seconds``."""
+    conn = psycopg.connect(url)
+    me, n = secrets.token_hex(4), 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        n += 1
+        conn.execute(
+            "INSERT INTO bare_lines (session_id, line_no, data) VALUES (%s, %s, %s)",
+            (me, n, TEXT.encode()),
+        )
+        conn.commit()
+    conn.close()
+    return n
+
+
+def _group_round(url: str, threads: int, seconds: float) -> tuple[int, StoreMetrics]:
+    """Facts committed by ``threads`` threads (one session each, one opener) in
+    ``seconds``, and the opener's metrics over the round (commits, transactions)."""
+    sessions = PostgresSessions(url, lease_seconds=60)
+    stores = [
+        sessions.create(provider="bench", model="m", environment_identity="g")
+        for _ in range(threads)
+    ]
+    counts = [0] * threads
+    start = threading.Barrier(threads + 1)
+    stop = threading.Event()
+
+    def drive(i: int) -> None:
+        start.wait()
+        while not stop.is_set():
+            stores[i].commit([FACT])
+            counts[i] += 1
+
+    workers = [threading.Thread(target=drive, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    before = sessions.metrics()
+    start.wait()
+    time.sleep(seconds)
+    stop.set()
+    for w in workers:
+        w.join()
+    after = sessions.metrics()
+    for store in stores:
+        store.close()
+    sessions.close()
+    return sum(counts), replace(
+        after,
+        commits=after.commits - before.commits,
+        commit_transactions=after.commit_transactions - before.commit_transactions,
+    )
+
+
+def bench_group_commit(url: str, seconds: float = 2.0) -> None:
+    """T threads x one session each, committing through one opener: facts/s against one
+    connection's bare INSERT + COMMIT loop, measured right after."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS bare_lines (session_id text, line_no bigint, "
+            "data bytea, PRIMARY KEY (session_id, line_no))"
+        )
+    for threads in (8, 32, 128):
+        facts, metrics = _group_round(url, threads, seconds)
+        bare = _bare_loop(url, seconds)
+        batch = metrics.commits / max(metrics.commit_transactions, 1)
+        print(
+            f"pg.group_commit.{threads}  {facts / seconds:.0f} facts/s  "
+            f"{facts / max(bare, 1):.2f}x a bare INSERT+COMMIT loop on one connection "
+            f"({bare / seconds:.0f}/s)  mean batch {batch:.1f}  "
+            f"connections {metrics.connections_open}/{metrics.pool_size}"
+        )
+
+
 def bench_renewal(url: str) -> None:
     sessions = PostgresSessions(url, lease_seconds=30)
     stores = [
@@ -252,7 +336,18 @@ def bench_renewal(url: str) -> None:
     conn.close()
 
 
+PARTS = ("commit", "no_flush", "group_commit", "throughput", "renewal")
+
+
 def main(argv: list[str]) -> int:
+    only = set(PARTS)
+    if "--only" in argv:
+        at = argv.index("--only")
+        only = set(argv[at + 1].split(",")) if at + 1 < len(argv) else set()
+        argv = argv[:at] + argv[at + 2 :]
+        if not only or not only <= set(PARTS):
+            print(f"--only takes names among {', '.join(PARTS)}", file=sys.stderr)
+            return 2
     url = (
         argv[0]
         if argv
@@ -267,10 +362,16 @@ def main(argv: list[str]) -> int:
     try:
         scoped = with_schema(url, schema)
         init_schema(scoped)
-        bench_commit(scoped)
-        bench_commit(without_flush(scoped), "pg.commit.no_flush", trips=False)
-        bench_throughput(scoped)
-        bench_renewal(scoped)
+        if "commit" in only:
+            bench_commit(scoped)
+        if "no_flush" in only:
+            bench_commit(without_flush(scoped), "pg.commit.no_flush", trips=False)
+        if "group_commit" in only:
+            bench_group_commit(scoped)
+        if "throughput" in only:
+            bench_throughput(scoped)
+        if "renewal" in only:
+            bench_renewal(scoped)
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")

@@ -20,12 +20,17 @@ FIGURES = (
     "resume.tether.open",
     "resume.tether.read_only",
     "resume.tether.reduce",
+    "resume.tether.checkpoint.write",
+    "resume.tether.checkpoint.full",
     "resume.tether.resume",
     "resume.Agent(...)",
     "startup.import",
     "startup.runtime",
     "startup.first_agent_scripted",
     "startup.first_agent_openai",
+    "startup.total_scripted",
+    "startup.total_openai",
+    "startup.floor",
 )
 
 
@@ -44,9 +49,10 @@ def test_a_short_run_prints_every_figure(tmp_path: Path) -> None:
     # Measured when the Agents SDK is importable (or --agents-python), said so when not.
     assert "resume.agents.SQLiteSession" in lines
     verdicts = [line for line in done.stdout.splitlines() if line.startswith(("PASS", "MISS"))]
-    assert [v.split(":")[0].split(None, 1)[1] for v in verdicts][:4] == [
+    assert [v.split(":")[0].split(None, 1)[1] for v in verdicts][:5] == [
         "open vs orjson.loads",
         "import tether",
         "Agent(...) warm",
-        "first Agent(...) incl. runtime, scripted",
+        "import tether + first Agent(...), scripted",
+        "import tether + first Agent(...), OpenAI-compatible",
     ]

@@ -6,10 +6,14 @@ RecursionError`` (exit 70): the settings bound to the session are looked up in t
 before the store opens it, and that lookup once parsed with ``json.loads``. A FIFO in
 place of the log is refused at once as not a regular file (exit 8), never a hang: the
 subprocess runs under a timeout, so a regression fails instead of blocking the suite.
+Under a reducer checkpoint (``.<id>.checkpoint.json``) the same: a line rewritten inside
+the prefix it covers, or a hostile line after it, is named exactly as without it, and a
+checkpoint of another session changes nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -20,6 +24,9 @@ from pathlib import Path
 import pytest
 
 from test_cli_inputs import run_bounded
+from tether._loading import load_reducer
+from tether._stores import checkpoints
+from tether._stores.sidecar import FileSidecar
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
 
@@ -119,3 +126,51 @@ def test_fifo_in_place_of_the_log_is_refused_without_blocking(
     assert result.returncode == EXIT_UNSAFE_PATH, line
     assert "not a regular file" in line, line
     assert result.stdout == ""
+
+
+# ------------------------------------------------- under a reducer checkpoint (its sidecar)
+
+
+def _checkpoint(workspace: Path) -> Path:
+    """Write the reducer checkpoint of the recorded session (too short for a writer to
+    write one on its own) and return its path."""
+    log = _log(workspace)
+    data = log.read_bytes()
+    sidecar = log.parent / f".{_session_id(log)}.checkpoint.json"
+    assert checkpoints.save(load_reducer(data), hashlib.sha256(data), FileSidecar(sidecar))
+    return sidecar
+
+
+def _rewrite_under(log: Path) -> int:
+    """A line inside the prefix the checkpoint covers made corrupt (its seq bumped)."""
+    lines = log.read_bytes().split(b"\n")
+    lines[2] = lines[2].replace(b'"seq":', b'"seq":7', 1)
+    log.write_bytes(b"\n".join(lines))
+    return 3
+
+
+@pytest.mark.parametrize(
+    ("damage", "code"),
+    [(_rewrite_under, "SEQ_MISMATCH"), (_deep_body, "MALFORMED_JSON")],
+    ids=["rewritten-under-the-checkpoint", "deep-line-after-the-checkpoint"],
+)
+def test_a_log_damaged_under_or_after_its_checkpoint_is_named_as_corrupt(
+    damage: Callable[[Path], int], code: str, workspace: Path
+) -> None:
+    _checkpoint(workspace)
+    log = _log(workspace)
+    line_number = damage(log)
+    result = _tether("resume", _session_id(log), "--workspace", workspace, cwd=workspace.parent)
+    line = _one_error(result)
+    assert result.returncode == EXIT_CORRUPT, line
+    assert f"{code} at line {line_number}" in line, line
+
+
+def test_a_checkpoint_of_another_session_or_garbage_changes_nothing(workspace: Path) -> None:
+    sidecar = _checkpoint(workspace)
+    log = _log(workspace)
+    forged = sidecar.read_bytes().replace(_session_id(log).encode(), b"0" * 36)
+    sidecar.write_bytes(forged)
+    result = _tether("resume", _session_id(log), "--workspace", workspace, cwd=workspace.parent)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr

@@ -212,9 +212,8 @@ def test_one_process_drives_its_sessions_over_one_opener(pg_store: str, tmp_path
         time.sleep(0.05)
     assert worker.returncode == 0, fleet.log(worker)
     assert seen_status, "--status never saw the worker's leases"
-    # One opener for the process: its connection, the lease renewal's and the workspace
-    # database's, plus at most one per session in flight (the store's, before a pool):
-    # an agent per slot with its own opener took three per slot.
+    # One opener for the process (its pool, pool_size connections at most) and the
+    # workspace database's: an agent per slot with its own opener took three per slot.
     assert 1 <= peak <= 20 + 3, peak
     log = fleet.log(worker)
     assert re.search(r"status: in flight \d+.*, finished \d+, commits/s \d+", log), log
@@ -253,7 +252,8 @@ def test_terminated_connections_are_regained(pg_store: str, tmp_path: Path) -> N
             "WHERE application_name = %s",
             (fleet.name,),
         ).fetchone()
-    assert killed is not None and killed[0] >= 10
+    # Every connection both workers hold: their pools' (a few each), not one per session.
+    assert killed is not None and killed[0] >= 2
     codes = fleet.wait_all()
     assert codes == [0, 0], [fleet.log(p) for p in workers]
     fleet.check()

@@ -122,14 +122,22 @@ def test_a_commit_whose_connection_was_killed_reconnects_and_stores_each_line_on
     with _create(sessions) as store:
         session = store.session_id
         say(store, "before")
-        # The server ends the store's connection (an operator, a failover): the next commit
-        # finds it gone, reconnects, reads back that its line is not there, and sends it
-        # again on the new connection's cursor.
+        # The server ends the pool's connections (an operator, a failover): the next commit
+        # finds its connection gone, takes a new one, reads back that its line is not
+        # there, and sends it again.
         with psycopg.connect(pg_store, autocommit=True) as admin:
-            pid = store._conn.info.backend_pid
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        say(store, "after")
-        assert store._conn.info.backend_pid != pid
+            pool = (sessions.application_name,)
+            find = "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+            before = {r[0] for r in admin.execute(find, pool).fetchall()}
+            assert before
+            admin.execute(
+                "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                pool,
+            )
+            say(store, "after")
+            after = {r[0] for r in admin.execute(find, pool).fetchall()}
+            assert after and after.isdisjoint(before)
         say(store, "again")  # and the new connection's prepared statement serves on
         state = store.state
     data = sessions.log_bytes(session)
@@ -160,6 +168,10 @@ def test_one_writer_unknown_and_ambiguous_ids_and_the_sidecar(sessions: Postgres
         assert record.read() == (None, None)
         record.write(b"{}\n")
         assert store.sidecar("binding").read() == (b"{}\n", None)
+        store.sidecar("reasoning.a").write(b"{}")
+        other.sidecar("reasoning.b").write(b"{}")
+        assert store.sidecar_names("reasoning.") == {"reasoning.a"}
+        assert store.sidecar_names("") == {"binding", "reasoning.a"}
         with pytest.raises(AmbiguousSessionId):
             sessions.open("018f0000")
         assert other.session_id != store.session_id

@@ -253,6 +253,33 @@ def test_a_missing_mechanism_refuses_with_one_line_and_exit_27(ws: Path) -> None
     assert (ws / "ran.txt").exists()
 
 
+def test_an_agent_is_refused_at_its_first_call_before_any_session(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The library's Agent checks the sandbox when a call first drives a session, not when
+    it is built (start-up; docs/sandbox.md): the refusal still comes before anything runs
+    or is written, and again at every call."""
+    from tether import Agent
+    from tether.errors import SandboxUnavailable
+
+    script(ws, bash_calls("echo hi > ran.txt"))
+    model = f"scripted:{ws / 'script.json'}"
+    monkeypatch.setenv("TETHER_BWRAP", str(ws / "no-bwrap-here"))
+    with Agent(model, workspace=ws, assume_yes=True) as agent:
+        assert agent.registry.get("bash") is not None  # built: nothing checked yet
+        for _ in range(2):
+            with pytest.raises(SandboxUnavailable, match="no-bwrap-here is not an executable"):
+                agent.run("go")
+        assert agent.last_session is None and agent.held_session is None
+    assert not (ws / "ran.txt").exists()
+    assert not list((ws / ".tether").glob("sessions/*"))
+    assert not (ws / ".tether" / "effects.db").exists()
+    # Opting out is the one way to run without it.
+    with Agent(model, workspace=ws, assume_yes=True, sandbox="off") as free:
+        assert free.run("go").status.value == "completed"
+    assert (ws / "ran.txt").exists()
+
+
 def test_sandbox_check_reports_the_mechanism_and_proves_it(ws: Path) -> None:
     ran = run_cli("sandbox", "check", "--json", cwd=ws)
     assert ran.returncode == 0, ran.stdout + ran.stderr

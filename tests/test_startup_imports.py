@@ -47,6 +47,56 @@ NOT_AT_RESUME = (
 )
 
 
+# Building an agent (an OpenAI-compatible model, the built-in tools) loads what checking
+# its settings and making its configuration snapshot need, and none of what a call needs:
+# the executor and its handlers, the event types, the model's HTTP stack, SQLite and the
+# workspace database, the evidence binding, the completion machinery, the planner, MCP,
+# the renderers and the crash lab (each loads on first use; bench/bench_resume.py times it).
+NOT_AT_CONSTRUCTION = (
+    *NOT_AT_IMPORT,
+    "tether._runtime.executor",
+    "tether._runtime.drive",
+    "tether._runtime.model_steps",
+    "tether._runtime.tool_calls",
+    "tether._runtime.recovery",
+    "tether._runtime.events",
+    "tether._models.streaming",
+    "tether._models.chat_stream",
+    "tether._wsdb.sqlite",
+    "tether._effects.binding",
+    "tether._effects.journal",
+    "tether._effects.authorization",
+    "tether._completion.verify",
+    "tether._completion.artifact",
+    "tether._mcp.tools",
+    "tether._show",
+    "tether.testing",
+    "tether.core.planner",
+    "tether.core.plans",
+    "tether.core.reconcile",
+    "tether.core.timeline",
+    "tether.core.values",
+)
+
+
+def _loaded_modules(code: str, names: tuple[str, ...], cwd: Path | None = None) -> list[str]:
+    """Which of ``names`` (modules, or packages with any of their modules) ``code`` left in
+    ``sys.modules`` of a fresh interpreter."""
+    probe = (
+        f"{code}\n"
+        "import sys, json\n"
+        f"names = {names!r}\n"
+        "print(json.dumps(sorted({n for n in names for m in sys.modules "
+        "if m == n or m.startswith(n + '.')})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+    assert done.returncode == 0, done.stderr
+    loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return loaded
+
+
 def _loaded(code: str, cwd: Path | None = None) -> list[str]:
     """The top-level packages of ``NOT_AT_IMPORT`` that ``code`` left in ``sys.modules``."""
     probe = (
@@ -121,3 +171,30 @@ def test_an_openai_compatible_agent_loads_its_sdk_on_the_first_request(tmp_path:
         "agent.close()\n"
     )
     assert "openai" not in _loaded(build, cwd=tmp_path)
+
+
+def test_building_an_agent_loads_nothing_a_call_needs(tmp_path: Path) -> None:
+    build = (
+        "import tether\n"
+        f"agent = tether.Agent('some/model', workspace={str(tmp_path)!r}, "
+        "base_url='http://127.0.0.1:9/v1', api_key='sk-test-startup-000000')\n"
+        "assert agent.registry.get('bash') is not None  # the built-ins, bash included\n"
+    )
+    assert _loaded_modules(build, NOT_AT_CONSTRUCTION, cwd=tmp_path) == []
+    # The probe sees what a call loads: the same agent's first call loads the executor.
+    call = build + (
+        "try:\n    agent.resume('no-such-session')\nexcept tether.TetherError:\n    pass\n"
+    )
+    loaded = _loaded_modules(call, NOT_AT_CONSTRUCTION, cwd=tmp_path)
+    assert {"tether._runtime.executor", "tether._runtime.events"} <= set(loaded)
+
+
+def test_an_anthropic_agent_loads_its_sdk_on_the_first_request(tmp_path: Path) -> None:
+    build = (
+        "import tether\n"
+        f"agent = tether.Agent('anthropic:claude-test', workspace={str(tmp_path)!r}, "
+        "api_key='sk-ant-test-startup-000000')\n"
+        "assert agent.model.provider == 'anthropic'\n"
+        "agent.close()\n"
+    )
+    assert _loaded(build, cwd=tmp_path) == []

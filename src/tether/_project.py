@@ -132,6 +132,8 @@ class StoreConfig:
     """A ``postgresql://`` URL of a shared store (``docs/scale-out.md``)."""
     lease_seconds: float | None = None
     """The length of a writer's lease on a session of a shared store."""
+    pool_size: int | None = None
+    """The most connections a process opens to the shared store."""
 
 
 @dataclass(frozen=True)
@@ -392,7 +394,7 @@ def _sandbox(source: str, table: Mapping[str, Any]) -> SandboxConfig:
 
 
 def _store(source: str, table: Mapping[str, Any]) -> StoreConfig:
-    check_known(source, "[store]", table, ("url", "lease_seconds"))
+    check_known(source, "[store]", table, ("url", "lease_seconds", "pool_size"))
     url = table.get("url")
     if url is not None and (
         not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://"))
@@ -401,7 +403,10 @@ def _store(source: str, table: Mapping[str, Any]) -> StoreConfig:
     lease = None
     if "lease_seconds" in table:
         lease = _positive_number(source, "[store] lease_seconds", table["lease_seconds"])
-    return StoreConfig(url=url, lease_seconds=lease)
+    pool = None
+    if "pool_size" in table:
+        pool = _positive_int(source, "[store] pool_size", table["pool_size"], "connections")
+    return StoreConfig(url=url, lease_seconds=lease, pool_size=pool)
 
 
 def _verify(source: str, table: Mapping[str, Any]) -> VerifyConfig:

@@ -228,6 +228,12 @@ SETTINGS: Final[tuple[Setting, ...]] = (
         fallback="30", help="Length of a writer's lease on a session of a shared store.",
     ),
     Setting(
+        "pool_size", Kind.COUNT, None, flag="--pool-size", env="TETHER_STORE_POOL_SIZE",
+        toml="[store] pool_size", metavar="N", fallback="10",
+        help="Most connections a process opens to a shared store (one pool for all its "
+        "sessions, lease renewals and workspace tables).",
+    ),
+    Setting(
         "environment", Kind.TEXT, None, flag="--environment",
         env="TETHER_ENVIRONMENT_IDENTITY", metavar="ID",
         fallback="the workspace path",
@@ -295,6 +301,7 @@ class Settings:
     max_session_cost_usd: float | None = None
     store: str | None = None
     lease_seconds: float | None = None
+    pool_size: int | None = None
     environment: str | None = None
     sandbox: SandboxMode = SandboxMode.WORKSPACE_WRITE
     sandbox_network: bool = False
@@ -315,6 +322,10 @@ def _parse_env(row: Setting, text: str) -> Any:
                 f"{row.env} must be a positive number of seconds, got {text!r}"
             )
         return number
+    if row.kind is Kind.COUNT:
+        if not value.isdigit() or int(value) < 1:
+            raise ConfigurationError(f"{row.env} must be a positive whole number, got {text!r}")
+        return int(value)
     if row.kind is Kind.PATH:
         return Path(value)
     if row.kind is Kind.CHOICE:

@@ -51,6 +51,12 @@ class SessionCorruption(TetherError):
         return out
 
 
+class CheckpointMismatch(TetherError, ValueError):
+    """A reducer checkpoint that cannot be used: not a checkpoint, another format or
+    reducer, bound to another log prefix, or damaged (:mod:`tether.core.checkpoint`).
+    Never reaches a user: the reader reduces the whole log instead."""
+
+
 class CanonicalizationError(TetherError, ValueError):
     """A value is outside the closed JSON subset that canonical JSON admits."""
 

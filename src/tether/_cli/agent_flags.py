@@ -54,6 +54,7 @@ __all__ = [
     "Interaction",
     "ObservedModel",
     "agent_command",
+    "checked_sandbox",
     "cli_agent",
     "cli_settings",
     "location_flags",
@@ -226,7 +227,7 @@ def cli_agent(
         wrap_model=observed,
         project=project,  # tether.toml as the command read it: not parsed a second time
     )
-    return agent
+    return checked_sandbox(agent)
 
 
 def quiet_agent(
@@ -248,13 +249,27 @@ def quiet_agent(
         hide_from_process_listing(registered_secrets())  # before any MCP server starts
         return model
 
-    return Agent(
-        settings=settings,
-        wrap_model=hidden,
-        check_sandbox=check_sandbox,
-        session_store=session_store,
-        workspace_db=workspace_db,
+    return checked_sandbox(
+        Agent(
+            settings=settings,
+            wrap_model=hidden,
+            check_sandbox=check_sandbox,
+            session_store=session_store,
+            workspace_db=workspace_db,
+        )
     )
+
+
+def checked_sandbox(agent: Agent) -> Agent:
+    """``agent``, its commands' sandbox checked now (fail closed, exit 27): a command
+    refuses before it reads a prompt, writes a submission or claims a session, where the
+    library's ``Agent`` checks at its first call (docs/sandbox.md)."""
+    try:
+        agent.parts.ensure_sandbox()
+    except BaseException:
+        agent.close()
+        raise
+    return agent
 
 
 def location_flags(settings: Settings) -> str:

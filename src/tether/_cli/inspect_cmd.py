@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,7 +25,7 @@ from tether._cli.common import (
 from tether._cli.session_pick import LastOption, newest_session
 from tether._inputs import MAX_SESSION_FILE_BYTES
 from tether._loading import reduce_session
-from tether._stores.file import find_session
+from tether._stores.file import find_session, reduce_log_file
 from tether.core import SessionCorruption, SessionState
 from tether.core.contents import sandbox_of
 from tether.core.state import (
@@ -100,6 +101,7 @@ def inspect(
 
         named_file = sessions_dir is not None or (file is not None and file.is_file())
         url = default_store(store, files_named=named_file)
+        reduce: Callable[[bytes], SessionState] = reduce_session
         if url is not None:
             if (file is None) == (not last):
                 raise ConfigurationError("give a session (its id) or --last, one of the two")
@@ -108,13 +110,12 @@ def inspect(
             path = session_file(file, last, sessions_dir)
             data = read_input(path, "session file", limit=MAX_SESSION_FILE_BYTES)
             log_dir = path.parent
+            reduce = partial(reduce_log_file, path)  # from its checkpoint, if one matches
         if not json_output:
-            render_state(
-                reduce_session(data), file_size=len(data), console=Console(), log_dir=log_dir
-            )
+            render_state(reduce(data), file_size=len(data), console=Console(), log_dir=log_dir)
             return
         try:
-            state = reduce_session(data)
+            state = reduce(data)
         except SessionCorruption as exc:
             emit_json({"ok": False, "error": exc.to_json()})
             raise typer.Exit(exc.exit_code) from None

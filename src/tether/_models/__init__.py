@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -77,6 +76,8 @@ def _refuse_misspelt_prefix(spec: str) -> None:
     word, colon, _ = spec.partition(":")
     if not colon or "/" in word:
         return
+    import difflib  # only for a model string with a prefix: most have none
+
     known = [SCRIPTED_PREFIX[:-1], ANTHROPIC_PREFIX[:-1]]
     close = difflib.get_close_matches(word.lower(), known, n=1, cutoff=0.75)
     if close and word not in known:

@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import json
 import math
 import os
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any, Final, cast
-
-import httpx2
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from tether._credentials import register_secret
 from tether._models.anthropic_wire import MessagesBody
@@ -60,17 +59,16 @@ from tether._models.base import (
     validate_output_options,
 )
 from tether._models.http_common import parse_base_url, plain, provider_message, retry_after_seconds
-from tether._models.streaming import (
-    ConnectionTracker,
-    DeltaSink,
-    Emit,
-    SSEDecoder,
-    drain,
-    lines_of,
-    run_stream,
-    tracked_http_client,
-)
 from tether.errors import ConfigurationError, ModelError
+
+if TYPE_CHECKING:
+    import anthropic as anthropic_sdk
+    import httpx2
+
+    from tether._models.streaming import ConnectionTracker, DeltaSink, Emit
+
+# The SDK, httpx and the streaming helpers (~0.5 s cold with the SDK) are imported by the
+# methods that send: building an agent sends nothing, so it loads none of them.
 
 __all__ = [
     "ADAPTER_IDENTITY",
@@ -407,12 +405,10 @@ class AnthropicModel:
         provider: str | None = None,
         extra_headers: Mapping[str, str] | None = None,
     ) -> None:
-        try:
-            import anthropic
-        except ImportError:
+        if importlib.util.find_spec("anthropic") is None:  # found, not imported (see the top)
             raise ConfigurationError(
                 "the Anthropic adapter needs the anthropic package: pip install 'tether[anthropic]'"
-            ) from None
+            )
         if not isinstance(model, str) or not model.strip():
             raise ConfigurationError(
                 "no model given after anthropic: (e.g. --model anthropic:claude-sonnet-4-5)"
@@ -456,19 +452,56 @@ class AnthropicModel:
         self._cache = cache
         self._bodies = MessagesBody(_translate)
         self._provider = provider.strip() if provider else "anthropic"
-        self._tracker = ConnectionTracker()
-        http_timeout = httpx2.Timeout(
-            self._timeout, read=max(self._timeout, self._idle_timeout) + 1.0
-        )
-        self._anthropic = anthropic
-        self._client = anthropic.Anthropic(
-            api_key=key,
-            base_url=url,
-            max_retries=0,
-            timeout=http_timeout,
-            default_headers=headers or None,
-            http_client=tracked_http_client(self._tracker, http_timeout),
-        )
+        self._client_settings = (key, url, headers)
+        self._connections: ConnectionTracker | None = None
+        self._sdk_client: anthropic_sdk.Anthropic | None = None
+        self._client_lock = threading.Lock()
+
+    @property
+    def _anthropic(self) -> Any:
+        """The SDK's module (its error types)."""
+        import anthropic  # loaded by the first request already (see the top of the module)
+
+        return anthropic
+
+    @property
+    def _tracker(self) -> ConnectionTracker:
+        """The tracker of this adapter's connections (an httpx backend), made on first use."""
+        with self._client_lock:
+            if self._connections is None:
+                from tether._models.streaming import ConnectionTracker  # httpx: see the top
+
+                self._connections = ConnectionTracker()
+            return self._connections
+
+    @property
+    def _client(self) -> anthropic_sdk.Anthropic:
+        """The SDK's client, made at the first request (retries off; the tracked client)."""
+        client = self._sdk_client
+        if client is not None:
+            return client
+        # The first request's: the SDK, httpx and the tracked client (see the top).
+        import anthropic
+        import httpx2
+
+        from tether._models.streaming import tracked_http_client
+
+        tracker = self._tracker
+        with self._client_lock:
+            if self._sdk_client is None:
+                key, url, headers = self._client_settings
+                http_timeout = httpx2.Timeout(
+                    self._timeout, read=max(self._timeout, self._idle_timeout) + 1.0
+                )
+                self._sdk_client = anthropic.Anthropic(
+                    api_key=key,
+                    base_url=url,
+                    max_retries=0,
+                    timeout=http_timeout,
+                    default_headers=headers or None,
+                    http_client=tracked_http_client(tracker, http_timeout),
+                )
+            return self._sdk_client
 
     @classmethod
     def from_env(
@@ -507,10 +540,12 @@ class AnthropicModel:
 
     @property
     def open_connections(self) -> int:
-        return self._tracker.open_connections
+        tracker = self._connections
+        return 0 if tracker is None else tracker.open_connections
 
     def close(self) -> None:
-        self._client.close()
+        if self._sdk_client is not None:  # no client was made without a request
+            self._sdk_client.close()
 
     def build_request(self, request: ModelRequest) -> dict[str, Any]:
         """The keyword arguments of ``messages.create`` (without ``stream``)."""
@@ -559,6 +594,10 @@ class AnthropicModel:
 
         The response is read to its end when the block ends normally, so the pool keeps
         the connection (a stream left at ``message_stop`` is closed instead)."""
+        import httpx2  # loaded with the client (see _client)
+
+        from tether._models.streaming import drain
+
         http = self._client.post("/v1/messages", cast_to=httpx2.Response, content=body, stream=True)
         started: list[Iterator[bytes]] = []
         iter_bytes = http.iter_bytes
@@ -588,6 +627,9 @@ class AnthropicModel:
             raise ModelError("aborted", "Operation aborted")
         body = self.request_body(request)
         where = self._endpoint.display
+        import httpx2  # with the SDK at the first request (see the top of the module)
+
+        from tether._models.streaming import SSEDecoder, lines_of, run_stream
 
         def work(emit: Emit) -> ModelResponse:
             with self._open_stream(body) as http:

@@ -5,7 +5,6 @@ adapter never borrows another's private helpers."""
 
 from __future__ import annotations
 
-import email.utils
 import ipaddress
 import math
 import time
@@ -139,6 +138,8 @@ def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) ->
         except ValueError:
             if name != "retry-after":
                 continue
+            import email.utils  # an HTTP date: rare (most servers send seconds), and ~3 ms
+
             try:
                 when = email.utils.parsedate_to_datetime(value.strip())
             except (TypeError, ValueError, IndexError):

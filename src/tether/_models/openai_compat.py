@@ -67,7 +67,6 @@ from tether._models.base import (
     stop_reason_for,
     validate_output_options,
 )
-from tether._models.chat_stream import ChatStreamAccumulator
 from tether._models.encoded import EncodedPrefix, dumps
 from tether._models.http_common import (
     DEFAULT_BASE_URL,
@@ -77,23 +76,13 @@ from tether._models.http_common import (
     provider_message,
     retry_after_seconds,
 )
-from tether._models.streaming import (
-    ConnectionTracker,
-    DeltaSink,
-    Emit,
-    Settled,
-    SSEDecoder,
-    drain,
-    in_worker,
-    lines_of,
-    run_stream,
-    tracked_http_client,
-)
 from tether.errors import ConfigurationError, ModelError
 
 if TYPE_CHECKING:
     import httpx2
     import openai
+
+    from tether._models.streaming import ConnectionTracker, DeltaSink, Emit
 
 __all__ = [
     "ADAPTER_IDENTITY",
@@ -197,7 +186,9 @@ class OpenAICompatibleModel:
         headers = {str(k): str(v) for k, v in (extra_headers or {}).items()}
         for value in headers.values():
             register_secret(value)  # a header may carry a credential (masked if long enough)
-        self._tracker = ConnectionTracker()
+        # The connections' tracker is an httpx network backend: made with the client.
+        self._connections: ConnectionTracker | None = None
+        self._tracker_lock = threading.Lock()
         self._history = EncodedPrefix(_encode_message)
         self._pieces_lock = threading.Lock()
         self._system: tuple[str, bytes] = ("", b"")
@@ -215,6 +206,21 @@ class OpenAICompatibleModel:
         self._client_lock = threading.Lock()
 
     @property
+    def _tracker(self) -> ConnectionTracker:
+        """The tracker of this adapter's connections, made on first use."""
+        tracker = self._connections
+        if tracker is not None:
+            return tracker
+        # Imported here: the tracker and the streaming helpers bring httpx (~40 ms), which
+        # building an agent does not need; the first request does.
+        from tether._models.streaming import ConnectionTracker
+
+        with self._tracker_lock:
+            if self._connections is None:
+                self._connections = ConnectionTracker()
+            return self._connections
+
+    @property
     def _client(self) -> openai.OpenAI:
         """The SDK's client, made on first use (retries off; the tracked HTTP client)."""
         client = self._sdk_client
@@ -223,6 +229,9 @@ class OpenAICompatibleModel:
         import httpx2
         import openai
 
+        from tether._models.streaming import tracked_http_client  # with httpx (see _tracker)
+
+        tracker = self._tracker
         with self._client_lock:
             if self._sdk_client is None:
                 base_url, key, headers, stream = self._client_settings
@@ -235,7 +244,7 @@ class OpenAICompatibleModel:
                         max_retries=0,
                         timeout=http_timeout,
                         default_headers=headers or None,
-                        http_client=tracked_http_client(self._tracker, http_timeout),
+                        http_client=tracked_http_client(tracker, http_timeout),
                     )
                 except openai.OpenAIError as exc:  # pragma: no cover - defensive
                     raise ConfigurationError(
@@ -325,7 +334,8 @@ class OpenAICompatibleModel:
     @property
     def open_connections(self) -> int:
         """Connections currently open to the server (for tests of cancellation)."""
-        return self._tracker.open_connections
+        tracker = self._connections
+        return 0 if tracker is None else tracker.open_connections
 
     def __repr__(self) -> str:
         return (
@@ -465,6 +475,10 @@ class OpenAICompatibleModel:
         import httpx2
         import openai
 
+        # Imported here with httpx (see _tracker): a request's, not a construction's.
+        from tether._models.chat_stream import ChatStreamAccumulator
+        from tether._models.streaming import Settled, SSEDecoder, drain, lines_of, run_stream
+
         where = self._endpoint.display
 
         def work(emit: Emit) -> tuple[int, bytes | Mapping[str, Any]]:
@@ -524,6 +538,8 @@ class OpenAICompatibleModel:
     def _exchange(self, body: bytes, cancel: threading.Event | None) -> tuple[int, bytes]:
         """Send the one request on a worker thread; wait for it, the deadline or cancel."""
         import openai
+
+        from tether._models.streaming import in_worker  # with httpx (see _tracker)
 
         outcome: list[tuple[int, bytes] | BaseException] = []
         done = threading.Event()

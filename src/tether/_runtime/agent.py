@@ -16,11 +16,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Self, TypedDict, Unpack
 
-from tether._clock import Clock
 from tether._credentials import Masker
-from tether._ids import IdSource
 from tether._models.base import ModelAdapter
 from tether._project import (
     BudgetConfig,
@@ -29,21 +27,25 @@ from tether._project import (
     load_project_config,
 )
 from tether._runtime.compose import Composition, Seams, compose
-from tether._runtime.events import EventSink
-from tether._runtime.executor import Executor
-from tether._runtime.guards import Authorizer
 from tether._runtime.results import RunResult
-from tether._sandbox.policy import SandboxMode
 from tether._settings import SETTINGS, Settings, override_settings, resolve_settings
-from tether._stores.file import Durability
-from tether._stores.protocol import SessionOpener
-from tether._telemetry import Telemetry
 from tether._tools.base import Tool, ToolRegistry
 from tether._tools.workspace import ProtectedState
-from tether._wsdb.protocol import WorkspaceDBOpener
 from tether.core.configuration import AgentConfiguration
-from tether.core.stops import BudgetTime
 from tether.errors import ConfigurationError
+
+if TYPE_CHECKING:  # the option types; building an agent imports none of their modules
+    from tether._clock import Clock
+    from tether._ids import IdSource
+    from tether._runtime.events import EventSink
+    from tether._runtime.executor import Executor
+    from tether._runtime.guards import Authorizer
+    from tether._sandbox.policy import SandboxMode
+    from tether._stores.file import Durability
+    from tether._stores.protocol import SessionOpener
+    from tether._telemetry import Telemetry
+    from tether._wsdb.protocol import WorkspaceDBOpener
+    from tether.core.stops import BudgetTime
 
 __all__ = ["Agent", "AgentOptions"]
 
@@ -76,6 +78,7 @@ class AgentOptions(TypedDict, total=False):
     store: str | None
     store_url: str | None  # the name ``store`` had before the settings table; still accepted
     lease_seconds: float | None
+    pool_size: int | None
     environment: str | None
     sandbox: SandboxMode | str | None
     sandbox_network: bool | None
@@ -172,6 +175,11 @@ class Agent:
     sources of the loop. ``store`` (default: ``$TETHER_STORE_URL``, else ``[store] url``)
     selects a shared PostgreSQL store instead of the file store (``docs/scale-out.md``).
     Everything is read and built by :func:`~tether._runtime.compose.compose`.
+
+    Building an agent checks everything a bad option or file would break and starts
+    nothing: the model's client is made at its first request, the executor and the check
+    of the commands' sandbox (:class:`~tether.errors.SandboxUnavailable`, before any
+    session is created or opened) at the first call that drives a session.
     """
 
     def __init__(
@@ -195,7 +203,28 @@ class Agent:
             settings = resolve_settings(given, environ=os.environ, project=seam_values["project"])
         else:
             settings = override_settings(settings, given)
-        self._executor = Executor(compose(settings, model, tools, Seams(**seam_values)))
+        self._parts = compose(settings, model, tools, Seams(**seam_values))
+        # The executor (the drive loop, its handlers, recovery) is built by the first call
+        # that drives a session: building an agent loads none of its modules.
+        self._built: Executor | None = None
+        self._abort_asked = False
+        self._stop_signal: threading.Event | None = None
+
+    @property
+    def _executor(self) -> Executor:
+        """The executor, built on first use with what was asked of it before."""
+        built = self._built
+        if built is None:
+            # Imported here: the loop's modules are a call's, not a construction's (start-up,
+            # docs/runtime.md); the first call pays for them once per process.
+            from tether._runtime.executor import Executor
+
+            built = Executor(self._parts)
+            built.set_stop_signal(self._stop_signal)
+            self._built = built
+            if self._abort_asked:  # an abort asked before the first call applies to it
+                built.abort()
+        return built
 
     # The public surface: the executor carries each call out; an Agent is what a caller
     # holds, the executor (:mod:`tether._runtime.executor`) is how the loop works.
@@ -220,19 +249,34 @@ class Agent:
 
     def abort(self) -> None:
         """Ask the running call to abort durably (thread-safe; from a signal handler too)."""
-        self._executor.abort()
+        built = self._built
+        if built is None:
+            # No executor yet (nothing imported in a signal handler): the flag is set before
+            # the executor is read again, and read by _executor after it is stored, so the
+            # abort reaches the first call whichever way the two interleave.
+            self._abort_asked = True
+            built = self._built
+            if built is None:
+                return
+        built.abort()
 
     def set_stop_signal(self, signal: threading.Event | None) -> None:
         """An event that, once set, ends a drive at its next durable point, unfinished."""
-        self._executor.set_stop_signal(signal)
+        self._stop_signal = signal
+        if self._built is not None:
+            self._built.set_stop_signal(signal)
 
     def release(self) -> None:
         """Let go of the session this agent holds open (its writer lock)."""
-        self._executor.release()
+        if self._built is not None:  # without an executor no session was ever held
+            self._built.release()
 
     def close(self) -> None:
         """Release the held session and close what the agent opened (idempotent)."""
-        self._executor.close()
+        if self._built is not None:
+            self._built.close()
+        else:
+            self._parts.close()
 
     def __enter__(self) -> Self:
         return self
@@ -248,51 +292,51 @@ class Agent:
     @property
     def last_session(self) -> str | None:
         """The id of the session the last call worked on."""
-        return self._executor.last_session
+        return None if self._built is None else self._built.last_session
 
     @property
     def held_session(self) -> str | None:
         """The id of the session this agent holds open (its writer lock held), if any."""
-        return self._executor.held_session
+        return None if self._built is None else self._built.held_session
 
     @property
     def parts(self) -> Composition:
         """What the agent was built from (the composition root's result)."""
-        return self._executor.parts
+        return self._parts
 
     @property
     def configuration(self) -> AgentConfiguration:
         """The configuration snapshot, its digest and the planner's ``current``."""
-        return self._executor.configuration
+        return self._parts.configuration
 
     @property
     def masker(self) -> Masker:
         """Masks the credentials tether knows in any text."""
-        return self._executor.masker
+        return self._parts.masker
 
     @property
     def model(self) -> ModelAdapter:
-        return self._executor.model
+        return self._parts.model
 
     @property
     def registry(self) -> ToolRegistry:
-        return self._executor.registry
+        return self._parts.registry
 
     @property
     def workspace(self) -> Path:
-        return self._executor.workspace
+        return self._parts.workspace
 
     @property
     def system_prompt(self) -> str:
         """The system prompt as sent: the settings' (or tether's own) with ``AGENTS.md``."""
-        return self._executor.system_prompt
+        return self._parts.system_prompt
 
     @property
     def protected(self) -> ProtectedState:
         """tether's own state, which the file tools never touch."""
-        return self._executor.protected
+        return self._parts.protected
 
     @property
     def environment(self) -> str:
         """The environment identity (replays are gated on it)."""
-        return self._executor.environment
+        return self._parts.environment

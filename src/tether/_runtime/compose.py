@@ -29,7 +29,8 @@ Steps, in this order (so the first problem is the one reported):
 6. the tools: the caller's or the built-ins, plus ``verify`` for a configured check
    command, plus the tools of the MCP servers of ``[mcp.servers]`` (started now if this
    process has not started them yet, :mod:`tether._mcp`); names must be unique; when any
-   of them runs programs, the sandbox is checked first (it fails closed);
+   of them runs programs, the sandbox is checked (it fails closed) before an MCP server
+   starts, else at the agent's first call (:meth:`Composition.ensure_sandbox`);
 7. the system prompt, with ``AGENTS.md`` appended (:func:`load_agents_md`);
 8. the environment identity and the configuration snapshot;
 9. the masker (a credential in the snapshot is refused) and the masked event sink;
@@ -45,10 +46,9 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from tether._clock import SYSTEM_CLOCK, Clock
-from tether._completion.verify import NO_COMMAND, VerifyTool
 from tether._credentials import Masker
 from tether._ids import IdSource, new_uuid7
 from tether._inputs import read_optional_file
@@ -68,7 +68,6 @@ from tether._project import (
     find_workspace_root,
     load_project_config,
 )
-from tether._runtime.events import Event, EventSink
 from tether._runtime.evidence import SessionEvidence
 from tether._runtime.guards import Authorizer, Guards
 from tether._runtime.masking import masked_sink
@@ -85,9 +84,11 @@ from tether._tools.base import Tool, ToolRegistry
 from tether._tools.builtin import builtin_tools
 from tether._tools.workspace import ProtectedState
 from tether._wsdb.protocol import WorkspaceDB, WorkspaceDBOpener
-from tether._wsdb.sqlite import EffectsDB
 from tether.core.configuration import AgentConfiguration, environment_identity
 from tether.errors import ConfigurationError
+
+if TYPE_CHECKING:  # types only: the event types' module is the executor's to load
+    from tether._runtime.events import Event, EventSink
 
 __all__ = [
     "AGENTS_FILE",
@@ -152,6 +153,25 @@ class Composition:
     spending: Spending = field(default_factory=lambda: Spending(""))
     """The money side of the spend: the model's price (``[prices]``, else tether's table)
     and the costs providers reported (:mod:`tether._runtime.spend`)."""
+    sandbox_due: bool = False
+    """Some tool runs commands: :meth:`ensure_sandbox` checks the sandbox (once) before the
+    first call drives a session (it fails closed)."""
+
+    def ensure_sandbox(self) -> None:
+        """Check the sandbox's mechanism when the tools need it (once per agent and policy;
+        :class:`~tether.errors.SandboxUnavailable` when it cannot work). The executor calls
+        it before it opens or creates a session, so a refused agent leaves no trace."""
+        if self.sandbox_due:
+            self.sandbox.ensure()
+
+    def close(self) -> None:
+        """Close what was opened for the agent: the workspace database, a shared store's
+        connections (idempotent; both are opened anew when used again)."""
+        try:
+            self.evidence.close()
+        finally:
+            if self.owned_sessions is not None:
+                self.owned_sessions.close()
 
 
 def load_agents_md(workspace: Path) -> str | None:
@@ -310,6 +330,8 @@ def compose(
     limits = seams.budget if seams.budget is not None else _budget(settings, config)
     required = settings.require_verified or config.verify.required
     if required and config.verify.command is None:
+        from tether._completion.verify import NO_COMMAND  # the gate's modules: only here
+
         raise ConfigurationError(f"verification is required but {NO_COMMAND}")
     # 3. The guards, over this agent's workspace database.
     store_url = settings.store if seams.session_store is None else None
@@ -329,7 +351,7 @@ def compose(
     # checked before any MCP server starts); 7. the system prompt and AGENTS.md.
     protected = ProtectedState.for_workspace(real, settings.sessions_dir)
     sandbox = _sandbox(settings, real, protected)
-    registry = _registry(tools, config, real, guards, sandbox, seams.check_sandbox)
+    registry, sandbox_due = _registry(tools, config, real, guards, sandbox, seams.check_sandbox)
     prompt = system_prompt_for(settings, real, read_agents_md=seams.read_agents_md)
     # 8. The configuration snapshot.
     identity = environment_identity(settings.environment, str(real))
@@ -381,6 +403,7 @@ def compose(
         retry_policy=RetryPolicy(retries=retries, base_delay=float(seams.retry_base_delay)),
         spending=Spending(adapter.model, dict(config.prices)),
         tracing=tracing,
+        sandbox_due=sandbox_due,
     )
 
 
@@ -445,18 +468,23 @@ def _registry(
     guards: Guards,
     sandbox: Sandbox,
     check_sandbox: bool = True,
-) -> ToolRegistry:
+) -> tuple[ToolRegistry, bool]:
     """The caller's tools or the built-ins, plus ``verify`` for a configured check command,
     plus the MCP servers' tools; names must be unique. Fail closed: when a tool runs
-    programs (or an MCP server is started) under a sandbox that cannot work here, the
-    agent is refused (:class:`~tether.errors.SandboxUnavailable`) before anything runs."""
+    programs under a sandbox that cannot work here, the agent's first call is refused
+    (:class:`~tether.errors.SandboxUnavailable`) before it opens a session — the second
+    value says the check is due (:meth:`Composition.ensure_sandbox`); an MCP server is
+    started here, so with one the check is made now, before it starts."""
     chosen = list(tools) if tools is not None else builtin_tools(pass_env=config.tools.pass_env)
     if config.verify.command is not None and all(t.name != "verify" for t in chosen):
+        # Imported here: the completion gate's modules are needed only with a check command.
+        from tether._completion.verify import VerifyTool
+
         chosen.append(VerifyTool(lambda: guards.verifier))
     confined = [t for t in chosen if t.runs_commands]
     servers = any(s.sandboxed for s in config.mcp.servers if s.command is not None)
-    if check_sandbox and (confined or servers):
-        sandbox.ensure()
+    if check_sandbox and (servers or (confined and config.mcp.servers)):
+        sandbox.ensure()  # before any server starts: a refused agent starts nothing
     for tool in confined:
         tool.confine(sandbox.policy.tool_note())
     if config.mcp.servers:
@@ -466,7 +494,11 @@ def _registry(
 
         # Starts the servers not running yet (stdio ones inside the sandbox).
         chosen.extend(mcp_tools(config.mcp, workspace, sandbox))
-    return ToolRegistry(chosen)
+    # The check of the commands' sandbox waits for the first call: one bubblewrap process
+    # (~7-20 ms) is most of what building an agent would cost, and an agent that never
+    # drives a session (inspecting its configuration, a finished session) needs none.
+    due = check_sandbox and bool(confined)
+    return ToolRegistry(chosen), due
 
 
 def _masker(configuration: AgentConfiguration, secrets: Iterable[str]) -> Masker:
@@ -518,7 +550,16 @@ def _shared_sessions(
     if not is_store_url(url):
         raise ConfigurationError("a store URL must start with postgresql:// or postgres://")
     lease = settings.lease_seconds or DEFAULT_LEASE_SECONDS
-    return PostgresSessions(url, str(workspace), lease_seconds=lease, clock=clock.now_ms, ids=ids)
+    # Every opener of the URL in the process shares one pool (tether._stores.pgpool): a
+    # worker's agents, one opener each, hold pool_size connections in all.
+    return PostgresSessions(
+        url,
+        str(workspace),
+        lease_seconds=lease,
+        clock=clock.now_ms,
+        ids=ids,
+        pool_size=settings.pool_size,
+    )
 
 
 def _shared_db_opener(workspace: Path, url: str) -> WorkspaceDBOpener:
@@ -526,7 +567,9 @@ def _shared_db_opener(workspace: Path, url: str) -> WorkspaceDBOpener:
 
     def open_split() -> WorkspaceDB:
         from tether._wsdb.postgres import PostgresEffectsDB, SplitWorkspaceDB
+        from tether._wsdb.sqlite import EffectsDB  # see _effects_db_opener
 
+        # On the process's pool of the store (opened by the session opener, of its size).
         shared = PostgresEffectsDB.open_url(url)
         try:
             return SplitWorkspaceDB(EffectsDB.open_workspace(workspace), shared)
@@ -541,6 +584,10 @@ def _effects_db_opener(workspace: Path) -> WorkspaceDBOpener:
     """``<workspace>/.tether/effects.db``, opened when first needed."""
 
     def open_effects_db() -> WorkspaceDB:
+        # Imported here: SQLite and the tables' modules load when the database is opened
+        # (a call that needs evidence), not when an agent is built.
+        from tether._wsdb.sqlite import EffectsDB
+
         return EffectsDB.open_workspace(workspace)
 
     return open_effects_db

@@ -16,17 +16,19 @@ bound before they write anything for it.
 
 from __future__ import annotations
 
-from tether._effects.binding import (
-    SIDECAR_NAME,
-    EvidenceCheck,
-    bind_session,
-    ensure_binding,
-    has_binding,
-)
+from typing import TYPE_CHECKING
+
 from tether._runtime.guards import EarlierDecision
 from tether._stores.protocol import SessionStoreProtocol
 from tether._wsdb.protocol import WorkspaceDB, WorkspaceDBOpener
 from tether.core.state import RunOperation, SessionState, ToolStatus
+
+if TYPE_CHECKING:
+    from tether._effects.binding import EvidenceCheck
+
+# The binding's functions (tether._effects.binding, with the sidecar and the journal's
+# modules) are imported by the methods that use them: every agent builds a SessionEvidence,
+# and only a call that drives a session reaches its evidence.
 
 __all__ = ["SessionEvidence", "undecided_entry"]
 
@@ -72,6 +74,8 @@ class SessionEvidence:
         database is reported as it is, and recovery decides with it.
         """
         if self._check is None or self._check.session_id != store.session_id:
+            from tether._effects.binding import SIDECAR_NAME, ensure_binding  # see the top
+
             self._check = ensure_binding(self.db(), store.sidecar(SIDECAR_NAME), store.session_id)
         return self._check
 
@@ -89,6 +93,8 @@ class SessionEvidence:
         opened to find out)."""
         if self._check is not None and self._check.session_id == store.session_id:
             return True
+        from tether._effects.binding import SIDECAR_NAME, has_binding  # see the top
+
         return has_binding(store.sidecar(SIDECAR_NAME), store.session_id)
 
     def rebind_if_lost(self, store: SessionStoreProtocol) -> None:
@@ -101,6 +107,8 @@ class SessionEvidence:
             return
         check = self.check(store)
         if not check.known:
+            from tether._effects.binding import SIDECAR_NAME, bind_session  # see the top
+
             self._check = bind_session(
                 self.db(), store.sidecar(SIDECAR_NAME), store.session_id, previous=check
             )

@@ -341,10 +341,7 @@ class Executor:
         try:
             self._release()
         finally:
-            self.parts.evidence.close()
-            owned = self.parts.owned_sessions
-            if owned is not None:
-                owned.close()
+            self.parts.close()
 
     def __enter__(self) -> Self:
         return self
@@ -468,7 +465,11 @@ class Executor:
            durable (``flush``, the last durable point of the call, ``docs/runtime.md``);
         4. on an exception the session is released, so the next call reads back what is
            on disk instead of trusting memory.
+
+        First of all, the sandbox of the tools' commands is checked (fail closed): a
+        refused agent neither creates nor opens a session.
         """
+        self.parts.ensure_sandbox()
         store = self._hold(session)
         try:
             with self.parts.tracing.invocation(store.session_id):

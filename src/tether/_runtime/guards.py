@@ -29,13 +29,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import tether._faults as faults
-from tether._completion.artifact import ArtifactScanner
-from tether._completion.failures import ToolFailure
-from tether._completion.verify import Verifier, workspace_scanner
-from tether._effects.authorization import Authorization, call_key
 from tether._project import ProjectConfig
 from tether._tools.base import Tool, ToolResult
 from tether._tools.builtin import FileChangeTool, current_hash
@@ -60,8 +56,18 @@ from tether.core.policy import (
 )
 from tether.core.state import Replay, SessionState
 from tether.core.stops import FailedCall, StopError, describe_call, repeated_failure
-from tether.core.values import ApprovalRequest
 from tether.errors import ArtifactError, TetherError
+
+if TYPE_CHECKING:
+    from tether._completion.artifact import ArtifactScanner
+    from tether._completion.failures import ToolFailure
+    from tether._completion.verify import Verifier
+    from tether._effects.authorization import Authorization
+    from tether.core.values import ApprovalRequest
+
+# The completion machinery (the scanner, check runs, the verifier) and the authorization
+# store are imported by the methods that use them: every agent builds its Guards, and only
+# a call that is authorized or verified needs them (they bring SQLite's tables along).
 
 __all__ = [
     "ALWAYS",
@@ -289,6 +295,8 @@ class Guards:
     @property
     def verifier(self) -> Verifier:
         if self._verifier is None:
+            from tether._completion.verify import Verifier  # see the top of the module
+
             self._verifier = Verifier(
                 self.workspace, self.project, self._effects(), scanner=self._scanner
             )
@@ -298,6 +306,8 @@ class Guards:
     def _version(self) -> str | None:
         """The current artifact version, or ``None`` when it cannot be computed."""
         if self._scanner is None:
+            from tether._completion.verify import workspace_scanner  # see the top
+
             self._scanner = workspace_scanner(self.workspace, self.project)
         try:
             return self._scanner.version().digest
@@ -353,6 +363,8 @@ class Guards:
         if unrecorded and (kind is ToolKind.READ_ONLY or earlier_decision is EarlierDecision.NONE):
             return None, None
         store = self._effects().authorizations
+        from tether._effects.authorization import call_key  # see the top of the module
+
         key = call_key(assistant_entry_id, tool_index)
         earlier = store.get(session_id, key)
         # A deny of the policy itself overrides an earlier decision; "nobody can be asked

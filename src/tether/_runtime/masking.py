@@ -14,11 +14,13 @@ crash runs with — is the masked one: a call in which the model repeated the ke
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether._credentials import Masker
-from tether._runtime.events import Event, EventSink, masked
 from tether._stores.protocol import SessionStoreProtocol
+
+if TYPE_CHECKING:
+    from tether._runtime.events import Event, EventSink
 
 __all__ = ["mask_commits", "masked_sink"]
 
@@ -52,6 +54,9 @@ def masked_sink(sink: EventSink | None, masker: Masker) -> EventSink | None:
     if sink is None or not masker:
         return sink
     deliver = sink
+    # Imported here: the event types' module is loaded by whoever makes an event (the
+    # executor), not by building an agent, which only wraps its sink.
+    from tether._runtime.events import masked
 
     def masked_delivery(event: Event) -> None:
         deliver(masked(event, masker.text))

@@ -30,23 +30,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from tether._models.prices import Price, cost_of, price_for
 from tether._project import find_workspace_root, load_project_config
 from tether._stores.protocol import SessionStoreProtocol
-from tether._stores.reasoning import (
-    ReportedCost,
-    SideRecord,
-    read_side_record,
-    reported_costs,
-)
 from tether.core.state import RunOperation, SessionState, Usage
 from tether.core.stops import BudgetTime
-from tether.core.timeline import Evidence, active_ms, build_timeline
 from tether.errors import TetherError
+
+if TYPE_CHECKING:
+    from tether._stores.reasoning import ReportedCost, SideRecord
 
 __all__ = [
     "Cost",
@@ -129,9 +125,12 @@ class Spending:
         answers = self._sessions.setdefault(store.session_id, _Answers())
         scanned = len(state.transcript_ids)
         if answers.scanned < scanned:
-            answers.reported += reported_costs(
-                state, lambda entry: read_side_record(store, entry), start=answers.scanned
-            )
+            # Imported here: a run's, not an agent's construction (which builds Spending).
+            from tether._stores.reasoning import reported_costs, side_record_reader
+
+            read = side_record_reader(store)  # None: the session has no side records
+            if read is not None:
+                answers.reported += reported_costs(state, read, start=answers.scanned)
             answers.scanned = scanned
         return cost_of_answers(answers.reported, usage, self.price, start=start)
 
@@ -165,6 +164,8 @@ def log_cost(
 ) -> Cost:
     """The cost of a whole session read back from its log and side records (``read``),
     the model priced as its header names it."""
+    from tether._stores.reasoning import reported_costs  # see Spending.cost
+
     reported = reported_costs(state, read)
     return cost_of_answers(reported, state.usage, price_for(state.header.model, prices))
 
@@ -189,6 +190,10 @@ def run_seconds(
     started = operation.started_ms if operation.started_ms is not None else now_ms
     if time is BudgetTime.WALL:
         return max(now_ms - started, 0) / 1000.0
+    # Imported here: the timeline (~10 ms to load) serves only an active-time budget taken
+    # over by another process, never the construction of an agent (which loads this module).
+    from tether.core.timeline import Evidence, active_ms, build_timeline
+
     loads = orjson.loads
     transactions: list[tuple[Mapping[str, Any], ...]] = []
     for raw in store.log_bytes().split(b"\n")[1:]:

@@ -29,14 +29,16 @@ import json
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from functools import partial
-from typing import Any, Final
+from functools import cache, partial
+from typing import TYPE_CHECKING, Any, Final
 
-import tether._runtime.events as events
 from tether._mcp.trace import TRACE_CONTEXT
 from tether._telemetry import Telemetry
 
-__all__ = ["HANDLERS", "RECOVERY_EVENT", "Tracing"]
+if TYPE_CHECKING:
+    import tether._runtime.events as events
+
+__all__ = ["RECOVERY_EVENT", "Tracing", "handlers"]
 
 RECOVERY_EVENT: Final = "tether.recovery"
 AGENT_NAME: Final = "tether"
@@ -121,7 +123,9 @@ class Tracing:
         """The event sink (composed before the user's, after masking)."""
         if self.telemetry is None or self._invocation is None:
             return
-        handler = HANDLERS.get(type(event))
+        import tether._runtime.events as events  # loaded already: an event was made
+
+        handler = handlers().get(type(event))
         if self._wait is not None and type(event) is not events.RetryScheduled:
             _quietly(self._end_wait)
         if handler is not None:
@@ -291,18 +295,24 @@ def _quietly(action: Callable[[], object]) -> None:
         pass
 
 
-HANDLERS: Final[Mapping[type, Callable[[Tracing, Any], None]]] = {
-    events.ModelStarted: Tracing._model_started,
-    events.ModelFinished: Tracing._model_finished,
-    events.UsageReported: Tracing._usage,
-    events.ModelFailed: Tracing._model_failed,
-    events.ToolStarted: Tracing._tool_started,
-    events.ToolFinished: Tracing._tool_finished,
-    events.ToolSkipped: Tracing._tool_skipped,
-    events.ToolReconciled: Tracing._tool_reconciled,
-    events.RetryScheduled: Tracing._retry_scheduled,
-    events.ApprovalParked: Tracing._approval_parked,
-    events.Blocked: Tracing._blocked,
-    events.OperationFinished: Tracing._operation_finished,
-}
-"""Event type → what it does to the spans (the one table)."""
+@cache
+def handlers() -> Mapping[type, Callable[[Tracing, Any], None]]:
+    """Event type → what it does to the spans (the one table). Made on first use: every
+    agent builds a :class:`Tracing`, and only one with telemetry reads the table, so the
+    event types' module (~18 dataclasses) is not loaded to build an agent."""
+    import tether._runtime.events as events  # loaded already: an event was made
+
+    return {
+        events.ModelStarted: Tracing._model_started,
+        events.ModelFinished: Tracing._model_finished,
+        events.UsageReported: Tracing._usage,
+        events.ModelFailed: Tracing._model_failed,
+        events.ToolStarted: Tracing._tool_started,
+        events.ToolFinished: Tracing._tool_finished,
+        events.ToolSkipped: Tracing._tool_skipped,
+        events.ToolReconciled: Tracing._tool_reconciled,
+        events.RetryScheduled: Tracing._retry_scheduled,
+        events.ApprovalParked: Tracing._approval_parked,
+        events.Blocked: Tracing._blocked,
+        events.OperationFinished: Tracing._operation_finished,
+    }

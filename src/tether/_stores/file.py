@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import os
 import re
 import stat
@@ -37,6 +38,7 @@ from tether._clock import SYSTEM_CLOCK
 from tether._dirs import DirectoryError, ignore_in_git, make_directories, sync_directory
 from tether._ids import new_uuid7
 from tether._loading import load_reducer
+from tether._stores import checkpoints
 from tether._stores.locking import LOCK_SUFFIX, WriterLock, record_locked
 from tether._stores.protocol import ClosesOnExit, SessionStoreProtocol
 from tether._stores.reasoning import (
@@ -53,6 +55,7 @@ from tether.core.reducer import PendingTransaction, Reducer
 from tether.core.state import SessionState, Usage
 from tether.errors import (
     AmbiguousSessionId,
+    CheckpointMismatch,
     ConfigurationError,
     CorruptSession,
     FactRejected,
@@ -144,6 +147,24 @@ def session_file_name(created_ms: int, session_id: str) -> str:
 
 
 # --------------------------------------------------------------------------- file access
+
+
+def _checkpoint_of(path: Path) -> FileSidecar | None:
+    """The reducer checkpoint beside the log at ``path`` (:mod:`tether._stores.checkpoints`),
+    named after the session ID in the log's file name; ``None`` for a log named otherwise."""
+    m = _FILE_NAME.match(path.name)
+    if m is None:
+        return None
+    return FileSidecar(sidecar_path(path.parent, m.group("id"), checkpoints.CHECKPOINT_NAME))
+
+
+def reduce_log_file(path: Path, data: bytes) -> SessionState:
+    """The state of the log at ``path`` whose bytes (read whole) are ``data``: from the
+    reducer checkpoint beside it when one matches, else the full reduction, for a reader
+    that reads the file itself (``tether inspect``). Raises
+    :class:`~tether.errors.SessionCorruption` exactly as :func:`tether.reduce_session`."""
+    reducer, _, _ = checkpoints.load(data, _checkpoint_of(path))
+    return reducer.state
 
 
 def _open_dir(sessions_dir: Path, *, query: str) -> int:
@@ -434,7 +455,7 @@ def _summarize(sdir: Path, dir_fd: int, name: str) -> SessionSummary | None:
     last_lf = data.rfind(b"\n")
     committed = data[: last_lf + 1]
     try:
-        state = load_reducer(committed).state
+        state = checkpoints.load(committed, _checkpoint_of(path))[0].state
     except SessionCorruption as exc:
         return SessionSummary(
             id=_id_of(sdir, name) or fallback_id,
@@ -545,8 +566,14 @@ class SessionStore(ClosesOnExit):
         ids: Callable[[], str],
         repaired: int = 0,
         torn_tail: int = 0,
+        checkpointed: int = 0,
+        log_hash: Any = None,
     ) -> None:
-        """Internal: use :meth:`create`, :meth:`open` or :meth:`open_read_only`."""
+        """Internal: use :meth:`create`, :meth:`open` or :meth:`open_read_only`.
+
+        ``checkpointed``: the log prefix the reducer checkpoint the store opened with covered
+        (0: none); ``log_hash``: a writer's running SHA-256 of its committed log, for the
+        checkpoint it may write when it closes (:meth:`close`)."""
         self.path = path
         self._reducer = reducer
         self.session_id = reducer.state.header.id
@@ -572,6 +599,12 @@ class SessionStore(ClosesOnExit):
         self._write: Callable[[int, bytes | memoryview], int] = os.write
         self._sync: Callable[[int], None] = _fdatasync
         self._durable = durability is Durability.DURABLE
+        self._checkpointed = checkpointed
+        # The writer's running hash of its log: the lines it commits are kept (one list
+        # append per commit, no hashing on the commit path) and hashed only if a checkpoint
+        # is written when it closes.
+        self._log_hash = log_hash
+        self._unhashed: list[bytes] = []
 
     # ---------------------------------------------------------------- constructors
 
@@ -693,6 +726,7 @@ class SessionStore(ClosesOnExit):
             length=len(data),
             clock=clock,
             ids=ids,
+            log_hash=hashlib.sha256(data),
         )
 
     @classmethod
@@ -747,7 +781,11 @@ class SessionStore(ClosesOnExit):
             data = _read_all(fd)
             length = data.rfind(b"\n") + 1
             try:
-                reducer = load_reducer(data[:length] if length < len(data) else data)
+                reducer, checkpointed, log_hash = checkpoints.load(
+                    data[:length] if length < len(data) else data,
+                    _checkpoint_of(path),
+                    running_hash=True,
+                )
             except SessionCorruption as exc:
                 raise CorruptSession.wrap(str(path), exc) from None
             torn = len(data) - length
@@ -799,6 +837,8 @@ class SessionStore(ClosesOnExit):
             ids=ids,
             repaired=torn,
             torn_tail=torn,
+            checkpointed=checkpointed,
+            log_hash=log_hash,
         )
 
     @classmethod
@@ -828,7 +868,9 @@ class SessionStore(ClosesOnExit):
             os.close(dir_fd)
         length = data.rfind(b"\n") + 1
         try:
-            reducer = load_reducer(data[:length] if length < len(data) else data)
+            reducer, checkpointed, _ = checkpoints.load(
+                data[:length] if length < len(data) else data, _checkpoint_of(path)
+            )
         except SessionCorruption as exc:
             raise CorruptSession.wrap(str(path), exc) from None
         store = cls(
@@ -843,6 +885,7 @@ class SessionStore(ClosesOnExit):
             clock=SYSTEM_CLOCK.now_ms,
             ids=new_uuid7,
             torn_tail=len(data) - length,
+            checkpointed=checkpointed,
         )
         store._closed = True  # nothing stays open
         return store
@@ -906,7 +949,13 @@ class SessionStore(ClosesOnExit):
             )
             # T5: validated and applied in memory (with an undo log); nothing written yet.
             try:
-                pending = reducer.begin(line)
+                try:
+                    pending = reducer.begin(line)
+                except CheckpointMismatch:
+                    # The checkpoint's deferred indexes did not decode (begin changed
+                    # nothing): the committed log, reduced in full, takes its place.
+                    reducer = self._reducer = self._reduce_committed()
+                    pending = reducer.begin(line)
             except SessionCorruption as exc:
                 raise FactRejected(exc.code, exc.line, exc.seq, exc.detail) from None
             data = line + b"\n"
@@ -943,9 +992,18 @@ class SessionStore(ClosesOnExit):
             # T8: adopted; returning acknowledges the transaction.
             pending.commit()
             self._length += size
+            self._unhashed.append(data)
             if sync or not self._durable:
                 self._synced = self._length
             return committed
+
+    def _reduce_committed(self) -> Reducer:
+        """The full reduction of this writer's committed log, read back (under its lock)."""
+        data = os.pread(self._fd, self._length, 0)
+        try:
+            return load_reducer(data)
+        except SessionCorruption as exc:
+            raise CorruptSession.wrap(str(self.path), exc) from None
 
     def flush(self) -> None:
         """Make every commit made with ``sync=False`` durable (one ``fdatasync``; nothing
@@ -1012,12 +1070,34 @@ class SessionStore(ClosesOnExit):
         """The record ``name`` beside the log: ``.<session id>.<name>.json`` in its directory."""
         return FileSidecar(sidecar_path(self.path.parent, self.session_id, name))
 
+    def sidecar_names(self, prefix: str) -> frozenset[str] | None:
+        """Names of records ``.<session id>.<name>.json`` beside the log whose ``name``
+        starts with ``prefix``: one listing of the sessions directory."""
+        head = f".{self.session_id}."
+        start = len(head)
+        try:
+            entries = os.listdir(self.path.parent)
+        except OSError:
+            return None
+        return frozenset(
+            entry[start:-5]
+            for entry in entries
+            if entry.startswith(head)
+            and entry.endswith(".json")
+            and entry.startswith(prefix, start)
+        )
+
     def check_lease(self) -> None:
         """Nothing to confirm: the writer lock is held until ``close`` and has no token."""
 
     def close(self) -> None:
-        """Make unsynced commits durable (best effort: nobody was told they were), then
-        release the writer lock and the file. Idempotent."""
+        """Make unsynced commits durable (best effort: nobody was told they were), write a
+        reducer checkpoint if the log has grown by :data:`~tether._stores.checkpoints.
+        CHECKPOINT_EVERY` bytes since the last one, then release the writer lock and the
+        file. Idempotent."""
+        self._close(checkpoint=True)
+
+    def _close(self, *, checkpoint: bool) -> None:
         if self._synced != self._length and self._unusable is None and not self._inherited:
             try:
                 self.flush()
@@ -1026,6 +1106,11 @@ class SessionStore(ClosesOnExit):
         with self._mutex:
             if self._closed:
                 return
+            if checkpoint:
+                try:
+                    self._write_checkpoint()
+                except Exception:  # a cache never stands between a writer and its close
+                    pass
             self._closed = True
             self._unusable = "the store is closed"
             if self._lock is not None:
@@ -1040,10 +1125,30 @@ class SessionStore(ClosesOnExit):
                 os.close(self._dir_fd)
                 self._dir_fd = -1
 
+    def _write_checkpoint(self) -> None:
+        """The checkpoint of a writer that reduced or committed enough beyond the last one
+        (:mod:`tether._stores.checkpoints`); under the lock, before it is released."""
+        if (
+            self._log_hash is None
+            or self._unusable is not None
+            or self._inherited
+            or self._length - self._checkpointed < checkpoints.CHECKPOINT_EVERY
+        ):
+            return
+        sidecar = _checkpoint_of(self.path)
+        if sidecar is None:
+            return
+        log_hash = self._log_hash
+        for line in self._unhashed:
+            log_hash.update(line)
+        self._unhashed = []
+        if checkpoints.save(self._reducer, log_hash, sidecar):
+            self._checkpointed = self._length
+
     def __del__(self) -> None:
         try:
             if not self._closed:
-                self.close()
+                self._close(checkpoint=False)  # no file written from a finalizer
         except Exception:
             pass
 

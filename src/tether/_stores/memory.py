@@ -133,6 +133,14 @@ class MemorySessions:
         with self._lock:
             return self._records.get(key)
 
+    def _record_names(self, session_id: str, prefix: str) -> frozenset[str]:
+        with self._lock:
+            return frozenset(
+                name
+                for owner, name in self._records
+                if owner == session_id and name.startswith(prefix)
+            )
+
     def _write_record(self, key: tuple[str, str], data: bytes) -> None:
         with self._lock:
             self._records[key] = bytes(data)
@@ -215,6 +223,9 @@ class MemorySessionStore(ClosesOnExit):
 
     def sidecar(self, name: str) -> MemorySidecar:
         return MemorySidecar(self._disk, self.session_id, name)
+
+    def sidecar_names(self, prefix: str) -> frozenset[str] | None:
+        return self._disk._record_names(self.session_id, prefix)
 
     def check_lease(self) -> None:
         """Nothing to confirm: the writer slot is held until ``close``."""

@@ -11,13 +11,17 @@ of :mod:`tether._stores.protocol` hold as in the file store, with a lease in pla
 * a writer holds the session's **lease**: an owner, an **epoch** that only grows and an
   expiry computed from the database's clock (``now()``), never the worker's. Opening a
   session takes its lease when it is free or expired (incrementing the epoch); the
-  opener renews every lease it holds in the background (one ``UPDATE`` per renewal
-  period for all of them); closing the store releases it;
-* a commit is one statement, hence one database transaction: it appends the line and
-  advances the session's line count only if the count and the lease epoch are those this
-  writer last saw; otherwise :class:`~tether.errors.SessionFenced` (exit 11) and nothing
-  is stored. The store is unusable after that;
-* a connection lost during a commit is reconnected and the commit's outcome read back
+  process renews every lease it holds in the background (one ``UPDATE`` per renewal
+  period for all of them, :mod:`tether._stores.pgpool`); closing the store releases it;
+* every opener of one database in a process shares one bounded connection pool
+  (``pool_size``, :mod:`tether._stores.pgpool`): a connection is borrowed for one statement
+  or transaction, never held by an open session;
+* a commit appends the line and advances the session's line count only if the count and
+  the lease epoch are those this writer last saw; otherwise
+  :class:`~tether.errors.SessionFenced` (exit 11) and nothing is stored. The store is
+  unusable after that. Commits of different sessions ready at the same moment share one
+  transaction (group commit), each fenced on its own;
+* a connection lost during a commit is replaced and the commit's outcome read back
   from the database (the line is there, byte for byte, or it is not): a commit is never
   half-known. If the database stays away, :class:`~tether.errors.StoreUnavailable`;
 * the schema has a version (``tether_meta``); a database without it or with a newer one is
@@ -36,12 +40,25 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import unquote
 
 from tether._clock import SYSTEM_CLOCK, Clock
 from tether._ids import new_uuid7
 from tether._loading import load_reducer
+from tether._stores import pgpool
+from tether._stores.pgpool import (
+    DEFAULT_POOL_SIZE,
+    RECONNECT_SECONDS,
+    CommitLost,
+    CommitRequest,
+    Lease,
+    StoreMetrics,
+    StorePool,
+)
+from tether._stores.pgpool import SINGLE_COMMIT_SQL as COMMIT_SQL
+from tether._stores.pgpool import acquire as acquire_pool
+from tether._stores.pgpool import release as release_pool
 from tether._stores.protocol import ClosesOnExit
 from tether._stores.transaction import encode_header, encode_transaction
 from tether.core.reducer import Reducer
@@ -67,12 +84,15 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     pg_errors = None  # type: ignore[assignment]
 
 __all__ = [
+    "COMMIT_SQL",
     "DEFAULT_LEASE_SECONDS",
+    "DEFAULT_POOL_SIZE",
     "SCHEMA_VERSION",
     "STORE_URL_ENV",
     "PostgresSessionStore",
     "PostgresSessions",
     "SessionRow",
+    "StoreMetrics",
     "display_url",
     "export_session",
     "import_session",
@@ -80,12 +100,12 @@ __all__ = [
     "is_store_url",
 ]
 
+_T = TypeVar("_T")
+
 SCHEMA_VERSION: Final = 1
 """The version of the tables below; a database with a higher one is refused."""
 STORE_URL_ENV: Final = "TETHER_STORE_URL"
 DEFAULT_LEASE_SECONDS: Final = 30.0
-RECONNECT_SECONDS: Final = 15.0
-"""How long a writer keeps trying to reach the database again after losing its connection."""
 CONNECT_TIMEOUT: Final = 5
 
 SCHEMA_SQL: Final = """
@@ -126,23 +146,6 @@ CREATE TABLE IF NOT EXISTS tether_sidecars (
 );
 """
 
-COMMIT_SQL: Final = """
-WITH advanced AS (
-    UPDATE tether_sessions
-       SET lines = lines + 1, operation = %(operation)s, pending = %(pending)s,
-           blocked = false, updated_at = now(),
-           lease_expires = now() + make_interval(secs => %(ttl)s)
-     WHERE session_id = %(session)s AND lines = %(lines)s
-       AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
-    RETURNING session_id, lines
-)
-INSERT INTO tether_lines (session_id, line_no, data)
-SELECT session_id, lines, %(data)b FROM advanced
-"""
-"""One commit: one statement, so one transaction (the connection is in autocommit mode).
-The new line's number is the advanced count (``RETURNING lines``), and the line travels as
-a binary parameter (``%b``: its bytes as they are, no text escaping of a ``bytea``)."""
-
 ACQUIRE_SQL: Final = """
 UPDATE tether_sessions
    SET lease_owner = %(owner)s, lease_epoch = lease_epoch + 1,
@@ -150,13 +153,6 @@ UPDATE tether_sessions
  WHERE session_id = %(session)s
    AND (lease_owner IS NULL OR lease_expires <= now())
 RETURNING lease_epoch, lines
-"""
-
-RENEW_SQL: Final = """
-UPDATE tether_sessions
-   SET lease_expires = now() + make_interval(secs => %(ttl)s)
- WHERE lease_owner = %(owner)s AND session_id = ANY(%(sessions)s)
-RETURNING session_id, lease_epoch
 """
 
 CLAIM_SQL: Final = """
@@ -223,8 +219,10 @@ def display_url(url: str) -> str:
 
 
 def _require_driver() -> None:
-    if psycopg is None:
-        raise ConfigurationError("a postgresql:// store needs psycopg: install tether[postgres]")
+    if psycopg is None or not pgpool.installed():
+        raise ConfigurationError(
+            "a postgresql:// store needs psycopg and psycopg-pool: install tether[postgres]"
+        )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -247,6 +245,36 @@ def connect(url: str) -> psycopg.Connection[Any]:
         error = StoreUnavailable(display_url(url), f"cannot connect: {_first_line(exc)}")
         error.args = (f"store {display_url(url)}: cannot connect: {_first_line(exc)}",)
         raise error from None
+
+
+_BUSY_SERVER: Final = (
+    "too many clients",
+    "remaining connection slots are reserved",
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+)
+"""What a server says when it refuses connections for now (full, restarting): waited out."""
+
+
+def _validate(url: str) -> None:
+    """Connect once before a pool is made: a bad URL or an unreachable server is one clear
+    line at once (a pool would only keep trying in the background). A server that is full
+    or restarting is waited for (back-pressure, said once) until the reconnect deadline."""
+    deadline = time.monotonic() + RECONNECT_SECONDS
+    said = False
+    while True:
+        try:
+            connect(url).close()
+            return
+        except StoreUnavailable as exc:
+            busy = any(text in str(exc) for text in _BUSY_SERVER)
+            if not busy or time.monotonic() >= deadline:
+                raise
+            if not said:
+                said = True
+                pgpool.say(f"store {display_url(url)} unavailable, retrying: {exc.why}")
+            time.sleep(0.5)
 
 
 def check_schema(conn: psycopg.Connection[Any], url: str) -> None:
@@ -374,6 +402,12 @@ class PostgresSessions(ClosesOnExit):
     timestamps and ``waits`` the renewal's pauses (a test's
     :class:`~tether.testing.clock.FakeClock` renews when it is advanced; the lease's expiry
     itself is always the database's clock).
+
+    Every opener of the same URL (and ``waits``) in a process shares one connection pool of
+    at most ``pool_size`` connections, one group committer and one lease-renewal loop
+    (:mod:`tether._stores.pgpool`): a worker builds one opener per agent and still holds
+    ``pool_size`` connections in all. The pool is closed with its last opener. A larger
+    ``pool_size`` than the pool's grows it.
     """
 
     def __init__(
@@ -386,9 +420,12 @@ class PostgresSessions(ClosesOnExit):
         clock: Callable[[], int] = SYSTEM_CLOCK.now_ms,
         ids: Callable[[], str] = new_uuid7,
         waits: Clock = SYSTEM_CLOCK,
+        pool_size: int | None = None,
     ) -> None:
         if not lease_seconds > 0:
             raise ConfigurationError(f"lease seconds must be positive, got {lease_seconds!r}")
+        if pool_size is not None and (isinstance(pool_size, bool) or not pool_size >= 1):
+            raise ConfigurationError(f"pool size must be a positive integer, got {pool_size!r}")
         self.url = url
         self.where = display_url(url)
         self.cwd = cwd
@@ -398,73 +435,80 @@ class PostgresSessions(ClosesOnExit):
         self.ids = ids
         self.waits = waits
         self._lock = threading.Lock()
-        self._conn = connect(url)
-        try:
-            check_schema(self._conn, url)
-        except BaseException:
-            self._conn.close()
-            raise
         self._held: dict[str, _Held] = {}
         self._claimed: set[str] = set()
         self._lost: set[str] = set()
-        self._stop = threading.Event()
-        self._renewer: threading.Thread | None = None
         self.renewals = 0
+        """Renewal statements that renewed a lease of this opener."""
+        self._pool: StorePool = acquire_pool(
+            url, self.where, pool_size, waits, validate=lambda: _validate(url)
+        )
+        self._closed = False
+        try:
+            self._pool.run(lambda conn: check_schema(conn, url))
+        except BaseException:
+            self.close()
+            raise
 
     # ------------------------------------------------------------------ plumbing
 
+    @property
+    def pool(self) -> StorePool:
+        """The process's pool of this database, shared with every opener of the URL."""
+        return self._pool
+
+    @property
+    def application_name(self) -> str:
+        """How this process's connections to the store appear in ``pg_stat_activity``."""
+        return self._pool.application_name
+
+    def metrics(self) -> StoreMetrics:
+        """The process's pool, commits, renewals and retries now (shared by every opener
+        of the database in the process: a worker's status line)."""
+        return self._pool.metrics()
+
     @contextmanager
     def _db(self) -> Iterator[psycopg.Connection[Any]]:
-        """The opener's connection (reconnected when it was lost), under its lock."""
-        with self._lock:
-            if self._conn.closed or self._conn.broken:
-                self._conn = connect(self.url)
-            try:
-                yield self._conn
-            except psycopg.OperationalError as exc:
-                raise StoreUnavailable(self.where, _first_line(exc)) from None
+        """A connection of the pool for one statement or transaction (not retried: for
+        statements that must not run twice); a lost connection is StoreUnavailable."""
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg.OperationalError as exc:
+            self._pool._lost(_first_line(exc))
+            raise StoreUnavailable(self.where, _first_line(exc)) from None
+
+    def _run(self, work: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """``work`` on a connection of the pool, run again after a lost connection (it
+        must be idempotent: a read, a release) until the database is back or the deadline."""
+        return self._pool.run(work)
 
     def _start_renewer(self) -> None:
-        if self._renewer is None or not self._renewer.is_alive():
-            self._renewer = threading.Thread(
-                target=self._renew_loop, name="tether-lease-renewal", daemon=True
-            )
-            self._renewer.start()
+        self._pool.hold_leases(self)
 
-    def _renew_loop(self) -> None:
-        conn: psycopg.Connection[Any] | None = None
-        while not self.waits.wait(self._stop, self.lease_seconds / 3):
-            with self._lock:
-                held = dict(self._held)
-            if not held:
-                continue
-            try:
-                if conn is None or conn.closed or conn.broken:
-                    conn = psycopg.connect(self.url, autocommit=True, connect_timeout=2)
-                rows = conn.execute(
-                    RENEW_SQL,
-                    {"ttl": self.lease_seconds, "owner": self.owner, "sessions": list(held)},
-                ).fetchall()
-            except psycopg.Error:
-                continue  # the database is away: the commits find out; try again later
-            self.renewals += 1
-            renewed = {str(sid): int(epoch) for sid, epoch in rows}
-            with self._lock:
-                for sid, mine in held.items():
-                    if renewed.get(sid) != mine.epoch and sid in self._held:
-                        self._lost.add(sid)
-        if conn is not None:
-            conn.close()
+    def held_leases(self) -> list[Lease]:
+        """The leases this opener holds (the pool's renewal loop renews them)."""
+        with self._lock:
+            return [
+                Lease(sid, self.owner, self.lease_seconds, held.epoch)
+                for sid, held in self._held.items()
+            ]
+
+    def leases_renewed(self, renewed: dict[tuple[str, str], int]) -> None:
+        """After a renewal: a lease not renewed at its epoch is lost."""
+        with self._lock:
+            mine = False
+            for sid, held in self._held.items():
+                epoch = renewed.get((sid, self.owner))
+                mine = mine or epoch is not None
+                if epoch != held.epoch:
+                    self._lost.add(sid)
+            if mine:
+                self.renewals += 1
 
     def renew_now(self) -> int:
         """Renew every lease this opener holds now (the benchmark's unit); how many."""
-        with self._lock:
-            sessions = list(self._held)
-        with self._db() as conn:
-            rows = conn.execute(
-                RENEW_SQL, {"ttl": self.lease_seconds, "owner": self.owner, "sessions": sessions}
-            ).fetchall()
-        return len(rows)
+        return self._pool.renew([self])
 
     def lease_lost(self, session_id: str) -> bool:
         """Whether the renewal found this opener's lease on the session gone."""
@@ -476,17 +520,16 @@ class PostgresSessions(ClosesOnExit):
             self._held.pop(session_id, None)
             self._lost.discard(session_id)
             self._claimed.discard(session_id)
-        for _ in range(2):  # once more on a new connection if this one was just lost
-            try:
-                with self._db() as conn:
-                    conn.execute(
-                        "UPDATE tether_sessions SET lease_owner = NULL, lease_expires = NULL "
-                        "WHERE session_id = %s AND lease_epoch = %s AND lease_owner = %s",
-                        (session_id, epoch, self.owner),
-                    )
-                return
-            except (StoreUnavailable, ConfigurationError, psycopg.Error):
-                pass  # else the lease expires on its own
+        try:
+            self._run(
+                lambda conn: conn.execute(
+                    "UPDATE tether_sessions SET lease_owner = NULL, lease_expires = NULL "
+                    "WHERE session_id = %s AND lease_epoch = %s AND lease_owner = %s",
+                    (session_id, epoch, self.owner),
+                )
+            )
+        except (StoreUnavailable, ConfigurationError, psycopg.Error):
+            pass  # else the lease expires on its own
 
     # ------------------------------------------------------------------ opener
 
@@ -598,12 +641,13 @@ class PostgresSessions(ClosesOnExit):
     def resolve(self, session: str) -> str:
         """The id of the session ``session`` names (its id or a unique prefix of it)."""
         pattern = session.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        with self._db() as conn:
-            rows = conn.execute(
+        rows = self._run(
+            lambda conn: conn.execute(
                 "SELECT session_id FROM tether_sessions WHERE session_id LIKE %s "
                 "ORDER BY session_id LIMIT 6",
                 (pattern,),
             ).fetchall()
+        )
         ids = [str(r[0]) for r in rows]
         if session in ids:
             return session
@@ -649,12 +693,13 @@ class PostgresSessions(ClosesOnExit):
             held = self._held.get(session_id)
         if held is None:
             return self.open(session_id)
-        with self._db() as conn:
-            row = conn.execute(
+        row = self._run(
+            lambda conn: conn.execute(
                 "SELECT lines FROM tether_sessions WHERE session_id = %s "
                 "AND lease_owner = %s AND lease_epoch = %s",
                 (session_id, self.owner, held.epoch),
             ).fetchone()
+        )
         if row is None:
             with self._lock:
                 self._held.pop(session_id, None)
@@ -663,12 +708,13 @@ class PostgresSessions(ClosesOnExit):
 
     def _load(self, session_id: str, epoch: int, lines: int) -> PostgresSessionStore:
         try:
-            with self._db() as conn:
-                rows = conn.execute(
+            rows = self._run(
+                lambda conn: conn.execute(
                     "SELECT line_no, data FROM tether_lines WHERE session_id = %s "
                     "AND line_no <= %s ORDER BY line_no",
                     (session_id, lines),
                 ).fetchall()
+            )
             data = b"".join(bytes(r[1]) + b"\n" for r in rows)
             if len(rows) != lines:
                 raise CorruptSession(
@@ -707,24 +753,26 @@ class PostgresSessions(ClosesOnExit):
     def waiting(self, environment: str) -> int:
         """How many unfinished, unblocked sessions of ``environment`` there are (leased or
         not): a worker told to stop when the queue is empty waits while any is left."""
-        with self._db() as conn:
-            row = conn.execute(
+        row = self._run(
+            lambda conn: conn.execute(
                 "SELECT count(*) FROM tether_sessions WHERE pending AND NOT blocked "
                 "AND environment = %s",
                 (environment,),
             ).fetchone()
+        )
         return 0 if row is None else int(row[0])
 
     def park(self, session_id: str) -> None:
         """Take a session whose recovery is blocked (a gate, a review) out of the queue
         until its next commit (a person resolving it, ``tether resume``); only while
         nobody holds its lease."""
-        with self._db() as conn:
-            conn.execute(
+        self._run(
+            lambda conn: conn.execute(
                 "UPDATE tether_sessions SET blocked = true WHERE session_id = %s "
                 "AND (lease_owner IS NULL OR lease_expires <= now())",
                 (session_id,),
             )
+        )
 
     def release_claim(self, session_id: str) -> None:
         """Give back a claimed session that will not be opened."""
@@ -735,13 +783,14 @@ class PostgresSessions(ClosesOnExit):
 
     def sessions(self) -> list[SessionRow]:
         """Every session, oldest first, with its status and lease."""
-        with self._db() as conn:
-            rows = conn.execute(
+        rows = self._run(
+            lambda conn: conn.execute(
                 "SELECT session_id, created_at, operation, pending, lines, "
                 "environment, lease_owner, lease_epoch, lease_expires, "
                 "(lease_owner IS NOT NULL AND lease_expires > now()), blocked "
                 "FROM tether_sessions ORDER BY created_at, session_id"
             ).fetchall()
+        )
         return [
             SessionRow(
                 session_id=str(r[0]),
@@ -762,12 +811,13 @@ class PostgresSessions(ClosesOnExit):
     def log_bytes(self, session: str) -> bytes:
         """The committed lines of a session as the file store holds them (LF after each)."""
         session_id = self.resolve(session)
-        with self._db() as conn:
-            rows = conn.execute(
+        rows = self._run(
+            lambda conn: conn.execute(
                 "SELECT data FROM tether_lines l JOIN tether_sessions s USING (session_id) "
                 "WHERE session_id = %s AND line_no <= s.lines ORDER BY line_no",
                 (session_id,),
             ).fetchall()
+        )
         return b"".join(bytes(r[0]) + b"\n" for r in rows)
 
     def import_log(self, data: bytes) -> str:
@@ -787,12 +837,15 @@ class PostgresSessions(ClosesOnExit):
         return header.id
 
     def close(self) -> None:
-        """Stop renewing and close the connection (open stores should be closed first)."""
-        self._stop.set()
-        if self._renewer is not None:
-            self._renewer.join(timeout=5)
+        """Stop renewing this opener's leases and give its share of the pool back (the
+        last opener of the database closes the pool; open stores should be closed first).
+        Idempotent."""
         with self._lock:
-            self._conn.close()
+            if self._closed:
+                return
+            self._closed = True
+        self._pool.forget(self)
+        release_pool(self._pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -812,23 +865,25 @@ class PostgresSidecar:
 
     def read(self) -> tuple[bytes | None, str | None]:
         try:
-            with self.sessions._db() as conn:
-                row = conn.execute(
+            row = self.sessions._run(
+                lambda conn: conn.execute(
                     "SELECT data FROM tether_sidecars WHERE session_id = %s AND name = %s",
                     (self.session_id, self.name),
                 ).fetchone()
+            )
         except (StoreUnavailable, psycopg.Error) as exc:
             return None, str(exc)
         return (None if row is None else bytes(row[0])), None
 
     def write(self, data: bytes) -> None:
-        try:
-            with self.sessions._db() as conn:
-                conn.execute(
+        try:  # an upsert of the whole record: run again after a lost connection
+            self.sessions._run(
+                lambda conn: conn.execute(
                     "INSERT INTO tether_sidecars (session_id, name, data) VALUES (%s, %s, %s) "
                     "ON CONFLICT (session_id, name) DO UPDATE SET data = EXCLUDED.data",
                     (self.session_id, self.name, data),
                 )
+            )
         except (StoreUnavailable, psycopg.Error) as exc:
             raise OSError(str(exc)) from None
 
@@ -852,10 +907,6 @@ class PostgresSessionStore(ClosesOnExit):
         self._mutex = threading.Lock()
         self._closed = False
         self._failed: str | None = None
-        self._conn = connect(sessions.url)
-        # One cursor for every commit, its statement prepared once: a cursor per statement
-        # costs more client time than the statement's own parameters (bench/bench_postgres.py).
-        self._cursor = self._conn.cursor()
         # The session row's operation columns as of the last commit, carried forward by
         # _operation_after: reading them off the reduced state would build a state
         # snapshot for every commit.
@@ -875,8 +926,9 @@ class PostgresSessionStore(ClosesOnExit):
     ) -> list[dict[str, Any]]:
         """Encode, validate, then store one transaction in one fenced statement.
 
-        ``sync`` changes nothing: every commit is a synchronous database commit (the server
-        groups concurrent ones into one WAL flush itself, docs/runtime.md "Durable points")."""
+        ``sync`` changes nothing: every commit is a synchronous database commit, shared with
+        the commits of other sessions of the process ready at the same moment (group
+        commit, :mod:`tether._stores.pgpool`); it returns once that transaction committed."""
         with self._mutex:
             if self._closed:
                 raise StoreUnavailable(str(self.path), "the store is closed")
@@ -906,60 +958,40 @@ class PostgresSessionStore(ClosesOnExit):
             self._operation = (operation, busy)
             return committed
 
-    def _params(self, line: bytes, operation: str, pending: bool) -> dict[str, Any]:
-        return {
-            "operation": operation,
-            "pending": pending,
-            "ttl": self._sessions.lease_seconds,
-            "session": self.session_id,
-            "lines": self._lines,
-            "epoch": self.fencing_token,
-            "owner": self._sessions.owner,
-            "data": line,
-        }
-
     def _store(self, line: bytes, operation: str, pending: bool) -> bool:
-        """Whether the line was stored; reconnects and reads the outcome back when the
-        connection was lost during the statement."""
-        params = self._params(line, operation, pending)
+        """Whether the line was stored (``False``: fenced). A connection lost during the
+        statement is replaced and the outcome read back (:meth:`StorePool.commit`)."""
+        sessions = self._sessions
+        request = CommitRequest(
+            session_id=self.session_id,
+            lines=self._lines,
+            epoch=self.fencing_token,
+            owner=sessions.owner,
+            operation=operation,
+            pending=pending,
+            ttl=sessions.lease_seconds,
+            data=line,
+        )
         try:
-            if self._conn.broken or self._conn.closed:
-                raise psycopg.OperationalError("connection lost earlier")
-            return self._cursor.execute(COMMIT_SQL, params, prepare=True).rowcount == 1
-        except psycopg.OperationalError as exc:
-            lost = _first_line(exc)
-        deadline = time.monotonic() + RECONNECT_SECONDS
-        while True:
-            try:
-                self._conn.close()
-                self._conn = psycopg.connect(self._sessions.url, autocommit=True, connect_timeout=2)
-                self._cursor = self._conn.cursor()
-                row = self._conn.execute(
-                    "SELECT data FROM tether_lines WHERE session_id = %s AND line_no = %s",
-                    (self.session_id, self._lines + 1),
-                ).fetchone()
-                if row is not None:
-                    if bytes(row[0]) == line:
-                        return True  # the lost statement had committed
-                    return False  # another writer's line: fenced
-                return self._cursor.execute(COMMIT_SQL, params, prepare=True).rowcount == 1
-            except psycopg.OperationalError:
-                if time.monotonic() > deadline:
-                    self._failed = f"the database connection was lost ({lost})"
-                    raise StoreUnavailable(
-                        str(self.path),
-                        f"the database connection was lost ({lost}) and not regained; "
-                        "the transaction was not committed",
-                    ) from None
-                time.sleep(0.5)
+            return sessions.pool.commit(request)
+        except CommitLost as exc:
+            self._failed = f"the database connection was lost ({exc.reason})"
+            raise StoreUnavailable(
+                str(self.path),
+                f"the database connection was lost ({exc.reason}) and not regained; "
+                "the transaction was not committed",
+            ) from None
 
     def _fenced(self) -> SessionFenced:
         try:
-            row = self._conn.execute(
-                "SELECT lease_owner, lease_epoch, lines FROM tether_sessions WHERE session_id = %s",
-                (self.session_id,),
-            ).fetchone()
-        except psycopg.Error:
+            row = self._sessions._run(
+                lambda conn: conn.execute(
+                    "SELECT lease_owner, lease_epoch, lines FROM tether_sessions "
+                    "WHERE session_id = %s",
+                    (self.session_id,),
+                ).fetchone()
+            )
+        except (StoreUnavailable, psycopg.Error):
             row = None
         if row is None:
             detail = "is gone; nothing was committed"
@@ -977,20 +1009,23 @@ class PostgresSessionStore(ClosesOnExit):
         or expired (a service without fencing then never sees this writer again); the
         lease epoch is the fencing token."""
         with self._mutex:
-            try:
-                row = self._conn.execute(
-                    "UPDATE tether_sessions SET lease_expires = now() + "
-                    "make_interval(secs => %s) WHERE session_id = %s AND lease_epoch = %s "
-                    "AND lease_owner = %s AND lease_expires > now() RETURNING 1",
-                    (
-                        self._sessions.lease_seconds,
-                        self.session_id,
-                        self.fencing_token,
-                        self._sessions.owner,
-                    ),
-                ).fetchone()
-            except psycopg.OperationalError as exc:
-                raise StoreUnavailable(str(self.path), _first_line(exc)) from None
+            params = (
+                self._sessions.lease_seconds,
+                self.session_id,
+                self.fencing_token,
+                self._sessions.owner,
+            )
+            try:  # idempotent: run again on a new connection when one is lost
+                row = self._sessions._run(
+                    lambda conn: conn.execute(
+                        "UPDATE tether_sessions SET lease_expires = now() + "
+                        "make_interval(secs => %s) WHERE session_id = %s AND lease_epoch = %s "
+                        "AND lease_owner = %s AND lease_expires > now() RETURNING 1",
+                        params,
+                    ).fetchone()
+                )
+            except StoreUnavailable as exc:
+                raise StoreUnavailable(str(self.path), exc.why) from None
             if row is None:
                 self._failed = "fenced: this writer lost its lease"
                 raise SessionFenced(
@@ -1009,13 +1044,24 @@ class PostgresSessionStore(ClosesOnExit):
     def sidecar(self, name: str) -> PostgresSidecar:
         return PostgresSidecar(self._sessions, self.session_id, name)
 
+    def sidecar_names(self, prefix: str) -> frozenset[str] | None:
+        try:
+            with self._sessions._db() as conn:
+                rows = conn.execute(
+                    "SELECT name FROM tether_sidecars WHERE session_id = %s "
+                    "AND left(name, %s) = %s",
+                    (self.session_id, len(prefix), prefix),
+                ).fetchall()
+        except (StoreUnavailable, psycopg.Error):
+            return None
+        return frozenset(row[0] for row in rows)
+
     def close(self) -> None:
         """Release the lease (a fenced writer has none left). Idempotent."""
         with self._mutex:
             if self._closed:
                 return
             self._closed = True
-            self._conn.close()
         self._sessions._release(self.session_id, self.fencing_token)
 
     def __repr__(self) -> str:

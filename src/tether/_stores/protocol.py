@@ -114,6 +114,12 @@ class SessionStoreProtocol(Protocol):
         """The record ``name`` kept beside this session's log."""
         ...
 
+    def sidecar_names(self, prefix: str) -> frozenset[str] | None:
+        """The names of this session's records that start with ``prefix``, listed at once
+        (so that a reader of thousands of possible records, such as the cost of a long
+        session, asks only for those that exist); ``None`` when they cannot be listed."""
+        ...
+
     def check_lease(self) -> int | None:
         """Before an effect: confirm this writer still holds the session, and return its
         fencing token (the lease epoch a tool passes on to the services it calls).

@@ -38,6 +38,7 @@ __all__ = [
     "read_side_record",
     "reported_costs",
     "side_record_name",
+    "side_record_reader",
     "wants_side_record",
     "write_side_record",
 ]
@@ -105,6 +106,23 @@ def write_side_record(
     data = json.dumps(_masked(record.to_json(), mask), ensure_ascii=False, allow_nan=False)
     store.sidecar(side_record_name(entry_id)).write(data.encode("utf-8"))
     return record
+
+
+def side_record_reader(store: SessionStoreProtocol) -> Callable[[str], SideRecord | None] | None:
+    """:func:`read_side_record` for many entries: the session's side records are listed
+    once, and only those that exist are read (a long session's cost would otherwise ask
+    for thousands of missing records, one system call each); ``None`` when the session has
+    none at all."""
+    names = store.sidecar_names(side_record_name(""))
+    if names is not None and not names:
+        return None
+
+    def read(entry_id: str) -> SideRecord | None:
+        if names is not None and side_record_name(entry_id) not in names:
+            return None
+        return read_side_record(store, entry_id)
+
+    return read
 
 
 def read_side_record(store: SessionStoreProtocol, entry_id: str) -> SideRecord | None:

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import atexit
 import contextvars
-import logging
 import os
-import socket
 import sys
 import threading
 import uuid
@@ -174,6 +172,8 @@ class Telemetry:
 
     @classmethod
     def start(cls, endpoint: str | None, service: str, env: Mapping[str, str]) -> Telemetry:
+        import logging  # the SDK's loggers: only once telemetry is on (like the SDK itself)
+
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -315,6 +315,8 @@ PROBE_SECONDS: Final = 3.0
 def _probe(url: str, exporter: Any) -> None:
     """Connect to the collector once (in a thread of its own): a refused or unreachable
     address marks the exporter down, with its one warning line."""
+    import socket  # only with telemetry on: this module is loaded by every agent
+
     parts = urlsplit(url)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:

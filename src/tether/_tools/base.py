@@ -55,7 +55,7 @@ from tether.core.contents import INVALID_ARGUMENTS, SYNTHETIC_CONTENT, UNKNOWN_T
 from tether.core.current import ToolDeclaration
 from tether.core.state import Replay
 from tether.core.stops import describe_call
-from tether.core.values import ToolResult
+from tether.core.toolresult import ToolResult
 from tether.errors import ConfigurationError
 
 if TYPE_CHECKING:

@@ -10,7 +10,10 @@ The schema is :data:`~tether._wsdb.sqlite.EFFECTS_MIGRATIONS` translated the sam
 (``BIGINT`` for every integer: times are milliseconds; identity columns; ``BYTEA``).
 
 The rules of :mod:`tether._wsdb.protocol` hold as in SQLite: every write is one
-transaction, durable on ``COMMIT``; writers are serialized by a transaction-scoped advisory
+transaction, durable on ``COMMIT``; each transaction and each query borrows a connection of
+the process's pool of the database (:mod:`tether._stores.pgpool`, shared with the session
+store) for its length only, and a query whose connection was lost is run again (the pool's
+back-pressure); writers are serialized by a transaction-scoped advisory
 lock, as ``BEGIN IMMEDIATE`` serializes them in SQLite, so every read-then-write rule
 (first record wins, journal transitions) behaves identically. The identity (``meta``) is
 created with the schema, once per database.
@@ -28,15 +31,16 @@ import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Final, cast
 
 import psycopg
 
+from tether._stores import pgpool
 from tether._stores.postgres import connect, display_url
 from tether._wsdb.sqlite import EFFECTS_MIGRATIONS, Clock, EffectsDB, Migration
-from tether.errors import EffectsDatabaseError
+from tether.errors import EffectsDatabaseError, StoreUnavailable
 
 __all__ = ["PostgresEffectsDB", "SplitWorkspaceDB", "translate"]
 
@@ -52,6 +56,8 @@ _ID_TABLES: Final = frozenset(
         "approval_requests",
     }
 )
+_UNUSED: Final = object()
+"""The base class's connection slot: unused here (each use borrows from the pool)."""
 _INSERT = re.compile(r"^\s*INSERT\s+(OR\s+IGNORE\s+)?INTO\s+(\w+)", re.IGNORECASE)
 
 
@@ -156,7 +162,8 @@ class _Cursor:
 
 
 class _Connection:
-    """The subset of :class:`sqlite3.Connection` the table classes use, on PostgreSQL."""
+    """The subset of :class:`sqlite3.Connection` the table classes use, on PostgreSQL: one
+    borrowed connection, for one transaction or query."""
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self.conn = conn
@@ -171,12 +178,12 @@ class _Connection:
 class PostgresEffectsDB(EffectsDB):
     """``effects.db``'s tables in a PostgreSQL database (see the module docstring)."""
 
-    def __init__(self, url: str, conn: psycopg.Connection[Any], *, clock: Clock) -> None:
+    def __init__(self, url: str, pool: pgpool.StorePool, *, clock: Clock) -> None:
         self.url = url
-        self._pg = _Connection(conn)
+        self._store_pool: pgpool.StorePool | None = pool
         super().__init__(
             Path(display_url(url)),
-            cast(Any, self._pg),
+            cast(Any, _UNUSED),  # every use of a connection borrows one from the pool
             busy_timeout=0.0,
             clock=clock,
             what="workspace database",
@@ -189,16 +196,32 @@ class PostgresEffectsDB(EffectsDB):
         migrations: Sequence[Migration] = EFFECTS_MIGRATIONS,
         *,
         clock: Clock = time.time,
+        pool_size: int | None = None,
     ) -> PostgresEffectsDB:
-        """Open the tables in the database at ``url``, creating or migrating them."""
-        conn = connect(url)
-        db = cls(url, conn, clock=clock)
+        """Open the tables in the database at ``url``, creating or migrating them, on the
+        process's pool of that database (made now, of ``pool_size``, if there is none)."""
+        pool = pgpool.acquire(
+            url, display_url(url), pool_size, validate=lambda: connect(url).close()
+        )
+        db = cls(url, pool, clock=clock)
+        if len(migrations) in pool.migrated:
+            # Migrated by an earlier open in this process (a worker opens the tables once
+            # per agent): the tables existed before this open.
+            db.existed, db.fresh = True, False
+            return db
         try:
             db._migrate_pg(migrations)
         except BaseException:
             db.close()
             raise
+        pool.migrated.add(len(migrations))
         return db
+
+    def _pool(self) -> pgpool.StorePool:
+        pool = self._store_pool
+        if pool is None:
+            raise EffectsDatabaseError(str(self.path), "the database is closed", self.what)
+        return pool
 
     def _error_pg(self, exc: psycopg.Error) -> EffectsDatabaseError:
         text = str(exc).strip().splitlines()
@@ -250,58 +273,74 @@ class PostgresEffectsDB(EffectsDB):
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
-        """One PostgreSQL transaction under the writers' advisory lock; durable on return."""
-        with self._lock:
-            conn = self._pg.conn
-            if conn.closed:
-                raise EffectsDatabaseError(str(self.path), "the database is closed", self.what)
+        """One PostgreSQL transaction under the writers' advisory lock, on a connection
+        borrowed for its length (back-pressure while none can be had); durable on return."""
+        with self._lock, ExitStack() as stack:
+            try:
+                conn = stack.enter_context(self._pool().connection())
+            except StoreUnavailable as exc:
+                raise EffectsDatabaseError(str(self.path), exc.why, self.what) from None
             try:
                 conn.execute("BEGIN")
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
             except psycopg.Error as exc:
-                self._rollback_pg()
+                self._rollback_pg(conn)
                 raise self._error_pg(exc) from None
             try:
-                yield self._pg
+                yield _Connection(conn)
             except psycopg.Error as exc:
-                self._rollback_pg()
+                self._rollback_pg(conn)
                 raise self._error_pg(exc) from None
             except BaseException:
-                self._rollback_pg()
+                self._rollback_pg(conn)
                 raise
             try:
                 conn.execute("COMMIT")
             except psycopg.Error as exc:
-                self._rollback_pg()
+                self._rollback_pg(conn)
                 raise self._error_pg(exc) from None
 
-    def _rollback_pg(self) -> None:
+    def _rollback_pg(self, conn: psycopg.Connection[Any]) -> None:
+        if conn.broken:
+            self._pool()._lost("the connection was lost")
+            return
         try:
-            self._pg.conn.execute("ROLLBACK")
+            conn.execute("ROLLBACK")
         except psycopg.Error:
             pass
 
-    def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
+    def _read(self, sql: str, parameters: Sequence[Any], one: bool) -> Any:
+        """A query on a borrowed connection, run again on a new one if it was lost."""
+
+        def read(conn: psycopg.Connection[Any]) -> Any:
+            cursor = _Connection(conn).execute(sql, parameters)
+            return cursor.fetchone() if one else cursor.fetchall()
+
         with self._lock:
             try:
-                return self._pg.execute(sql, parameters).fetchall()
+                return self._pool().run(read)
+            except StoreUnavailable as exc:
+                raise EffectsDatabaseError(str(self.path), exc.why, self.what) from None
             except psycopg.Error as exc:
                 raise self._error_pg(exc) from None
 
+    def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
+        result: list[Any] = self._read(sql, parameters, False)
+        return result
+
     def query_one(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
-        with self._lock:
-            try:
-                return self._pg.execute(sql, parameters).fetchone()
-            except psycopg.Error as exc:
-                raise self._error_pg(exc) from None
+        return self._read(sql, parameters, True)
 
     @property
     def closed(self) -> bool:
-        return self._pg.conn.closed
+        return self._store_pool is None
 
     def close(self) -> None:
+        """Give the process's pool back (closed with its last user). Idempotent."""
         with self._lock:
-            self._pg.conn.close()
+            pool, self._store_pool = self._store_pool, None
+        if pool is not None:
+            pgpool.release(pool)
 
     def __repr__(self) -> str:
         return f"<PostgresEffectsDB {display_url(self.url)!r}>"

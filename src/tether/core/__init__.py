@@ -29,12 +29,17 @@ The names below are the few most callers want; everything else is imported from 
 (``tether.core.plans``, ``tether.core.reconcile``, ``tether.core.values``, …).
 """
 
-from tether.core.current import CurrentConfiguration
-from tether.core.planner import plan_recovery
-from tether.core.plans import Plan, RecoveryPlan
-from tether.core.reducer import Reducer, reduce_session
-from tether.core.state import SessionState
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
 from tether.errors import SessionCorruption
+
+if TYPE_CHECKING:  # at run time each name is loaded with its module on first use
+    from tether.core.current import CurrentConfiguration
+    from tether.core.planner import plan_recovery
+    from tether.core.plans import Plan, RecoveryPlan
+    from tether.core.reducer import Reducer, reduce_session
+    from tether.core.state import SessionState
 
 __all__ = [
     "CurrentConfiguration",
@@ -46,3 +51,62 @@ __all__ = [
     "plan_recovery",
     "reduce_session",
 ]
+
+
+# Each loader imports one module of the names below. Loaded on first use (PEP 562): every
+# import of a module of the core runs this file first, and an eager import here would load
+# the planner, the reducer and their value types (most of the core) for a caller that needs
+# one small module (building an agent needs the digests and the configuration snapshot).
+def _current() -> ModuleType:
+    import tether.core.current as module
+
+    return module
+
+
+def _planner() -> ModuleType:
+    import tether.core.planner as module
+
+    return module
+
+
+def _plans() -> ModuleType:
+    import tether.core.plans as module
+
+    return module
+
+
+def _reducer() -> ModuleType:
+    import tether.core.reducer as module
+
+    return module
+
+
+def _state() -> ModuleType:
+    import tether.core.state as module
+
+    return module
+
+
+_EXPORTS: dict[str, Any] = {
+    "CurrentConfiguration": _current,
+    "plan_recovery": _planner,
+    "Plan": _plans,
+    "RecoveryPlan": _plans,
+    "Reducer": _reducer,
+    "reduce_session": _reducer,
+    "SessionState": _state,
+}
+"""Name → the loader of its module."""
+
+
+def __getattr__(name: str) -> Any:
+    loader = _EXPORTS.get(name)
+    if loader is None:
+        raise AttributeError(f"module 'tether.core' has no attribute {name!r}")
+    value = getattr(loader(), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.core.canonical import (
     configuration_digest,
@@ -17,8 +17,10 @@ from tether.core.canonical import (
     system_prompt_digest,
 )
 from tether.core.current import CurrentConfiguration, ToolDeclaration
-from tether.core.plans import BlockedReason
 from tether.core.state import ConfigurationSnapshot, Operation, RunOperation, SessionState
+
+if TYPE_CHECKING:
+    from tether.core.plans import BlockedReason
 
 ENVIRONMENT_VARIABLE = "TETHER_ENVIRONMENT_IDENTITY"
 
@@ -118,6 +120,10 @@ def explain_blocked(
     configuration: AgentConfiguration,
 ) -> str:
     """One paragraph: which gate blocked recovery, what changed, and the ways out."""
+    # Imported here: the plan types (with the reconciliation tables) are the planner's;
+    # building an agent's snapshot, this module's other job, needs none of them.
+    from tether.core.plans import BlockedReason
+
     operation: Operation = state.operation
     step = getattr(operation, "step", None)
     session = state.header.id

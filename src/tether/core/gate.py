@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from tether.core.values import ArtifactVersion, Verification, VerificationStatus
+if TYPE_CHECKING:  # annotations; the one value used at run time is imported where used
+    from tether.core.values import ArtifactVersion, Verification
 
 __all__ = [
     "MAX_NAMED_FILES",
@@ -118,6 +119,8 @@ def assess_completion(
     passing verification of any version and ``passing_version`` its artifact version (from
     its manifest), ``None`` when unknown. ``command`` is the configured check command.
     """
+    from tether.core.values import VerificationStatus  # see the imports at the top
+
     digest = current.digest
     if command is None:
         return unconfigured_check(digest)

@@ -400,6 +400,9 @@ class Reducer:
         # the same list object means the same counters.
         self._last_usage: tuple[list[int], Usage] | None = None
         self._timestamp = 0  # the timestamp of the fact being applied
+        # Set by a checkpoint (tether.core.checkpoint) whose check indexes are decoded only
+        # when the first line is checked: see _complete.
+        self._deferred: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ construction
 
@@ -540,8 +543,20 @@ class Reducer:
 
     # ------------------------------------------------------------------ transactions
 
+    def _complete(self) -> None:
+        """Decode what a checkpoint deferred (the indexes only a line's checks read, see
+        :func:`tether.core.checkpoint.decode_checkpoint`); nothing otherwise. Raises
+        :class:`~tether.errors.CheckpointMismatch` (the reducer unchanged) if they cannot
+        be decoded."""
+        deferred = self._deferred
+        if deferred is not None:
+            deferred()
+            self._deferred = None
+
     def _apply_unchecked(self, raw: bytes) -> None:
         """Apply one transaction line; undo is the caller's business."""
+        if self._deferred is not None:
+            self._complete()
         line = self._line + 1
         value = parse_line(raw, line)
         self._state = None

@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import Any, Final, overload
 
 from tether.core.canonical import arguments_digest, sha256_digest
+from tether.core.toolresult import ToolResult
 
 __all__ = [
     "BINDING_FORMAT",
@@ -119,30 +120,8 @@ def format_duration(ms: int) -> str:
 
 # =========================================================================== tool results
 
-
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    """What a tool call produced.
-
-    ``content`` is the tool message the model sees. ``is_error`` selects the result type of
-    the entry (``{"type":"error"}`` instead of ``{"type":"success"}``, spec 7.3).
-    ``metadata`` is for tether itself (bytes written, exit code, hashes, …); it is never sent
-    to the model. It is copied into a read-only mapping.
-    """
-
-    content: str
-    is_error: bool = False
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.content, str):
-            raise TypeError(f"ToolResult.content must be str, got {type(self.content).__name__}")
-        object.__setattr__(self, "metadata", MappingProxyType(dict(self.metadata)))
-
-    @classmethod
-    def error(cls, content: str, **metadata: Any) -> ToolResult:
-        """An expected failure reported to the model (``is_error=True``)."""
-        return cls(content, is_error=True, metadata=metadata)
+# ToolResult lives in tether.core.toolresult (every tool module needs it, and building an
+# agent needs no other value type here); it is re-exported above.
 
 
 # =========================================================================== effect lookups

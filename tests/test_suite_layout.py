@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESTART = "tests/test_pg_workers.py::test_workers_survive_a_postgres_restart"
+RESTARTS = {
+    "tests/test_pg_workers.py::test_workers_survive_a_postgres_restart",
+    "tests/test_pg_fleet.py::test_many_sessions_in_flight_survive_a_postgres_restart",
+}
 
 
 def _collected(*options: str) -> set[str]:
@@ -33,10 +36,10 @@ def _collected(*options: str) -> set[str]:
     return {line for line in done.stdout.splitlines() if "::" in line}
 
 
-def test_the_serial_part_is_the_restart_test_and_the_parts_cover_the_suite() -> None:
+def test_the_serial_part_is_the_restart_tests_and_the_parts_cover_the_suite() -> None:
     serial = _collected("-m", "serial")
     parallel = _collected("-m", "not serial")
     everything = _collected()
-    assert serial == {RESTART}
+    assert serial == RESTARTS
     assert not serial & parallel
     assert serial | parallel == everything

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from tether._models import ModelAdapter, ModelRequest, ModelResponse
     from tether._project import ProjectConfig
     from tether._runtime import Agent
+    from tether._stores.protocol import SessionOpener
+    from tether._wsdb.protocol import WorkspaceDBOpener
 
 __all__ = [
     "API_KEY_WARNING",
@@ -228,9 +230,16 @@ def cli_agent(
     return checked_sandbox(agent)
 
 
-def quiet_agent(settings: Settings, *, check_sandbox: bool = True) -> Agent:
+def quiet_agent(
+    settings: Settings,
+    *,
+    check_sandbox: bool = True,
+    session_store: SessionOpener | None = None,
+    workspace_db: WorkspaceDBOpener | None = None,
+) -> Agent:
     """An agent for ``settings`` without progress output (``submit``, the worker's slots);
-    ``check_sandbox=False`` for one that never runs a tool (``replay``)."""
+    ``check_sandbox=False`` for one that never runs a tool (``replay``); ``session_store``
+    and ``workspace_db``: the openers a worker's agents share (default: the agent's own)."""
     from tether._runtime import Agent
 
     if settings.api_key is not None and settings.api_key.strip():
@@ -240,7 +249,15 @@ def quiet_agent(settings: Settings, *, check_sandbox: bool = True) -> Agent:
         hide_from_process_listing(registered_secrets())  # before any MCP server starts
         return model
 
-    return checked_sandbox(Agent(settings=settings, wrap_model=hidden, check_sandbox=check_sandbox))
+    return checked_sandbox(
+        Agent(
+            settings=settings,
+            wrap_model=hidden,
+            check_sandbox=check_sandbox,
+            session_store=session_store,
+            workspace_db=workspace_db,
+        )
+    )
 
 
 def checked_sandbox(agent: Agent) -> Agent:

@@ -5,7 +5,8 @@
 * ``tether import FILE --store URL`` — a session-v2 file as a session of the store;
 * ``tether submit PROMPT [--session ID] --store URL`` — accept a prompt durably, return;
 * ``tether worker --store URL [--concurrency N]`` — drive unfinished sessions until
-  ``SIGTERM`` (or, with ``--until-empty``, until none is left).
+  ``SIGTERM`` (or, with ``--until-empty``, until none is left); ``--status``: the queue
+  and the leases per worker.
 
 ``tether sessions --store URL`` and ``tether inspect SESSION --store URL`` use
 :func:`list_store_sessions` and :func:`read_store_log`. Every error is one line with the
@@ -314,7 +315,12 @@ def submit(
 def worker(
     concurrency: Annotated[
         int,
-        typer.Option("--concurrency", "-c", help="Sessions driven at once.", min=1, metavar="N"),
+        typer.Option(
+            "--concurrency",
+            "-c",
+            help="Sessions in flight at once (1 to 10000).",
+            metavar="N",
+        ),
     ] = 1,
     until_empty: Annotated[
         bool,
@@ -323,47 +329,92 @@ def worker(
             help="Exit once no unfinished session of this environment is left.",
         ),
     ] = False,
+    status_every: Annotated[
+        float,
+        typer.Option(
+            "--status-every",
+            help="A status line on stderr every S seconds (0: none).",
+            metavar="S",
+        ),
+    ] = 10.0,
+    status: Annotated[
+        bool,
+        typer.Option(
+            "--status",
+            help="Print the queue and the leases of each worker, from the store, and exit.",
+        ),
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="With --status: one JSON object.")
+    ] = False,
     *,
     flags: Flags,
 ) -> None:
-    """Drive the unfinished sessions of the store, CONCURRENCY at a time.
+    """Drive the unfinished sessions of the store, up to CONCURRENCY at a time.
 
     Claims the oldest unfinished session of this worker's environment whose lease is
-    free or expired, drives it as `tether resume` would, releases it. SIGTERM: no new
-    claims; each session being driven stops after its current step (a model answer or a
-    tool result committed), unfinished, its lease released for another worker; exit 0.
+    free or expired, drives it as `tether resume` would, releases it; every session in
+    flight shares the process's one store opener (its connections, one lease renewal for
+    all). A store outage slows the worker down (fewer sessions in flight, retries); it
+    exits only when the store stays away with nothing in flight. SIGTERM: no new claims;
+    each session being driven stops after its current step (a model answer or a tool
+    result committed), unfinished, its lease released for another worker; exit 0.
+
+    With --status: the queue (queued, running, parked, idle) and one line per worker with
+    its leases, read from the store (--json: one object); nothing is driven.
 
     Examples:
 
-        tether worker --store postgresql://db/tether --model gpt-4o-mini --concurrency 4
+        tether worker --store postgresql://db/tether --model gpt-4o-mini --concurrency 500
+
+        tether worker --status --store postgresql://db/tether
 
     Exit status: 0 stopped, 2 usage error, 10 the store stayed unreachable, 11 fenced
     (this worker lost a lease: it was paused past its expiry; it stops at once).
     """
-    from tether._runtime.worker import Worker
+    from tether._runtime.worker import Worker, check_concurrency, fleet_openers, fleet_status
     from tether._stores.postgres import DEFAULT_LEASE_SECONDS
 
     with handle_errors():
+        if status:
+            fleet = fleet_status(store_url(cli_settings(flags).store))
+            if json_output:
+                emit_json(fleet.to_json())
+            else:
+                typer.echo("\n".join(fleet.lines()))
+            return
+        if json_output:
+            raise ConfigurationError("--json goes with --status")
+        check_concurrency(concurrency)
         settings = _store_settings(flags)
 
         def log(line: str) -> None:
             typer.echo(f"worker {os.getpid()}: {printable(line)}", err=True)
 
-        work = Worker(
-            lambda: quiet_agent(settings),
-            concurrency=concurrency,
-            until_empty=until_empty,
-            log=log,
-        )
+        sessions, workspace_db = fleet_openers(settings)
+        try:
+            work = Worker(
+                lambda: quiet_agent(
+                    settings, session_store=sessions, workspace_db=workspace_db.opener()
+                ),
+                concurrency=concurrency,
+                until_empty=until_empty,
+                log=log,
+                status_every=status_every,
+            )
 
-        def on_term(signum: int, frame: FrameType | None) -> None:
-            log("SIGTERM: stopping after the current steps, releasing the leases, exiting")
-            work.stop()
+            def on_term(signum: int, frame: FrameType | None) -> None:
+                # Only an event is set here: the handler may run while the main thread holds
+                # any lock (the worker's own loop writes the line).
+                work.stop("SIGTERM")
 
-        signal.signal(signal.SIGTERM, on_term)
-        lease = settings.lease_seconds or DEFAULT_LEASE_SECONDS
-        log(f"started: concurrency {concurrency}, lease {lease} s")
-        report = work.run()
+            signal.signal(signal.SIGTERM, on_term)
+            lease = settings.lease_seconds or DEFAULT_LEASE_SECONDS
+            log(f"started: concurrency {concurrency}, lease {lease} s, owner {sessions.owner}")
+            report = work.run()
+        finally:
+            workspace_db.close()
+            sessions.close()
         if report.fenced is not None:
             raise report.fenced
         if report.failed is not None:

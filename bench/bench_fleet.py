@@ -1,0 +1,635 @@
+"""Benchmark: a fleet of ``tether worker`` processes on one PostgreSQL (issue 33).
+
+Run: ``python bench/bench_fleet.py [URL]`` (URL default ``$TETHER_BENCH_PG_URL``, else
+``$TETHER_TEST_PG_URL``; it works in a schema of its own, dropped at the end). Options:
+``--sessions S`` (1000), ``--delay D`` seconds per model answer (2), ``--workers C`` (1),
+``--concurrency N`` per worker (default: S/C, every session in flight at once),
+``--sandbox MODE`` (``off``; ``workspace-write`` runs each bash call under bubblewrap),
+``--sweep`` (also the zero-delay throughput at 1 to 4 workers), ``--lease S``, ``--memory``
+(instead: the worker side alone, one worker with every session in flight over an in-memory
+store: its wall, RSS and threads, without the database's connection limit; then the same
+with a SIGTERM once half are in flight: how long the drain takes).
+
+Workload: S sessions submitted with ``tether submit --from`` (one JSON line each). Each
+session's model (a scripted OpenAI-compatible server on loopback, answering after
+``--delay`` seconds) first asks for one ``bash`` call, ``echo "$TETHER_SESSION_ID" >>
+effects.txt``, then answers. A bash call, not a file read: it is an effect that can be
+counted (exactly one line per session in ``effects.txt``, whatever crashed or retried), and
+it starts a process, as most agent steps do. C worker processes ``tether worker
+--until-empty --concurrency N`` drive them.
+
+Printed:
+
+* wall (the workers' start to the last one's exit) against the ideal: every session's two
+  model answers back to back, ``ceil(S / (C x N)) x 2 x D``;
+* peak DB connections: ``pg_stat_activity`` of the database polled every 50 ms, the
+  bench's own excluded; peak RSS (sum over the workers) and threads (of the largest
+  worker), from ``/proc``;
+* sessions finished and effects per session (exactly one each);
+* facts/s and commits/s (lines: one database transaction each of a writer without group
+  commit) over the wall, and a bare ``INSERT`` + ``COMMIT`` loop on one connection of
+  lines of the same size, in the same run, with the ratio.
+
+Acceptance (issue 33), printed as PASS or MISS: with the defaults, every session finished
+with exactly one effect within 2x the ideal, peak connections <= 25, RSS <= 500 MB; with
+``--sweep``, zero-delay facts/s >= 3x the bare loop at every worker count 1-4. The script
+always exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+
+from tether._stores.postgres import init_schema
+
+MODEL = "bench-fleet"
+COMMAND = 'echo "$TETHER_SESSION_ID" >> effects.txt'
+TARGET_SPEEDUP = 2.0
+TARGET_CONNECTIONS = 25
+TARGET_RSS_MB = 500
+TARGET_RATIO = 3.0
+
+
+# -- the scripted model server ----------------------------------------------------------------
+
+
+def _completion(message: dict[str, Any], finish: str) -> bytes:
+    usage = {"prompt_tokens": 200, "completion_tokens": 20, "total_tokens": 220}
+    body = {
+        "id": "chatcmpl-fleet",
+        "object": "chat.completion",
+        "created": 0,
+        "model": MODEL,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": usage,
+    }
+    return json.dumps(body).encode()
+
+
+TOOL_CALL = _completion(
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_echo",
+                "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"command": COMMAND})},
+            }
+        ],
+    },
+    "tool_calls",
+)
+ANSWER = _completion({"role": "assistant", "content": "Done: the line is written."}, "stop")
+
+
+def _sse(whole: bytes) -> bytes:
+    """The same answer as a chat-completions stream (one chunk, then ``[DONE]``)."""
+    choice = json.loads(whole)["choices"][0]
+    message = choice["message"]
+    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    if message.get("tool_calls"):
+        delta["tool_calls"] = [{"index": 0, **c} for c in message["tool_calls"]]
+    chunks = [
+        {"id": "c", "object": "chat.completion.chunk", "model": MODEL, "choices": [c]}
+        for c in (
+            {"index": 0, "delta": delta, "finish_reason": None},
+            {"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]},
+        )
+    ]
+    chunks.append(
+        {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "choices": [],
+            "usage": json.loads(whole)["usage"],
+        }
+    )
+    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + (
+        b"data: [DONE]\n\n"
+    )
+
+
+STREAMED = {TOOL_CALL: _sse(TOOL_CALL), ANSWER: _sse(ANSWER)}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    delay = 0.0
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        request = json.loads(body)
+        # After the tool's result, answer; before it, ask for the call.
+        last = request["messages"][-1]["role"]
+        whole = ANSWER if last == "tool" else TOOL_CALL
+        if self.delay:
+            time.sleep(self.delay)
+        if request.get("stream"):
+            data = STREAMED[whole]
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+        else:
+            data = whole
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        self.wfile.write(b"%sContent-Length: %d\r\n\r\n%s" % (head, len(data), data))
+        self.wfile.flush()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 4096  # a thousand sessions connect at once
+
+
+def serve(delay: float) -> _Server:
+    handler = type("Handler", (_Handler,), {"delay": delay})
+    server = _Server(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+def with_schema(url: str, schema: str) -> str:
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}options={quote(f'-csearch_path={schema}')}"
+
+
+class Sampler:
+    """Every 50 ms: the database's connections (``pg_stat_activity``, this connection
+    excluded), and the workers' RSS and threads (``/proc``); the peaks."""
+
+    def __init__(self, url: str, pids: list[int]) -> None:
+        self.url = url
+        self.pids = pids
+        self.connections = 0
+        self.rss_mb = 0.0
+        self.threads = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            while not self._stop.wait(0.05):
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                ).fetchone()
+                self.connections = max(self.connections, int(row[0]) if row else 0)
+                rss, threads = 0.0, 0
+                for pid in self.pids:
+                    status = _proc_status(pid)
+                    rss += status.get("VmRSS", 0) / 1024
+                    threads = max(threads, status.get("Threads", 0))
+                self.rss_mb = max(self.rss_mb, rss)
+                self.threads = max(self.threads, threads)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _proc_status(pid: int) -> dict[str, int]:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "Threads"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+def bare_loop(url: str, line: bytes, seconds: float = 2.0) -> float:
+    """One connection, ``INSERT`` of one row like a committed line, then ``COMMIT``
+    (autocommit: one WAL flush per row): rows per second."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bare (session_id text, line_no bigint, data bytea)")
+        count = 0
+        start = time.perf_counter()
+        with conn.cursor() as cur:
+            while time.perf_counter() - start < seconds:
+                cur.execute(
+                    "INSERT INTO bare VALUES (%s, %s, %b)", ("s", count, line), prepare=True
+                )
+                count += 1
+        rate = count / (time.perf_counter() - start)
+        conn.execute("DROP TABLE bare")
+    return rate
+
+
+@dataclass
+class Result:
+    sessions: int
+    workers: int
+    concurrency: int
+    delay: float
+    wall: float
+    ideal: float
+    connections: int
+    rss_mb: float
+    threads: int
+    finished: int
+    effects: Counter[str]
+    facts: int
+    commits: int
+    codes: list[int]
+    cpu: float
+    """CPU seconds the workers used (user + system, with the bash calls they ran)."""
+    bare: float
+    """The bare INSERT + COMMIT loop's rows per second, measured right after the fleet."""
+
+    @property
+    def exactly_once(self) -> int:
+        return sum(1 for n in self.effects.values() if n == 1)
+
+
+def run_fleet(
+    base: str,
+    *,
+    sessions: int,
+    workers: int,
+    concurrency: int,
+    delay: float,
+    sandbox: str,
+    lease: float,
+    keep: bool = False,
+) -> Result:
+    schema = f"fleet_{secrets.token_hex(4)}"
+    with psycopg.connect(base, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    url = with_schema(base, schema)
+    work = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
+    server = serve(delay)
+    try:
+        init_schema(url)
+        ws = work / "ws"
+        (ws / ".tether").mkdir(parents=True)
+        (work / "prompts.jsonl").write_text(
+            "".join(json.dumps({"prompt": f"task {n}"}) + "\n" for n in range(sessions))
+        )
+        env = {
+            **os.environ,
+            "OPENAI_API_KEY": "sk-bench-fleet",
+            "TETHER_LEASE_SECONDS": str(lease),
+        }
+        env.pop("TETHER_STORE_URL", None)
+        common = [
+            "--store", url, "--workspace", str(ws), "--model", f"openai/{MODEL}",
+            "--base-url", f"http://127.0.0.1:{server.server_address[1]}/v1",
+            "--sandbox", sandbox,
+        ]  # fmt: skip
+        tether = [sys.executable, "-m", "tether"]
+        submitted = subprocess.run(
+            [*tether, "submit", "--from", str(work / "prompts.jsonl"), *common],
+            cwd=ws, env=env, capture_output=True, text=True,
+        )  # fmt: skip
+        if submitted.returncode != 0:
+            raise SystemExit(f"submit failed: {submitted.stderr.strip()}")
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute("SELECT coalesce(sum(lines), 0) FROM tether_sessions").fetchone()
+            lines_before = int(row[0]) if row else 0
+        logs = [work / f"worker{n}.log" for n in range(workers)]
+        start = time.perf_counter()
+        worker = [*tether, "worker", "--until-empty", "--concurrency", str(concurrency)]
+        worker += ["--status-every", "5", *common]
+        procs = [
+            subprocess.Popen(
+                worker, cwd=ws, env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb")
+            )
+            for log in logs
+        ]
+        sampler = Sampler(base, [p.pid for p in procs])
+        codes, cpu = [], 0.0
+        for proc in procs:  # wait4: the exit status and the CPU the worker used
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            codes.append(proc.returncode)
+            cpu += usage.ru_utime + usage.ru_stime
+        wall = time.perf_counter() - start
+        sampler.stop()
+        for code, log in zip(codes, logs, strict=True):
+            if code != 0 or keep:
+                print(f"--- worker exited {code}; its log, but for the completed sessions:")
+                events = [x for x in log.read_text().splitlines() if "completed" not in x]
+                print("\n".join(events[-25:]))
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE NOT pending), coalesce(sum(lines), 0) "
+                "FROM tether_sessions"
+            ).fetchone()
+            assert row is not None
+            finished, lines_after = int(row[0]), int(row[1])
+            unfinished = conn.execute(
+                "SELECT session_id, operation, lines, blocked, lease_owner FROM tether_sessions "
+                "WHERE pending ORDER BY session_id LIMIT 5"
+            ).fetchall()
+        for session_id, operation, count, blocked, owner in unfinished:
+            said = [
+                line
+                for log in logs
+                for line in log.read_text().splitlines()
+                if str(session_id) in line
+            ]
+            print(
+                f"  unfinished: {session_id} ({operation}, {count} lines, "
+                f"{'parked' if blocked else 'queued'}, lease {owner}): {said[-3:]}"
+            )
+        with psycopg.connect(url, autocommit=True) as conn:
+            facts = 0
+            sample = b""
+            for (data,) in conn.execute(
+                "SELECT data FROM tether_lines WHERE line_no > 2"
+            ).fetchall():
+                sample = bytes(data)
+                facts += _facts_in(sample)
+        effects_file = ws / "effects.txt"
+        effects: Counter[str] = Counter(
+            effects_file.read_text().split() if effects_file.exists() else []
+        )
+        rounds = math.ceil(sessions / (workers * concurrency))
+        result = Result(
+            sessions=sessions,
+            workers=workers,
+            concurrency=concurrency,
+            delay=delay,
+            wall=wall,
+            ideal=rounds * 2 * delay,
+            connections=sampler.connections,
+            rss_mb=sampler.rss_mb,
+            threads=sampler.threads,
+            finished=finished,
+            effects=effects,
+            facts=facts,
+            commits=lines_after - lines_before,
+            codes=codes,
+            cpu=cpu,
+            bare=bare_loop(url, sample or b"x" * 600),
+        )
+        return result
+    finally:
+        server.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def memory_child(sessions: int, delay: float, port: int, workdir: str) -> None:
+    """(A child process.) One :class:`~tether._runtime.worker.Worker` with every session
+    in flight, over an in-memory store: the worker side's own cost, with no database
+    connection to run out of. Prints the wall and how many sessions completed."""
+    from tether._models.openai_compat import OpenAICompatibleModel
+    from tether._runtime import Agent
+    from tether._runtime.worker import Worker, submit
+    from tether._stores.memory import MemorySessions
+
+    class Queue(MemorySessions):
+        def __init__(self) -> None:
+            super().__init__()
+            self.queue: list[str] = []
+            self.guard = threading.Lock()
+
+        def claim(self, environment: str) -> str | None:
+            with self.guard:
+                return self.queue.pop(0) if self.queue else None
+
+        def waiting(self, environment: str) -> int:
+            with self.guard:
+                return len(self.queue)
+
+        def release_claim(self, session_id: str) -> None:
+            pass
+
+        def park(self, session_id: str) -> None:
+            pass
+
+    store = Queue()
+
+    def make_agent() -> Agent:
+        model = OpenAICompatibleModel(
+            MODEL, base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-bench-fleet"
+        )
+        return Agent(
+            model, workspace=workdir, read_agents_md=False, session_store=store, sandbox="off"
+        )
+
+    first = make_agent()
+    store.queue = [submit(first, f"task {n}") for n in range(sessions)]
+    first.close()
+
+    def log(line: str) -> None:
+        if line.startswith("status: "):
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    worker = Worker(make_agent, concurrency=sessions, until_empty=True, log=log, status_every=0.1)
+    signal.signal(signal.SIGTERM, lambda signum, frame: worker.stop("SIGTERM"))
+    start = time.perf_counter()
+    report = worker.run()
+    wall = time.perf_counter() - start
+    statuses = Counter(report.driven.values())
+    print(json.dumps({"wall": wall, "completed": statuses["completed"], **statuses}))
+
+
+def run_memory(sessions: int, delay: float, drain: bool = False) -> None:
+    """The worker side alone at ``sessions`` in flight (:func:`memory_child`); ``drain``:
+    SIGTERM once half of them are in flight, and time the exit."""
+    server = serve(delay)
+    work = Path(tempfile.mkdtemp(prefix="bench-fleet-mem-"))
+    try:
+        (work / ".tether").mkdir()
+        child = subprocess.Popen(
+            [
+                sys.executable, __file__, "--memory-child", str(sessions), str(delay),
+                str(server.server_address[1]), str(work),
+            ],
+            cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        termed: list[tuple[float, int]] = []
+
+        def watch() -> None:
+            assert child.stderr is not None
+            for line in child.stderr:
+                flying = line.partition("in flight ")[2].split(",")[0].split(" ")[0]
+                if drain and not termed and flying.isdigit() and int(flying) >= 0.5 * sessions:
+                    termed.append((time.perf_counter(), int(flying)))
+                    child.send_signal(signal.SIGTERM)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        peak_rss, peak_threads = 0.0, 0
+        while child.poll() is None:
+            status = _proc_status(child.pid)
+            peak_rss = max(peak_rss, status.get("VmRSS", 0) / 1024)
+            peak_threads = max(peak_threads, status.get("Threads", 0))
+            time.sleep(0.05)
+        exited = time.perf_counter()
+        watcher.join(timeout=5)
+        out = json.loads((child.stdout.read() if child.stdout else "").strip().splitlines()[-1])
+        effects = Counter((work / "effects.txt").read_text().split())
+        once = sum(1 for n in effects.values() if n == 1)
+        ideal = 2 * delay
+        if drain:
+            if not termed:
+                print(f"drain: {sessions // 2} were never in flight at once; no SIGTERM")
+                return
+            at, flying = termed[0]
+            print(
+                f"drain (in-memory store): SIGTERM with {flying} sessions in flight; exit "
+                f"{child.returncode} after {exited - at:.1f} s (model delay {delay:g} s); "
+                f"{out.get('stopped', 0)} stopped at a durable point, {out['completed']} "
+                f"completed, {sum(effects.values())} effects, none twice: "
+                f"{all(n == 1 for n in effects.values())}"
+            )
+            return
+        print(
+            f"worker side alone (in-memory store, {sessions} in flight, model delay {delay:g} "
+            f"s): wall {out['wall']:.1f} s, ideal {ideal:.1f} s"
+            + (f" ({out['wall'] / ideal:.2f}x)" if ideal else "")
+            + f"; completed {out['completed']}/{sessions}, exactly one effect in {once}; "
+            f"peak RSS {peak_rss:.0f} MB, peak threads {peak_threads}"
+        )
+    finally:
+        server.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _facts_in(line: bytes) -> int:
+    """How many facts a committed line holds (a transaction: one JSON array or object)."""
+    value = json.loads(line)
+    if isinstance(value, list):
+        return len(value)
+    if isinstance(value, dict) and isinstance(value.get("facts"), list):
+        return len(value["facts"])
+    return 1
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def report(result: Result) -> bool:
+    bare = result.bare
+    facts_rate = result.facts / result.wall
+    commits_rate = result.commits / result.wall
+    once = result.exactly_once
+    ideal = f"{result.ideal:.1f} s" if result.ideal else "-"
+    ratio = f" ({result.wall / result.ideal:.2f}x)" if result.ideal else ""
+    print(
+        f"fleet: {result.sessions} sessions, {result.workers} worker(s) x concurrency "
+        f"{result.concurrency}, model delay {result.delay:g} s"
+    )
+    print(
+        f"  wall {result.wall:.1f} s, ideal {ideal}{ratio}; worker exit codes {result.codes}; "
+        f"worker CPU {result.cpu:.1f} s ({result.cpu / result.sessions * 1000:.1f} ms a session)"
+    )
+    print(
+        f"  finished {result.finished}/{result.sessions}; effects: exactly one in {once}, "
+        f"none in {result.sessions - len(result.effects)}, "
+        f"more than one in {sum(1 for n in result.effects.values() if n > 1)}"
+    )
+    print(
+        f"  peak DB connections {result.connections}; peak RSS {result.rss_mb:.0f} MB (all "
+        f"workers); peak threads {result.threads} (largest worker)"
+    )
+    print(
+        f"  facts/s {facts_rate:.0f}, commits/s {commits_rate:.0f}; bare INSERT+COMMIT loop "
+        f"{bare:.0f}/s; facts/s over bare {facts_rate / bare:.2f}x, commits/s over bare "
+        f"{commits_rate / bare:.2f}x"
+    )
+    return once == result.sessions and result.finished == result.sessions
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("url", nargs="?")
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--delay", type=float, default=2.0)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--concurrency", type=int)
+    parser.add_argument("--sandbox", default="off")
+    parser.add_argument("--lease", type=float, default=30.0)
+    parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--keep-logs", action="store_true", help="print the workers' log tails")
+    parser.add_argument(
+        "--memory", action="store_true", help="also the worker side alone, in-memory store"
+    )
+    parser.add_argument("--memory-child", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child:
+        count, delay, port, workdir = args.memory_child
+        memory_child(int(count), float(delay), int(port), workdir)
+        return
+    if args.memory:
+        run_memory(args.sessions, args.delay)
+        run_memory(args.sessions, args.delay, drain=True)
+        return
+    base = args.url or os.environ.get("TETHER_BENCH_PG_URL") or os.environ["TETHER_TEST_PG_URL"]
+    with contextlib.suppress(psycopg.Error), psycopg.connect(base) as conn:
+        row = conn.execute("SHOW max_connections").fetchone()
+        print(f"PostgreSQL max_connections {row[0] if row else '?'}")
+
+    def concurrency(workers: int) -> int:
+        return args.concurrency or max(1, math.ceil(args.sessions / workers))
+
+    result = run_fleet(
+        base, sessions=args.sessions, workers=args.workers,
+        concurrency=concurrency(args.workers), delay=args.delay, sandbox=args.sandbox,
+        lease=args.lease, keep=args.keep_logs,
+    )  # fmt: skip
+    complete = report(result)
+    if args.delay > 0:
+        print(
+            f"acceptance (all finished once within {TARGET_SPEEDUP:g}x ideal, <= "
+            f"{TARGET_CONNECTIONS} connections, <= {TARGET_RSS_MB} MB): "
+            f"finished once {verdict(complete)}, "
+            f"wall {verdict(result.wall <= TARGET_SPEEDUP * result.ideal)}, "
+            f"connections {verdict(result.connections <= TARGET_CONNECTIONS)}, "
+            f"RSS {verdict(result.rss_mb <= TARGET_RSS_MB)}"
+        )
+    if not args.sweep:
+        return
+    print(f"\nzero-delay throughput (target: facts/s >= {TARGET_RATIO:g}x the bare loop)")
+    for workers in (1, 2, 3, 4):
+        result = run_fleet(
+            base, sessions=args.sessions, workers=workers, concurrency=concurrency(workers),
+            delay=0.0, sandbox=args.sandbox, lease=args.lease, keep=args.keep_logs,
+        )  # fmt: skip
+        complete = report(result)
+        ratio = result.facts / result.wall / result.bare
+        print(
+            f"  {workers} worker(s): facts/s over bare {ratio:.2f}x "
+            f"{verdict(ratio >= TARGET_RATIO)}; all finished once {verdict(complete)}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,441 @@
+"""Many sessions in flight per worker process, with real ``tether worker`` processes.
+
+Each session: the scripted model (a short ``delay`` per answer, so that many sessions are
+in flight at once) asks for one bash call, ``echo "$TETHER_SESSION_ID" >> effects.txt``,
+then answers. Two workers with ``--concurrency 15`` each hold up to 30 sessions in flight
+(the issue's 1,000 per worker is measured by ``bench/bench_fleet.py``: these tests share
+the server's 100 connections with the other PostgreSQL tests running beside them). Faults
+while they are in flight:
+
+1. one worker is killed with SIGKILL: the other takes its sessions over once their leases
+   (2 s) expire;
+2. ``pg_terminate_backend`` on every connection of one worker (found by the
+   ``application_name`` its store URL gives it): it reconnects and goes on;
+3. one worker is stopped with SIGSTOP past its leases and continued: it stops on
+   fencing (exit 11), the other finishes its sessions;
+4. PostgreSQL is restarted (serial; only where the test may restart the cluster).
+
+Afterwards, always: every session is finished (or, for a worker that exited on a store
+error, finished by a second run), no session's bash call ran twice, every session that a
+worker reported completed is idle with its answer, and every session exports to a
+session-v2 file the reducer loads. Plus: one process's connections (one opener for every
+session it drives), ``--status`` and the status line, the drain on SIGTERM,
+``--concurrency`` out of range, and (in memory) a store refusing sessions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from pgkit import pg_store, pg_url  # noqa: F401 (fixtures)
+from tether._models import load_model
+from tether._models.scripted import ScriptedModel
+from tether._runtime import Agent
+from tether._runtime.worker import Submission, Worker, fleet_status, submit, submit_all
+from tether._stores.memory import MemorySessions, MemorySessionStore
+from tether._stores.postgres import PostgresSessions, export_session
+from tether.core.reducer import Reducer
+from tether.errors import StoreUnavailable
+
+COMMAND = 'echo "$TETHER_SESSION_ID" >> effects.txt'
+LEASE = 2.0
+EXIT_FENCED = 11
+CLUSTER_ENV = "TETHER_TEST_PG_CLUSTER"
+
+
+def _script(delay: float, command: str = COMMAND) -> dict[str, object]:
+    return {
+        "model": "scripted/fleet",
+        "responses": [
+            {
+                "content": "Writing the line.",
+                "tool_calls": [{"id": "b1", "name": "bash", "arguments": {"command": command}}],
+                "delay": delay,
+            },
+            {"content": "All done.", "finish_reason": "stop", "delay": delay},
+        ],
+    }
+
+
+class Fleet:
+    """A workspace, S submitted sessions, and ``tether worker`` processes over them."""
+
+    def __init__(
+        self, root: Path, url: str, sessions: int, delay: float = 0.3, command: str = COMMAND
+    ) -> None:
+        self.name = f"fleet{os.getpid()}x{time.monotonic_ns() % 10**9}"
+        sep = "&" if "?" in url else "?"
+        # Every connection of the workers names the test: pg_terminate_backend finds them.
+        self.url = f"{url}{sep}application_name={self.name}"
+        self.ws = root / "ws"
+        (self.ws / ".tether").mkdir(parents=True)
+        (self.ws / "script.json").write_text(json.dumps(_script(delay, command)))
+        self.env = {k: v for k, v in os.environ.items() if k != "TETHER_STORE_URL"}
+        self.env["TETHER_LEASE_SECONDS"] = str(LEASE)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: list[Path] = []
+        # Submitted in this process (what ``tether submit --from`` does, in one batch): the
+        # same workspace and settings give the workers' environment identity.
+        agent = Agent(
+            load_model(f"scripted:{self.ws / 'script.json'}"),
+            workspace=self.ws,
+            read_agents_md=False,
+            store_url=self.url,
+        )
+        self.ids: list[str] = []
+        try:
+            items = [Submission(f"task {n}") for n in range(sessions)]
+            submit_all(agent, items, accepted=self.ids.extend)
+        finally:
+            agent.close()
+
+    def flags(self) -> list[str]:
+        return ["--store", self.url, "-m", "scripted:script.json", "--sandbox", "off"]
+
+    def tether(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tether", *args, *self.flags()],
+            cwd=self.ws,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def start(self, concurrency: int = 15, *extra: str) -> subprocess.Popen[bytes]:
+        log = self.ws.parent / f"worker{len(self.procs)}.log"
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "tether", "worker", "--until-empty",
+                "--concurrency", str(concurrency), *extra, *self.flags(),
+            ],
+            cwd=self.ws, env=self.env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
+        )  # fmt: skip
+        self.procs.append(proc)
+        self.logs.append(log)
+        return proc
+
+    def log(self, proc: subprocess.Popen[bytes]) -> str:
+        return self.logs[self.procs.index(proc)].read_text()
+
+    def wait_all(self, timeout: float = 60) -> list[int]:
+        codes = []
+        for proc in self.procs:
+            try:
+                codes.append(proc.wait(timeout=timeout))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                pytest.fail(f"a worker did not finish: {self.log(proc)[-3000:]}")
+        return codes
+
+    def held_by(self, proc: subprocess.Popen[bytes]) -> list[str]:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT session_id FROM tether_sessions WHERE pending AND lease_owner LIKE %s "
+                "AND lease_expires > now()",
+                (f"%:{proc.pid}:%",),
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def effects(self) -> Counter[str]:
+        path = self.ws / "effects.txt"
+        return Counter(path.read_text().split() if path.exists() else [])
+
+    def check(self) -> None:
+        """No effect twice; every session finished, its log a session-v2 file that reduces;
+        every session a worker reported completed is idle with its answer."""
+        effects = self.effects()
+        twice = [s for s, n in effects.items() if n > 1]
+        assert twice == [], f"bash calls ran twice: {twice}"
+        reported = {
+            match
+            for log in self.logs
+            for match in re.findall(r"session (\S+): completed", log.read_text())
+        }
+        with PostgresSessions(self.url) as sessions:
+            exported = {session: export_session(sessions, session) for session in self.ids}
+        for session in self.ids:
+            state = Reducer.load(exported[session]).state
+            assert state.operation.kind == "idle", session
+            assert state.transcript[-1]["content"] == "All done.", session
+            results = [m for m in state.transcript if m["role"] == "tool"]
+            assert len(results) == 1, session
+            if "interrupted" not in str(results[0]["content"]):
+                assert effects[session] == 1, session  # a result: its effect, exactly once
+        assert reported <= set(self.ids)
+
+
+def _wait(condition: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _connections(url: str, name: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_one_process_drives_its_sessions_over_one_opener(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
+    fleet = Fleet(tmp_path, pg_store, sessions=40, delay=0.4)
+    worker = fleet.start(20, "--status-every", "0.2")
+    peak = 0
+    seen_status: list[str] = []
+    while worker.poll() is None:
+        peak = max(peak, _connections(pg_store, fleet.name))
+        if not seen_status:
+            report = fleet_status(fleet.url)  # what --status prints
+            if report.workers:
+                seen_status.extend(report.lines())
+                (mine,) = report.workers
+                assert f":{worker.pid}:" in mine.owner and 1 <= mine.leases <= 20
+                assert report.queued + report.running + report.idle == 40
+        time.sleep(0.05)
+    assert worker.returncode == 0, fleet.log(worker)
+    assert seen_status, "--status never saw the worker's leases"
+    # One opener for the process (its pool, pool_size connections at most) and the
+    # workspace database's: an agent per slot with its own opener took three per slot.
+    assert 1 <= peak <= 20 + 3, peak
+    log = fleet.log(worker)
+    assert re.search(r"status: in flight \d+.*, finished \d+, commits/s \d+", log), log
+    assert log.count(": completed") == 40
+    fleet.check()
+    assert seen_status[1].startswith(f"worker {mine.owner}: {mine.leases} leases")
+    done = fleet.tether("worker", "--status", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "queued": 0,
+        "running": 0,
+        "parked": 0,
+        "idle": 40,
+        "workers": [],
+    }
+
+
+def test_a_killed_worker_s_sessions_are_taken_over(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
+    fleet = Fleet(tmp_path, pg_store, sessions=40)
+    victim = fleet.start()
+    survivor = fleet.start()
+    _wait(lambda: len(fleet.held_by(victim)) >= 10, 20, "the victim to hold many sessions")
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait(timeout=10) == -signal.SIGKILL
+    assert survivor.wait(timeout=60) == 0, fleet.log(survivor)
+    fleet.check()
+
+
+def test_terminated_connections_are_regained(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
+    fleet = Fleet(tmp_path, pg_store, sessions=40)
+    workers = [fleet.start(), fleet.start()]
+    _wait(lambda: len(fleet.held_by(workers[0])) >= 10, 20, "many sessions in flight")
+    with psycopg.connect(pg_store, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = %s",
+            (fleet.name,),
+        ).fetchone()
+    # Every connection both workers hold: their pools' (a few each), not one per session.
+    assert killed is not None and killed[0] >= 2
+    codes = fleet.wait_all()
+    assert codes == [0, 0], [fleet.log(p) for p in workers]
+    fleet.check()
+
+
+def test_a_stopped_worker_is_fenced_and_the_other_takes_over(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
+    fleet = Fleet(tmp_path, pg_store, sessions=40, delay=0.5)
+    zombie = fleet.start()
+    _wait(lambda: len(fleet.held_by(zombie)) >= 10, 20, "the zombie to hold many sessions")
+    zombie.send_signal(signal.SIGSTOP)
+    try:
+        taken = fleet.held_by(zombie)
+        other = fleet.start()
+        _wait(
+            lambda: any(s in fleet.held_by(other) for s in taken),
+            20,
+            "the other worker to take one of the zombie's sessions over",
+        )
+    finally:
+        zombie.send_signal(signal.SIGCONT)
+    assert zombie.wait(timeout=30) == EXIT_FENCED, fleet.log(zombie)
+    assert "fenced" in fleet.log(zombie)
+    assert other.wait(timeout=60) == 0, fleet.log(other)
+    fleet.check()
+
+
+def test_sigterm_drains_every_session_in_flight(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
+    # Slow steps and long leases (60 s): a lease free right after the exit was released.
+    fleet = Fleet(tmp_path, pg_store, sessions=30, command=f"{COMMAND}; sleep 1.5")
+    fleet.env["TETHER_LEASE_SECONDS"] = "60"
+    worker = fleet.start(30)
+    _wait(lambda: len(fleet.effects()) >= 10, 20, "many sessions inside their bash call")
+    began = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0, fleet.log(worker)
+    assert time.monotonic() - began < 60  # within the lease's length
+    log = fleet.log(worker)
+    assert "SIGTERM: no new claims" in log, log
+    with psycopg.connect(fleet.url, autocommit=True) as conn:
+        owners = conn.execute("SELECT DISTINCT lease_owner FROM tether_sessions").fetchall()
+    assert owners == [(None,)]  # every lease released
+    stopped = re.findall(r"session (\S+): stopped at a durable point", log)
+    assert len(stopped) >= 10, log
+    finisher = fleet.start(30)
+    assert finisher.wait(timeout=60) == 0, fleet.log(finisher)
+    fleet.check()
+
+
+@pytest.mark.parametrize("value", ["0", "10001", "-3"])
+def test_concurrency_out_of_range_is_one_line(
+    value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from tether._cli import app
+
+    monkeypatch.chdir(tmp_path)
+    url = "postgresql://nobody@127.0.0.1:1/none"  # refused before anything connects
+    done = CliRunner().invoke(app, ["worker", "--store", url, "--concurrency", value, "-m", "x"])
+    assert done.exit_code == 2
+    assert done.stderr.strip().splitlines() == [
+        f"error: --concurrency must be between 1 and 10000, got {value}"
+    ]
+
+
+class _Queue(MemorySessions):
+    """A shared store in memory: a queue of sessions to claim, whose database refuses the
+    first ``refusals`` sessions opened (no connection to be had): each goes back to the
+    queue, as the real store gives the lease back."""
+
+    def __init__(self, refusals: int) -> None:
+        super().__init__()
+        self.queue: list[str] = []
+        self.refusals = refusals
+        self.open_now = 0
+        self.most_open = 0
+        self._queue_lock = threading.Lock()
+
+    def claim(self, environment: str) -> str | None:
+        with self._queue_lock:
+            return self.queue.pop(0) if self.queue else None
+
+    def waiting(self, environment: str) -> int:
+        with self._queue_lock:
+            return len(self.queue)
+
+    def release_claim(self, session_id: str) -> None:
+        pass
+
+    def park(self, session_id: str) -> None:
+        pass
+
+    def open(self, session: str) -> MemorySessionStore:
+        with self._queue_lock:
+            if self.refusals > 0:
+                self.refusals -= 1
+                self.queue.append(session)
+                raise StoreUnavailable("postgresql://db", "too many clients already")
+            self.open_now += 1
+            self.most_open = max(self.most_open, self.open_now)
+        store = super().open(session)
+        closing = store.close
+
+        def close() -> None:
+            with self._queue_lock:
+                self.open_now -= 1
+            closing()
+
+        store.close = close  # type: ignore[method-assign]
+        return store
+
+
+def test_a_store_refusing_sessions_slows_the_worker_down(tmp_path: Path) -> None:
+    """The store refuses to open sessions (its connections are used up): the worker says
+    so once, holds fewer sessions in flight, goes on, and finishes every session; its
+    slots are made as work is claimed, never more than the concurrency."""
+    store = _Queue(refusals=3)
+    made: list[Agent] = []
+
+    def make_agent() -> Agent:
+        model = ScriptedModel.from_json({"responses": [{"content": "Done.", "delay": 0.05}]})
+        agent = Agent(model, workspace=tmp_path, read_agents_md=False, session_store=store)
+        made.append(agent)
+        return agent
+
+    first = make_agent()
+    store.queue = [submit(first, f"task {n}") for n in range(24)]
+    first.close()
+    lines: list[str] = []
+    worker = Worker(make_agent, concurrency=8, until_empty=True, log=lines.append)
+    report = worker.run()
+    assert report.failed is None and report.fenced is None
+    assert sorted(report.driven.values()) == ["completed"] * 24
+    refused = [line for line in lines if "store unavailable" in line]
+    assert len(refused) == 1 and "sessions in flight (of 8)" in refused[0], lines
+    assert 2 <= len(made) <= 1 + 8  # the submitter, then one agent per slot at most
+    assert worker.peak <= 8 and store.most_open <= 8
+
+
+# Serial: it stops the server under every PostgreSQL test that would run beside it.
+@pytest.mark.serial
+def test_many_sessions_in_flight_survive_a_postgres_restart(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
+    cluster = os.environ.get(CLUSTER_ENV)
+    if not cluster:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the restart test: set {CLUSTER_ENV} (.ci/run does)")
+        pytest.skip(f"may not restart the PostgreSQL cluster here: {CLUSTER_ENV} is not set")
+    fleet = Fleet(tmp_path, pg_store, sessions=40)
+    workers = [fleet.start(), fleet.start()]
+    _wait(lambda: len(fleet.held_by(workers[0])) >= 10, 20, "many sessions in flight")
+    subprocess.run(["pg_ctlcluster", *cluster.split(), "restart", "-m", "fast"], check=True)
+    codes = fleet.wait_all(timeout=90)
+    # Sessions in flight: the workers never exit on the outage (they slow down and retry).
+    assert codes == [0, 0], [fleet.log(p) for p in workers]
+    fleet.check()
+
+
+def test_the_status_line_carries_the_store_s_metrics(tmp_path: Path) -> None:
+    """A status line every ``status_every`` seconds: in flight, finished, commits/s, lease
+    renewals, then what the store's ``metrics()`` says (the store's own figures)."""
+
+    class Measured(_Queue):
+        renewals = 7
+
+        def metrics(self) -> dict[str, int]:
+            return {"pool_in_use": 2, "pool_size": 10}
+
+    store = Measured(refusals=0)
+
+    def make_agent() -> Agent:
+        model = ScriptedModel.from_json({"responses": [{"content": "Done.", "delay": 0.05}]})
+        return Agent(model, workspace=tmp_path, read_agents_md=False, session_store=store)
+
+    first = make_agent()
+    store.queue = [submit(first, f"task {n}") for n in range(12)]
+    first.close()
+    lines: list[str] = []
+    Worker(make_agent, concurrency=4, until_empty=True, log=lines.append, status_every=0.02).run()
+    status = [line for line in lines if line.startswith("status: ")]
+    assert status, lines
+    assert re.fullmatch(
+        r"status: in flight [0-4], finished \d+, commits/s \d+, lease renewals 7, "
+        r"store pool_in_use 2 pool_size 10",
+        status[-1],
+    ), status

@@ -190,18 +190,7 @@ def _worker(url: str, seconds: float, out: Any) -> None:
 
 
 def _bare_worker(url: str, seconds: float, out: Any) -> None:
-    conn = psycopg.connect(url, autocommit=True)
-    me = secrets.token_hex(4)
-    n = 0
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        n += 1
-        conn.execute(
-            "INSERT INTO bare_lines (session_id, line_no, data) VALUES (%s, %s, %s)",
-            (me, n, TEXT.encode()),
-        )
-    conn.close()
-    out.put((n, 0))
+    out.put((_bare_loop(url, seconds), 0))
 
 
 def run_procs(

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -69,3 +72,30 @@ def pg_store(pg_url: str) -> str:
 
     init_schema(pg_url)
     return pg_url
+
+
+class WorkerProcesses:
+    """Real ``tether worker`` processes of a test, each with its stderr in a log file."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.logs: list[Path] = []
+
+    def spawn(self, argv: list[str], log: Path, **popen: Any) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log.open("wb"), **popen)
+        self.procs.append(proc)
+        self.logs.append(log)
+        return proc
+
+    def log(self, proc: subprocess.Popen[bytes]) -> str:
+        return self.logs[self.procs.index(proc)].read_text()
+
+    def wait_all(self, timeout: float = 90) -> list[int]:
+        codes = []
+        for proc in self.procs:
+            try:
+                codes.append(proc.wait(timeout=timeout))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                pytest.fail(f"a worker did not finish: {self.log(proc)[-3000:]}")
+        return codes

@@ -40,7 +40,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgkit import pg_store, pg_url  # noqa: F401 (fixtures)
+from pgkit import WorkerProcesses, pg_store, pg_url  # noqa: F401 (fixtures)
 from tether._models import load_model
 from tether._models.scripted import ScriptedModel
 from tether._runtime import Agent
@@ -70,7 +70,7 @@ def _script(delay: float, command: str = COMMAND) -> dict[str, object]:
     }
 
 
-class Fleet:
+class Fleet(WorkerProcesses):
     """A workspace, S submitted sessions, and ``tether worker`` processes over them."""
 
     def __init__(
@@ -85,8 +85,7 @@ class Fleet:
         (self.ws / "script.json").write_text(json.dumps(_script(delay, command)))
         self.env = {k: v for k, v in os.environ.items() if k != "TETHER_STORE_URL"}
         self.env["TETHER_LEASE_SECONDS"] = str(LEASE)
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.logs: list[Path] = []
+        super().__init__()
         # Submitted in this process (what ``tether submit --from`` does, in one batch): the
         # same workspace and settings give the workers' environment identity.
         agent = Agent(
@@ -117,29 +116,13 @@ class Fleet:
 
     def start(self, concurrency: int = 15, *extra: str) -> subprocess.Popen[bytes]:
         log = self.ws.parent / f"worker{len(self.procs)}.log"
-        proc = subprocess.Popen(
+        return self.spawn(
             [
                 sys.executable, "-m", "tether", "worker", "--until-empty",
                 "--concurrency", str(concurrency), *extra, *self.flags(),
             ],
-            cwd=self.ws, env=self.env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
+            log, cwd=self.ws, env=self.env,
         )  # fmt: skip
-        self.procs.append(proc)
-        self.logs.append(log)
-        return proc
-
-    def log(self, proc: subprocess.Popen[bytes]) -> str:
-        return self.logs[self.procs.index(proc)].read_text()
-
-    def wait_all(self, timeout: float = 60) -> list[int]:
-        codes = []
-        for proc in self.procs:
-            try:
-                codes.append(proc.wait(timeout=timeout))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                pytest.fail(f"a worker did not finish: {self.log(proc)[-3000:]}")
-        return codes
 
     def held_by(self, proc: subprocess.Popen[bytes]) -> list[str]:
         with psycopg.connect(self.url, autocommit=True) as conn:

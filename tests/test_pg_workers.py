@@ -36,7 +36,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from pgkit import pg_store, pg_url  # noqa: F401 (fixtures)
+from pgkit import WorkerProcesses, pg_store, pg_url  # noqa: F401 (fixtures)
 from tether._models import load_model
 from tether._runtime import Agent
 from tether._runtime.worker import submit
@@ -88,7 +88,7 @@ def _script(pause: float = 0.15) -> dict[str, object]:
     }
 
 
-class Farm:
+class Farm(WorkerProcesses):
     """A workspace, a script, 30 submitted sessions and the worker processes."""
 
     def __init__(self, root: Path, url: str, pause: float = 0.15, sessions: int = SESSIONS) -> None:
@@ -98,8 +98,7 @@ class Farm:
         self.counter = self.workspace / "counter.txt"
         self.script = root / "script.json"
         self.script.write_text(json.dumps(_script(pause)))
-        self.procs: list[subprocess.Popen[bytes]] = []
-        self.logs: list[Path] = []
+        super().__init__()
         agent = self.agent()
         try:
             self.ids = [submit(agent, f"task {n}") for n in range(sessions)]
@@ -119,7 +118,7 @@ class Farm:
     def start(self, concurrency: int = 2, lease: float = LEASE) -> subprocess.Popen[bytes]:
         log = self.workspace.parent / f"worker{len(self.procs)}.log"
         env = {**os.environ, "TETHER_LEASE_SECONDS": str(lease)}
-        proc = subprocess.Popen(
+        return self.spawn(
             [
                 sys.executable,
                 str(CHILD),
@@ -128,26 +127,9 @@ class Farm:
                 str(self.script),
                 str(concurrency),
             ],
-            stdout=subprocess.DEVNULL,
-            stderr=log.open("wb"),
+            log,
             env=env,
         )
-        self.procs.append(proc)
-        self.logs.append(log)
-        return proc
-
-    def log(self, proc: subprocess.Popen[bytes]) -> str:
-        return self.logs[self.procs.index(proc)].read_text()
-
-    def wait_all(self, timeout: float = 90) -> list[int]:
-        codes = []
-        for proc in self.procs:
-            try:
-                codes.append(proc.wait(timeout=timeout))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                pytest.fail(f"a worker did not finish: {self.log(proc)[-2000:]}")
-        return codes
 
     def leases(self) -> dict[str, tuple[str | None, int, bool]]:
         with psycopg.connect(self.url, autocommit=True) as conn:

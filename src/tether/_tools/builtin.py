@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import secrets
 import signal
 import stat
 import time
@@ -47,7 +46,6 @@ from typing import IO, Any, Final, Protocol
 
 import tether._faults as faults
 from tether._credentials import child_environment
-from tether._procs import Ending, Supervision, run_in_group
 from tether._tools.base import RecoveryKind, Tool, ToolContext, ToolResult
 from tether._tools.workspace import (
     ParentDir,
@@ -475,6 +473,8 @@ def apply_change(
         if found != change.before_hash:
             raise StaleFileChange(change.path, change.before_hash, found)
         mode = stat.S_IMODE(info.st_mode) & 0o777 if info is not None else None
+        import secrets  # Imported here: only a file change names a temporary file (random).
+
         temp = f".{parent.name[:200]}.{secrets.token_hex(6)}.tether-tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(temp, flags, 0o666, dir_fd=parent.fd)
@@ -873,6 +873,9 @@ class BashTool(Tool):
             env["TETHER_SESSION_ID"] = context.session_id
         if context.fencing_token is not None:
             env["TETHER_FENCING_TOKEN"] = str(context.fencing_token)
+        # Imported here: the process runner (and its reaper) is a call's, not a construction's.
+        from tether._procs import Ending, Supervision, run_in_group
+
         sandbox = context.sandbox
         try:
             argv = ["/bin/bash", "-c", command]

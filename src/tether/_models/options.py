@@ -22,7 +22,6 @@ import json
 import math
 import re
 import threading
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
@@ -208,6 +207,9 @@ def parse_model_options(items: Sequence[str]) -> dict[str, Any]:
             raise ConfigurationError(
                 f"--model-option {key}: unknown setting (known: {', '.join(KNOWN_SETTINGS)})"
             )
+        # Imported here: only a --model-option value is read as TOML.
+        import tomllib
+
         try:
             value = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:

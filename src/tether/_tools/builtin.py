@@ -41,6 +41,7 @@ from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cache
 from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
@@ -766,10 +767,15 @@ def _exit_text(code: int) -> str:
         return f"{code} (killed by signal {-code})"
 
 
-_SANDBOX_REFUSALS: Final = re.compile(
-    r"Read-only file system|Permission denied|Operation not permitted|Network is unreachable"
-    r"|Could not resolve host|Temporary failure in name resolution"
-)
+@cache
+def _sandbox_refusals() -> re.Pattern[str]:
+    """What a refusal by the sandbox looks like (compiled at the first failed command)."""
+    return re.compile(
+        r"Read-only file system|Permission denied|Operation not permitted|Network is unreachable"
+        r"|Could not resolve host|Temporary failure in name resolution"
+    )
+
+
 SANDBOX_REFUSAL_NOTE: Final = (
     "an error above may be the sandbox refusing: only the workspace (and /tmp) can be "
     "written, tether's .tether/ and credential folders are hidden, the network is off "
@@ -910,7 +916,7 @@ class BashTool(Tool):
         if sandbox is not None and sandbox.confined:
             # The log keeps how the command ran; a refusal reads as the sandbox's.
             content += "\n" + sandbox.record()
-            if code != 0 and _SANDBOX_REFUSALS.search(output):
+            if code != 0 and _sandbox_refusals().search(output):
                 content += f" ({SANDBOX_REFUSAL_NOTE})"
         metadata: dict[str, Any] = {
             "exit_code": code,

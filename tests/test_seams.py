@@ -34,8 +34,9 @@ from tether._effects.contract import LookupResult, effect_tool
 from tether._effects.journal import JournalStatus, is_journaled
 from tether._effects.review import ReviewDecision
 from tether._runtime import Agent, RunStatus
-from tether._stores.file import Durability, FileSessions
+from tether._stores.file import Durability
 from tether._stores.memory import MemorySessions
+from tether._stores.opener import FileSessions
 from tether._stores.protocol import SessionOpener, SessionStoreProtocol
 from tether._tools.base import FunctionTool, RecoveryKind, Tool, ToolContext, ToolResult
 from tether._tools.builtin import (

@@ -76,6 +76,30 @@ NOT_AT_CONSTRUCTION = (
     "tether.core.reconcile",
     "tether.core.timeline",
     "tether.core.values",
+    # The session store: a construction opens no session, so the file store (the loader,
+    # the reducer, the checkpoints, the side records, the log's framing) waits for the
+    # opener's first create or open (tether._stores.opener holds what a construction uses).
+    "tether._stores.file",
+    "tether._loading",
+    "tether.core.reducer",
+    "tether.core.facts",
+    "tether.core.framing",
+    "tether.core.checkpoint",
+    "tether._stores.checkpoints",
+    "tether._stores.sidecar",
+    "tether._stores.reasoning",
+    "tether._stores.transaction",
+    "tether._stores.locking",
+    "tether._dirs",
+    # A command's: the process runner, the bubblewrap check (subprocess, shutil), a file
+    # change's temporary name (secrets); the scripted adapter with another model; TOML
+    # with no tether.toml and no --model-option.
+    "tether._procs",
+    "tether._models.scripted",
+    "subprocess",
+    "shutil",
+    "secrets",
+    "tomllib",
 )
 
 
@@ -186,7 +210,24 @@ def test_building_an_agent_loads_nothing_a_call_needs(tmp_path: Path) -> None:
         "try:\n    agent.resume('no-such-session')\nexcept tether.TetherError:\n    pass\n"
     )
     loaded = _loaded_modules(call, NOT_AT_CONSTRUCTION, cwd=tmp_path)
-    assert {"tether._runtime.executor", "tether._runtime.events"} <= set(loaded)
+    assert {"tether._runtime.executor", "tether._runtime.events", "tether._stores.file"} <= set(
+        loaded
+    )
+
+
+def test_a_tether_toml_and_a_scripted_model_load_what_they_need(tmp_path: Path) -> None:
+    # The deferred imports are still there when asked for: a tether.toml is parsed with
+    # tomllib, a scripted: model is the scripted adapter, a session opened is the file store.
+    (tmp_path / "tether.toml").write_text("[model]\ntimeout = 30\n", encoding="utf-8")
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps({"model": "scripted/startup", "responses": [{"content": "hi"}]}), "utf-8"
+    )
+    build = (
+        f"import tether\nagent = tether.Agent('scripted:{script}', workspace={str(tmp_path)!r})\n"
+    )
+    names = ("tomllib", "tether._models.scripted", "tether._stores.file", "subprocess")
+    assert _loaded_modules(build, names, cwd=tmp_path) == ["tether._models.scripted", "tomllib"]
 
 
 def test_an_anthropic_agent_loads_its_sdk_on_the_first_request(tmp_path: Path) -> None:

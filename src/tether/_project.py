@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import tomllib
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -310,6 +309,9 @@ def parse_project_config(text: str, *, source: str = CONFIG_FILE) -> ProjectConf
 
     ``source`` names the file in error messages.
     """
+    # Imported here: a workspace without a tether.toml parses no TOML.
+    import tomllib
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from tether._sandbox.policy import SandboxMode
-from tether._stores.file import Durability
+from tether._stores.durability import Durability
 from tether.core.stops import BudgetTime
 from tether.errors import ConfigurationError
 

@@ -47,7 +47,7 @@ _EXPORTS: dict[str, str] = {
     "SessionStoreProtocol": "tether._stores.protocol",
     "SessionOpener": "tether._stores.protocol",
     "SessionStore": "tether._stores.file",
-    "FileSessions": "tether._stores.file",
+    "FileSessions": "tether._stores.opener",
     "Durability": "tether._stores.file",
     "MemorySessions": "tether._stores.memory",
     # the workspace-database seam
@@ -129,8 +129,9 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads on de
     from tether._runtime.events import Event
     from tether._runtime.guards import AuthorizationRequest
     from tether._settings import Settings
-    from tether._stores.file import Durability, FileSessions, SessionStore
+    from tether._stores.file import Durability, SessionStore
     from tether._stores.memory import MemorySessions
+    from tether._stores.opener import FileSessions
     from tether._stores.protocol import SessionOpener, SessionStoreProtocol
     from tether._tools.base import FunctionTool, RecoveryKind, ToolContext, ToolRegistry
     from tether._tools.workspace import ProtectedState

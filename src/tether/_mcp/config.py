@@ -27,6 +27,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any, Final
 
 from tether.core.policy import check_known, show_value, toml_key
@@ -49,7 +50,14 @@ DEFAULT_START_TIMEOUT: Final = 30.0
 SERVER_NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*")
 """Server names: letters, digits, ``-`` and single ``_`` (``__`` separates server and tool)."""
 _MAX_SERVER_NAME: Final = 32
-_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@cache
+def _env_name() -> re.Pattern[str]:
+    """An environment variable's name (compiled for the first ``[mcp]`` table of names)."""
+    return re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 _SERVER_KEYS: Final = (
     "command",
     "args",
@@ -229,7 +237,7 @@ def _pairs(source: str, setting: str, value: object, *, names: bool) -> tuple[tu
         raise _bad(source, setting, "a table of strings", value)
     out = []
     for key, item in value.items():
-        if names and not _ENV_NAME.fullmatch(str(key)):
+        if names and not _env_name().fullmatch(str(key)):
             raise _bad(source, setting, "environment variable names (letters, digits, _)", key)
         if not isinstance(item, str):
             raise _bad(source, f"{setting} {toml_key(str(key))}", "a string", item)

@@ -30,11 +30,11 @@ from tether._models.base import (
     stop_reason_for,
     validate_output_options,
 )
-from tether._models.scripted import ScriptedModel
 from tether.errors import ConfigurationError, ModelError
 
 if TYPE_CHECKING:
     from tether._models.openai_compat import OpenAICompatibleModel
+    from tether._models.scripted import ScriptedModel
 
 ENV_MODEL = "TETHER_MODEL"
 
@@ -45,6 +45,11 @@ def __getattr__(name: str) -> Any:
         from tether._models.openai_compat import OpenAICompatibleModel
 
         return OpenAICompatibleModel
+    if name == "ScriptedModel":
+        # Imported here: only a scripted: model (tests, demos) needs it.
+        from tether._models.scripted import ScriptedModel
+
+        return ScriptedModel
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -113,6 +118,8 @@ def load_model(
         path = chosen[len(SCRIPTED_PREFIX) :]
         if not path:
             raise ConfigurationError("--model scripted: needs a path, e.g. scripted:demo.json")
+        from tether._models.scripted import ScriptedModel  # see __getattr__
+
         return ScriptedModel.from_file(path)
     if chosen.startswith(ANTHROPIC_PREFIX):
         from tether._models.anthropic_native import AnthropicModel

@@ -22,9 +22,9 @@ import json
 import math
 import re
 import threading
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from functools import cache
 from typing import Any, Final
 
 from tether._models.base import ModelAdapter, ModelRequest, ModelResponse, call_model
@@ -73,7 +73,11 @@ ANTHROPIC_THINKING: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
 Any other model — Claude 3.7, Sonnet/Opus 4 to 4.5, Haiku 4.5, an unknown id — takes
 ``thinking: {type: enabled, budget_tokens}``, which every thinking model accepts."""
 
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+
+@cache
+def _header_name() -> re.Pattern[str]:
+    """An HTTP header's name (a token; compiled for the first ``extra_headers``)."""
+    return re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,7 @@ def model_config_from_mapping(table: Mapping[str, Any], source: str = "tether.to
     if "extra_headers" in table:
         value = table["extra_headers"]
         if not isinstance(value, Mapping) or not all(
-            isinstance(k, str) and _HEADER_NAME.match(k) and isinstance(v, str)
+            isinstance(k, str) and _header_name().match(k) and isinstance(v, str)
             for k, v in value.items()
         ):
             raise ProjectConfigError(
@@ -208,6 +212,9 @@ def parse_model_options(items: Sequence[str]) -> dict[str, Any]:
             raise ConfigurationError(
                 f"--model-option {key}: unknown setting (known: {', '.join(KNOWN_SETTINGS)})"
             )
+        # Imported here: only a --model-option value is read as TOML.
+        import tomllib
+
         try:
             value = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:

@@ -77,7 +77,8 @@ from tether._runtime.tracing import Tracing
 from tether._sandbox.bwrap import Sandbox
 from tether._sandbox.policy import DEFAULT_DENY_READ, SandboxMode, resolve_policy
 from tether._settings import Settings
-from tether._stores.file import Durability, FileSessions
+from tether._stores.durability import Durability
+from tether._stores.opener import FileSessions
 from tether._stores.protocol import SessionOpener
 from tether._telemetry import Telemetry, open_telemetry
 from tether._tools.base import Tool, ToolRegistry

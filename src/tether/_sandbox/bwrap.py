@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -71,11 +69,16 @@ def candidates(environ: Mapping[str, str]) -> list[str]:
     explicit = environ.get(BWRAP_VARIABLE, "").strip()
     if explicit:
         return [explicit]
+    # Imported here (and subprocess below): the check runs at an agent's first command.
+    import shutil
+
     found = [shutil.which("bwrap", path=environ.get("PATH")), _bundled()]
     return list(dict.fromkeys(p for p in found if p))
 
 
 def _version(program: str) -> str:
+    import subprocess  # see candidates
+
     try:
         done = subprocess.run(
             [program, "--version"], capture_output=True, timeout=_CHECK_TIMEOUT, check=False
@@ -92,6 +95,8 @@ def _try(program: str, policy: SandboxPolicy) -> str | None:
     if not os.path.isfile(program) or not os.access(program, os.X_OK):
         return f"{program} is not an executable file"
     argv = bwrap_arguments(program, policy, ["/bin/true"], cwd=policy.workspace)
+    import subprocess  # see candidates
+
     try:
         done = subprocess.run(
             argv, capture_output=True, timeout=_CHECK_TIMEOUT, check=False, stdin=subprocess.DEVNULL

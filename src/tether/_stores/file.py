@@ -9,10 +9,11 @@ Layout: ``<workspace>/.tether/sessions/<createdAt-ms>_<session-id>.jsonl`` (dire
 0700, files 0600), one append-only log per session, format per ``SESSION_FORMAT.md``.
 
 The executor depends only on :class:`~tether._stores.protocol.SessionStoreProtocol` and
-:class:`~tether._stores.protocol.SessionOpener` (:class:`FileSessions` is this store's
-opener), so another backend (for example PostgreSQL: one row per transaction, ``seq`` as
-key, the same reducer validating before ``INSERT``) can be added without touching the
-reducer, planner or executor; :mod:`tether._stores.memory` is the second one.
+:class:`~tether._stores.protocol.SessionOpener` (this store's opener,
+:class:`~tether._stores.opener.FileSessions`, has a module of its own so that building an
+agent does not load the store), so another backend (for example PostgreSQL: one row per
+transaction, ``seq`` as key, the same reducer validating before ``INSERT``) can be added
+without touching the reducer, planner or executor; :mod:`tether._stores.memory` is the second one.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -39,6 +39,7 @@ from tether._dirs import DirectoryError, ignore_in_git, make_directories, sync_d
 from tether._ids import new_uuid7
 from tether._loading import load_reducer
 from tether._stores import checkpoints
+from tether._stores.durability import Durability
 from tether._stores.locking import LOCK_SUFFIX, WriterLock, record_locked
 from tether._stores.protocol import ClosesOnExit, SessionStoreProtocol
 from tether._stores.reasoning import (
@@ -70,7 +71,6 @@ from tether.errors import (
 
 __all__ = [
     "Durability",
-    "FileSessions",
     "SessionStore",
     "SessionStoreProtocol",
     "SessionSummary",
@@ -128,15 +128,6 @@ def _strerror(errno_: int | None) -> str | None:
     """The text of ``errno_`` for a store error's message (``tether.errors`` is pure and
     cannot ask the operating system itself)."""
     return os.strerror(errno_) if errno_ else None
-
-
-class Durability(StrEnum):
-    """What a returned :meth:`SessionStore.commit` guarantees (see ``docs/store.md``)."""
-
-    DURABLE = "durable"
-    """``fdatasync`` after every commit: survives power loss (given honest storage)."""
-    PROCESS = "process"
-    """Write only, no sync: survives a crash of this process, not of the machine."""
 
 
 def sessions_dir_for(workspace: str | os.PathLike[str]) -> Path:
@@ -1170,40 +1161,6 @@ class SessionStore(ClosesOnExit):
     def __repr__(self) -> str:
         mode = "read-only" if self.read_only else self.durability.value
         return f"SessionStore({str(self.path)!r}, {mode}, closed={self._closed})"
-
-
-@dataclass(frozen=True)
-class FileSessions:
-    """The file store's :class:`~tether._stores.protocol.SessionOpener`: the sessions of
-    one workspace (``sessions_dir``, default ``<workspace>/.tether/sessions``)."""
-
-    workspace: Path
-    sessions_dir: Path | None = None
-    durability: Durability = Durability.DURABLE
-    clock: Callable[[], int] = SYSTEM_CLOCK.now_ms
-    ids: Callable[[], str] = new_uuid7
-
-    def create(self, *, provider: str, model: str, environment_identity: str) -> SessionStore:
-        return SessionStore.create(
-            self.workspace,
-            provider=provider,
-            model=model,
-            environment_identity=environment_identity,
-            durability=self.durability,
-            sessions_dir=self.sessions_dir,
-            clock=self.clock,
-            ids=self.ids,
-        )
-
-    def open(self, session: str) -> SessionStore:
-        return SessionStore.open(
-            session,
-            workspace=self.workspace,
-            sessions_dir=self.sessions_dir,
-            durability=self.durability,
-            clock=self.clock,
-            ids=self.ids,
-        )
 
 
 # --------------------------------------------------------------------------- helpers

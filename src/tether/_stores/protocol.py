@@ -11,7 +11,7 @@ Implementations:
 
 * :mod:`tether._stores.file` — one append-only JSONL file per session
   (:class:`~tether._stores.file.SessionStore`, opened by
-  :class:`~tether._stores.file.FileSessions`); its guarantees are in ``docs/store.md``;
+  :class:`~tether._stores.opener.FileSessions`); its guarantees are in ``docs/store.md``;
 * :mod:`tether._stores.memory` — the committed bytes of each session held in memory, a
   fake disk that a new agent in the same process can reopen (tests, and the reference for
   a new backend).

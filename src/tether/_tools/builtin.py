@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import secrets
 import signal
 import stat
 import time
@@ -42,12 +41,12 @@ from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cache
 from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
 import tether._faults as faults
 from tether._credentials import child_environment
-from tether._procs import Ending, Supervision, run_in_group
 from tether._tools.base import RecoveryKind, Tool, ToolContext, ToolResult
 from tether._tools.workspace import (
     ParentDir,
@@ -475,6 +474,8 @@ def apply_change(
         if found != change.before_hash:
             raise StaleFileChange(change.path, change.before_hash, found)
         mode = stat.S_IMODE(info.st_mode) & 0o777 if info is not None else None
+        import secrets  # Imported here: only a file change names a temporary file (random).
+
         temp = f".{parent.name[:200]}.{secrets.token_hex(6)}.tether-tmp"
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         fd = os.open(temp, flags, 0o666, dir_fd=parent.fd)
@@ -766,10 +767,15 @@ def _exit_text(code: int) -> str:
         return f"{code} (killed by signal {-code})"
 
 
-_SANDBOX_REFUSALS: Final = re.compile(
-    r"Read-only file system|Permission denied|Operation not permitted|Network is unreachable"
-    r"|Could not resolve host|Temporary failure in name resolution"
-)
+@cache
+def _sandbox_refusals() -> re.Pattern[str]:
+    """What a refusal by the sandbox looks like (compiled at the first failed command)."""
+    return re.compile(
+        r"Read-only file system|Permission denied|Operation not permitted|Network is unreachable"
+        r"|Could not resolve host|Temporary failure in name resolution"
+    )
+
+
 SANDBOX_REFUSAL_NOTE: Final = (
     "an error above may be the sandbox refusing: only the workspace (and /tmp) can be "
     "written, tether's .tether/ and credential folders are hidden, the network is off "
@@ -873,6 +879,9 @@ class BashTool(Tool):
             env["TETHER_SESSION_ID"] = context.session_id
         if context.fencing_token is not None:
             env["TETHER_FENCING_TOKEN"] = str(context.fencing_token)
+        # Imported here: the process runner (and its reaper) is a call's, not a construction's.
+        from tether._procs import Ending, Supervision, run_in_group
+
         sandbox = context.sandbox
         try:
             argv = ["/bin/bash", "-c", command]
@@ -907,7 +916,7 @@ class BashTool(Tool):
         if sandbox is not None and sandbox.confined:
             # The log keeps how the command ran; a refusal reads as the sandbox's.
             content += "\n" + sandbox.record()
-            if code != 0 and _SANDBOX_REFUSALS.search(output):
+            if code != 0 and _sandbox_refusals().search(output):
                 content += f" ({SANDBOX_REFUSAL_NOTE})"
         metadata: dict[str, Any] = {
             "exit_code": code,

@@ -53,6 +53,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -410,7 +411,13 @@ def _decision(source: str, setting: str, value: object) -> Decision:
 #
 # Shared with tether._project: every message is one line, whatever the file contains.
 
-_BARE_KEY: Final = re.compile(r"[A-Za-z0-9_-]+")
+
+@cache
+def _bare_key() -> re.Pattern[str]:
+    """A TOML bare key (compiled for the first message that names a key)."""
+    return re.compile(r"[A-Za-z0-9_-]+")
+
+
 _MAX_SHOWN: Final = 60
 
 
@@ -472,4 +479,4 @@ def _one_line(text: str) -> str:
 
 def toml_key(name: str) -> str:
     """A TOML key as written in the file: bare when possible, else double-quoted."""
-    return name if _BARE_KEY.fullmatch(name) else _quote_double(name)
+    return name if _bare_key().fullmatch(name) else _quote_double(name)

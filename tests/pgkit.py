@@ -75,7 +75,10 @@ def pg_store(pg_url: str) -> str:
 
 
 class WorkerProcesses:
-    """Real ``tether worker`` processes of a test, each with its stderr in a log file."""
+    """Real ``tether worker`` processes of a test, each with its stderr in a log file, over
+    the store at ``url``."""
+
+    url: str
 
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -99,3 +102,16 @@ class WorkerProcesses:
                 proc.kill()
                 pytest.fail(f"a worker did not finish: {self.log(proc)[-3000:]}")
         return codes
+
+    def held_by(self, proc: subprocess.Popen[bytes]) -> list[str]:
+        """The unfinished sessions whose live lease the worker process ``proc`` holds (a
+        lease owner is ``host:pid:suffix``)."""
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            rows = conn.execute(
+                "SELECT session_id FROM tether_sessions WHERE pending AND lease_owner LIKE %s "
+                "AND lease_expires > now()",
+                (f"%:{proc.pid}:%",),
+            ).fetchall()
+        return [str(r[0]) for r in rows]

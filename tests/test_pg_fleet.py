@@ -124,15 +124,6 @@ class Fleet(WorkerProcesses):
             log, cwd=self.ws, env=self.env,
         )  # fmt: skip
 
-    def held_by(self, proc: subprocess.Popen[bytes]) -> list[str]:
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            rows = conn.execute(
-                "SELECT session_id FROM tether_sessions WHERE pending AND lease_owner LIKE %s "
-                "AND lease_expires > now()",
-                (f"%:{proc.pid}:%",),
-            ).fetchall()
-        return [str(r[0]) for r in rows]
-
     def effects(self) -> Counter[str]:
         path = self.ws / "effects.txt"
         return Counter(path.read_text().split() if path.exists() else [])

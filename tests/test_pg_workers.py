@@ -140,16 +140,6 @@ class Farm(WorkerProcesses):
             ).fetchall()
         return {str(r[0]): (r[1], int(r[2]), bool(r[3])) for r in rows}
 
-    def held_by(self, proc: subprocess.Popen[bytes]) -> list[str]:
-        mark = f":{proc.pid}:"
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            rows = conn.execute(
-                "SELECT session_id FROM tether_sessions WHERE pending AND lease_owner LIKE %s "
-                "AND lease_expires > now()",
-                (f"%{mark}%",),
-            ).fetchall()
-        return [str(r[0]) for r in rows]
-
     def check(self) -> None:
         """The invariants of every scenario."""
         lines = self.counter.read_text().split() if self.counter.exists() else []

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -115,3 +116,32 @@ class WorkerProcesses:
                 (f"%:{proc.pid}:%",),
             ).fetchall()
         return [str(r[0]) for r in rows]
+
+
+def wait_for(condition: Callable[[], object], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it holds, else fail the test naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+CLUSTER_ENV = "TETHER_TEST_PG_CLUSTER"
+"""The cluster a test may restart (``VERSION NAME`` for ``pg_ctlcluster``; .ci/run sets it)."""
+
+
+def restartable_cluster() -> str:
+    """The cluster a restart test may restart; skipped without one, a failure in CI."""
+    cluster = os.environ.get(CLUSTER_ENV)
+    if not cluster:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the restart test: set {CLUSTER_ENV} (.ci/run does)")
+        pytest.skip(f"may not restart the PostgreSQL cluster here: {CLUSTER_ENV} is not set")
+    return cluster
+
+
+def restart_cluster(cluster: str) -> None:
+    """Restart the server under every connection to it (``pg_ctlcluster … restart``)."""
+    subprocess.run(["pg_ctlcluster", *cluster.split(), "restart", "-m", "fast"], check=True)

@@ -34,13 +34,12 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from pgkit import WorkerProcesses, pg_store, pg_url  # noqa: F401 (fixtures)
+from pgkit import WorkerProcesses, pg_store, pg_url, restart_cluster, restartable_cluster, wait_for  # noqa: F401 (fixtures)
 from tether._models import load_model
 from tether._models.scripted import ScriptedModel
 from tether._runtime import Agent
@@ -53,7 +52,6 @@ from tether.errors import StoreUnavailable
 COMMAND = 'echo "$TETHER_SESSION_ID" >> effects.txt'
 LEASE = 2.0
 EXIT_FENCED = 11
-CLUSTER_ENV = "TETHER_TEST_PG_CLUSTER"
 
 
 def _script(delay: float, command: str = COMMAND) -> dict[str, object]:
@@ -152,15 +150,6 @@ class Fleet(WorkerProcesses):
         assert reported <= set(self.ids)
 
 
-def _wait(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 def _connections(url: str, name: str) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         row = conn.execute(
@@ -209,7 +198,7 @@ def test_a_killed_worker_s_sessions_are_taken_over(pg_store: str, tmp_path: Path
     fleet = Fleet(tmp_path, pg_store, sessions=40)
     victim = fleet.start()
     survivor = fleet.start()
-    _wait(lambda: len(fleet.held_by(victim)) >= 10, 20, "the victim to hold many sessions")
+    wait_for(lambda: len(fleet.held_by(victim)) >= 10, 20, "the victim to hold many sessions")
     victim.send_signal(signal.SIGKILL)
     assert victim.wait(timeout=10) == -signal.SIGKILL
     assert survivor.wait(timeout=60) == 0, fleet.log(survivor)
@@ -219,7 +208,7 @@ def test_a_killed_worker_s_sessions_are_taken_over(pg_store: str, tmp_path: Path
 def test_terminated_connections_are_regained(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
     fleet = Fleet(tmp_path, pg_store, sessions=40)
     workers = [fleet.start(), fleet.start()]
-    _wait(lambda: len(fleet.held_by(workers[0])) >= 10, 20, "many sessions in flight")
+    wait_for(lambda: len(fleet.held_by(workers[0])) >= 10, 20, "many sessions in flight")
     with psycopg.connect(pg_store, autocommit=True) as admin:
         killed = admin.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -236,12 +225,12 @@ def test_terminated_connections_are_regained(pg_store: str, tmp_path: Path) -> N
 def test_a_stopped_worker_is_fenced_and_the_other_takes_over(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
     fleet = Fleet(tmp_path, pg_store, sessions=40, delay=0.5)
     zombie = fleet.start()
-    _wait(lambda: len(fleet.held_by(zombie)) >= 10, 20, "the zombie to hold many sessions")
+    wait_for(lambda: len(fleet.held_by(zombie)) >= 10, 20, "the zombie to hold many sessions")
     zombie.send_signal(signal.SIGSTOP)
     try:
         taken = fleet.held_by(zombie)
         other = fleet.start()
-        _wait(
+        wait_for(
             lambda: any(s in fleet.held_by(other) for s in taken),
             20,
             "the other worker to take one of the zombie's sessions over",
@@ -259,7 +248,7 @@ def test_sigterm_drains_every_session_in_flight(pg_store: str, tmp_path: Path) -
     fleet = Fleet(tmp_path, pg_store, sessions=30, command=f"{COMMAND}; sleep 1.5")
     fleet.env["TETHER_LEASE_SECONDS"] = "60"
     worker = fleet.start(30)
-    _wait(lambda: len(fleet.effects()) >= 10, 20, "many sessions inside their bash call")
+    wait_for(lambda: len(fleet.effects()) >= 10, 20, "many sessions inside their bash call")
     began = time.monotonic()
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0, fleet.log(worker)
@@ -370,15 +359,11 @@ def test_a_store_refusing_sessions_slows_the_worker_down(tmp_path: Path) -> None
 # Serial: it stops the server under every PostgreSQL test that would run beside it.
 @pytest.mark.serial
 def test_many_sessions_in_flight_survive_a_postgres_restart(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
-    cluster = os.environ.get(CLUSTER_ENV)
-    if not cluster:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the restart test: set {CLUSTER_ENV} (.ci/run does)")
-        pytest.skip(f"may not restart the PostgreSQL cluster here: {CLUSTER_ENV} is not set")
+    cluster = restartable_cluster()
     fleet = Fleet(tmp_path, pg_store, sessions=40)
     workers = [fleet.start(), fleet.start()]
-    _wait(lambda: len(fleet.held_by(workers[0])) >= 10, 20, "many sessions in flight")
-    subprocess.run(["pg_ctlcluster", *cluster.split(), "restart", "-m", "fast"], check=True)
+    wait_for(lambda: len(fleet.held_by(workers[0])) >= 10, 20, "many sessions in flight")
+    restart_cluster(cluster)
     codes = fleet.wait_all(timeout=90)
     # Sessions in flight: the workers never exit on the outage (they slow down and retry).
     assert codes == [0, 0], [fleet.log(p) for p in workers]

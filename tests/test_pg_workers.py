@@ -30,13 +30,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from pgkit import WorkerProcesses, pg_store, pg_url  # noqa: F401 (fixtures)
+from pgkit import WorkerProcesses, pg_store, pg_url, restart_cluster, restartable_cluster, wait_for  # noqa: F401 (fixtures)
 from tether._models import load_model
 from tether._runtime import Agent
 from tether._runtime.worker import submit
@@ -181,7 +180,7 @@ class Farm(WorkerProcesses):
                     assert any(r in text for r in receipts)
                 before[session] = data
             # A lease whose release was lost with its connection (a restart) expires.
-            _wait(
+            wait_for(
                 lambda: not any(live for _, _, live in self.leases().values()),
                 3 * LEASE,
                 "the leases to be released or to expire",
@@ -196,19 +195,10 @@ class Farm(WorkerProcesses):
                 assert sessions.log_bytes(session) == before[session]
 
 
-def _wait(condition: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 def test_a_killed_worker_s_sessions_are_taken_over(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
     farm = Farm(tmp_path, pg_store)
     victim = farm.start()
-    _wait(lambda: farm.held_by(victim), 20, "the first worker to lease a session")
+    wait_for(lambda: farm.held_by(victim), 20, "the first worker to lease a session")
     others = [farm.start(), farm.start()]
     time.sleep(0.3)
     victim.send_signal(signal.SIGKILL)
@@ -221,7 +211,7 @@ def test_a_killed_worker_s_sessions_are_taken_over(pg_store: str, tmp_path: Path
 def test_a_stopped_worker_is_fenced_after_the_takeover(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
     farm = Farm(tmp_path, pg_store, pause=0.3)
     zombie = farm.start(concurrency=1)
-    _wait(lambda: farm.held_by(zombie), 20, "the zombie to lease a session")
+    wait_for(lambda: farm.held_by(zombie), 20, "the zombie to lease a session")
     zombie.send_signal(signal.SIGSTOP)
     try:
         (taken,) = farm.held_by(zombie) or [None]
@@ -229,7 +219,9 @@ def test_a_stopped_worker_is_fenced_after_the_takeover(pg_store: str, tmp_path: 
         epoch = farm.leases()[taken][1]
         farm.start()
         farm.start()
-        _wait(lambda: farm.leases()[taken][1] > epoch, 30, "the takeover of the zombie's session")
+        wait_for(
+            lambda: farm.leases()[taken][1] > epoch, 30, "the takeover of the zombie's session"
+        )
         lines_at_takeover = farm.counter.read_text().split()
     finally:
         zombie.send_signal(signal.SIGCONT)
@@ -252,7 +244,7 @@ def test_sigterm_stops_after_the_current_step_and_releases_the_leases(
     # right after the worker exits was released by it, not expired.
     farm = Farm(tmp_path, pg_store, pause=1.5, sessions=4)
     worker = farm.start(concurrency=2, lease=60)
-    _wait(
+    wait_for(
         lambda: (
             len(farm.held_by(worker)) == 2
             and farm.counter.exists()
@@ -288,26 +280,19 @@ def test_sigterm_stops_after_the_current_step_and_releases_the_leases(
     farm.check()
 
 
-CLUSTER_ENV = "TETHER_TEST_PG_CLUSTER"
-
-
 # Serial: it stops the server under every PostgreSQL test that would run beside it.
 @pytest.mark.serial
 def test_workers_survive_a_postgres_restart(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
-    cluster = os.environ.get(CLUSTER_ENV)
-    if not cluster:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the restart test: set {CLUSTER_ENV} (.ci/run does)")
-        pytest.skip(f"may not restart the PostgreSQL cluster here: {CLUSTER_ENV} is not set")
+    cluster = restartable_cluster()
     farm = Farm(tmp_path, pg_store)
     for _ in range(3):
         farm.start()
-    _wait(
+    wait_for(
         lambda: farm.counter.exists() and len(farm.counter.read_text().split()) >= 6,
         30,
         "the workers to make progress",
     )
-    subprocess.run(["pg_ctlcluster", *cluster.split(), "restart", "-m", "fast"], check=True)
+    restart_cluster(cluster)
     codes = farm.wait_all(timeout=120)
     # Every worker reconnected (0) or exited cleanly with the store error (10).
     assert set(codes) <= {0, 10}, [farm.log(p) for p in farm.procs]

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tether._clock import SYSTEM_CLOCK, Clock, SystemClock
+from tether._clock import SYSTEM_CLOCK, Clock, SystemClock, WakingEvent, wake_on
 from tether._project import BudgetConfig
 from tether._runtime import Agent, RunStatus
 from tether._runtime.retry import read_record
@@ -46,6 +46,34 @@ def test_both_clocks_are_clocks() -> None:
     event = threading.Event()
     event.set()
     assert SYSTEM_CLOCK.wait(event, 10.0) is True  # a set event: no wait at all
+
+
+def test_a_waking_event_calls_its_wakers_while_registered() -> None:
+    calls: list[str] = []
+    event = WakingEvent()
+    with wake_on(event, lambda: calls.append("a")) as woken:
+        assert woken is True
+        with wake_on(event, lambda: calls.append("b")):
+            event.set()
+        assert calls == ["a", "b"]
+        event.clear()
+        event.set()  # "b" left its block: only "a"
+    assert calls == ["a", "b", "a"]
+    event.set()  # nobody registered
+    assert calls == ["a", "b", "a"]
+    # Set before the registration: woken at once, so a racing set is never lost.
+    with wake_on(event, lambda: calls.append("late")):
+        pass
+    assert calls[-1] == "late"
+    # Any other event cannot wake: the caller is told to poll it.
+    plain = threading.Event()
+    with wake_on(plain, lambda: calls.append("never")) as woken:
+        plain.set()
+        assert woken is False
+    with wake_on(None, lambda: calls.append("never")) as woken:
+        assert woken is False
+    assert "never" not in calls
+    assert event.wait(0) and isinstance(event, threading.Event)
 
 
 def test_a_fake_clock_moves_only_when_advanced() -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from fakeprovider import FakeProvider, completion, error, ok, raw
 from sessionkit import SessionKit, expect_ok
+from tether._clock import WakingEvent
 from tether._models import (
     ModelAdapter,
     ModelRequest,
@@ -557,9 +558,10 @@ class TestOpenAICompatible:
         response = adapter(fake, timeout=3.0).complete(request())
         assert response.content == "slow answer"
 
-    def test_cancel_during_request(self, fake: FakeProvider) -> None:
+    @pytest.mark.parametrize("kind", [threading.Event, WakingEvent])
+    def test_cancel_during_request(self, fake: FakeProvider, kind: type[threading.Event]) -> None:
         fake.enqueue(ok(completion("too late"), delay=5.0))
-        cancel = threading.Event()
+        cancel = kind()
         timer = threading.Timer(0.2, cancel.set)
         timer.start()
         started = time.monotonic()

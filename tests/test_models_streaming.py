@@ -8,6 +8,7 @@ complete, timeouts between chunks, and a closed connection on cancel.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,8 @@ from typing import Any
 import pytest
 
 from fakeprovider import FakeProvider, chunk, completion, error, ok, streamed
+from tether._clock import WakingEvent
+from tether._models import streaming
 from tether._models.base import ModelRequest, Reasoning, TokenUsage
 from tether._models.openai_compat import OpenAICompatibleModel
 from tether._models.streaming import Delta, SSEDecoder
@@ -197,9 +200,12 @@ class TestStreaming:
         assert time.monotonic() - started < 3.0
         assert fake.disconnected.wait(3.0)
 
-    def test_cancel_mid_stream_closes_the_connection(self, fake: FakeProvider) -> None:
+    @pytest.mark.parametrize("kind", [threading.Event, WakingEvent])
+    def test_cancel_mid_stream_closes_the_connection(
+        self, fake: FakeProvider, kind: type[threading.Event]
+    ) -> None:
         fake.enqueue(streamed(chunk(content="a"), chunk(content="b"), pauses={1: 10.0}))
-        cancel = threading.Event()
+        cancel = kind()
         model = adapter(fake)
 
         def on_delta(delta: Delta) -> None:
@@ -211,13 +217,39 @@ class TestStreaming:
         assert time.monotonic() - started < 2.0
         assert fake.disconnected.wait(2.0), "the provider would keep generating"
 
-    def test_cancel_before_the_first_byte_closes_the_connection(self, fake: FakeProvider) -> None:
+    @pytest.mark.parametrize("kind", [threading.Event, WakingEvent])
+    def test_cancel_before_the_first_byte_closes_the_connection(
+        self, fake: FakeProvider, kind: type[threading.Event]
+    ) -> None:
         fake.enqueue(ok(completion("late"), delay=10.0))
-        cancel = threading.Event()
+        cancel = kind()
         threading.Timer(0.3, cancel.set).start()
         err = fail(adapter(fake), request(), cancel=cancel)
         assert err.code == "aborted"
         assert fake.disconnected.wait(2.0)
+
+    def test_a_waking_cancel_is_not_polled(
+        self, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A plain event is polled every 20 ms while the answer is awaited; the executor's
+        # WakingEvent wakes the wait itself, so a worker's thousand waiting sessions cost
+        # nothing (issue 33). Counted: the waits on the call's inbox during a 0.6 s answer.
+        waits: list[float | None] = []
+
+        class Inbox(queue.SimpleQueue[Any]):
+            def get(self, block: bool = True, timeout: float | None = None) -> Any:
+                waits.append(timeout)
+                return super().get(block, timeout)
+
+        monkeypatch.setattr(streaming.queue, "SimpleQueue", Inbox)
+        for kind, most in ((WakingEvent, 10), (threading.Event, None)):
+            waits.clear()
+            fake.enqueue(streamed(chunk(content="a"), chunk(finish_reason="stop"), pauses={0: 0.6}))
+            assert adapter(fake).complete(request(), cancel=kind()).content == "a"
+            if most is None:
+                assert len(waits) >= 15, waits  # the polled kind: the count is what it costs
+            else:
+                assert len(waits) <= most, waits
 
     def test_rate_limit_before_the_stream(self, fake: FakeProvider) -> None:
         fake.enqueue(error(429, "slow down", headers={"Retry-After": "3"}))

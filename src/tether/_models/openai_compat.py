@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from tether._clock import wake_on
 from tether._credentials import register_secret
 from tether._models.base import (
     MAX_SAFE_INTEGER,
@@ -555,21 +556,24 @@ class OpenAICompatibleModel:
 
         in_worker(work)
         deadline = time.monotonic() + self._timeout + _GRACE
-        while True:
-            remaining = deadline - time.monotonic()
-            if done.wait(min(_POLL, max(remaining, 0.0)) if cancel is not None else remaining):
-                break
-            if cancel is not None and cancel.is_set():
-                self._tracker.abort()  # close the connection: the server stops generating
-                raise ModelError("aborted", "Operation aborted")
-            if time.monotonic() >= deadline:
-                if done.is_set():
+        # A cancel that can wake this wait sets ``done`` too (``outcome`` tells them apart);
+        # any other cancel is polled.
+        with wake_on(cancel, done.set) as woken:
+            poll = None if woken or cancel is None else _POLL
+            while not outcome:
+                remaining = deadline - time.monotonic()
+                done.wait(max(remaining if poll is None else min(poll, remaining), 0.0))
+                if outcome:
                     break
-                self._tracker.abort()
-                raise ModelError(
-                    "timeout",
-                    f"no answer from {self._endpoint.display} within {self._timeout:g} s",
-                )
+                if cancel is not None and cancel.is_set():
+                    self._tracker.abort()  # close the connection: the server stops generating
+                    raise ModelError("aborted", "Operation aborted")
+                if time.monotonic() >= deadline:
+                    self._tracker.abort()
+                    raise ModelError(
+                        "timeout",
+                        f"no answer from {self._endpoint.display} within {self._timeout:g} s",
+                    )
         result = outcome[0]
         if isinstance(result, BaseException):
             if isinstance(result, openai.OpenAIError):

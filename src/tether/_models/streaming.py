@@ -38,6 +38,7 @@ from typing import Any, Final, Literal, TypeVar
 import httpcore2
 import httpx2
 
+from tether._clock import wake_on
 from tether.errors import ModelError
 
 __all__ = [
@@ -311,53 +312,62 @@ def run_stream(
     last = time.monotonic()
     seen = False
     settled: Settled | None = None
-    while True:
-        limit = idle_timeout if seen else first_byte_timeout
-        remaining = last + limit - time.monotonic()
-        try:
-            kind, value = inbox.get(timeout=max(min(_POLL, remaining), 0.0))
-        except queue.Empty:
-            if settled is not None and (
-                (cancel is not None and cancel.is_set()) or time.monotonic() - last >= limit
-            ):
-                tracker.abort()  # the drain stalled: give the connection up, keep the answer
-                return settled.value  # type: ignore[no-any-return]
-            if cancel is not None and cancel.is_set():
-                tracker.abort()
-                raise ModelError("aborted", "Operation aborted") from None
-            if time.monotonic() - last >= limit:
-                tracker.abort()
-                if seen:
+    # A cancel that can wake this wait puts "wake" in the inbox; any other cancel is polled
+    # (a worker's 1,000 sessions waiting on their models would wake 50,000 times a second).
+    with wake_on(cancel, lambda: inbox.put(("wake", None))) as woken:
+        poll = None if woken or cancel is None else _POLL
+        while True:
+            limit = idle_timeout if seen else first_byte_timeout
+            remaining = last + limit - time.monotonic()
+            try:
+                kind, value = inbox.get(
+                    timeout=max(remaining if poll is None else min(poll, remaining), 0.0)
+                )
+            except queue.Empty:
+                kind, value = "wake", None
+            if kind == "wake":
+                if settled is not None and (
+                    (cancel is not None and cancel.is_set()) or time.monotonic() - last >= limit
+                ):
+                    tracker.abort()  # the drain stalled: give the connection up, keep the answer
+                    return settled.value  # type: ignore[no-any-return]
+                if cancel is not None and cancel.is_set():
+                    tracker.abort()
+                    raise ModelError("aborted", "Operation aborted") from None
+                if time.monotonic() - last >= limit:
+                    tracker.abort()
+                    if seen:
+                        raise ModelError(
+                            "timeout",
+                            f"the answer from {where} stopped: nothing arrived for {limit:g} s "
+                            "(idle timeout)",
+                        ) from None
                     raise ModelError(
                         "timeout",
-                        f"the answer from {where} stopped: nothing arrived for {limit:g} s "
-                        "(idle timeout)",
+                        f"no answer from {where} within {limit:g} s (first-byte timeout)",
                     ) from None
-                raise ModelError(
-                    "timeout", f"no answer from {where} within {limit:g} s (first-byte timeout)"
-                ) from None
-            continue
-        if kind == "delta":
-            seen = True
-            last = time.monotonic()
-            if isinstance(value, Settled):
-                settled = value
                 continue
-            if value is not None and on_delta is not None:
-                try:
-                    on_delta(value)
-                except BaseException:
-                    tracker.abort()  # the caller is going away: so is the request
-                    raise
-            if cancel is not None and cancel.is_set() and settled is None:
-                tracker.abort()
-                raise ModelError("aborted", "Operation aborted")
-            continue
-        if kind == "error":
-            if settled is not None:
-                return settled.value  # type: ignore[no-any-return]
-            raise value
-        return value  # type: ignore[no-any-return]
+            if kind == "delta":
+                seen = True
+                last = time.monotonic()
+                if isinstance(value, Settled):
+                    settled = value
+                    continue
+                if value is not None and on_delta is not None:
+                    try:
+                        on_delta(value)
+                    except BaseException:
+                        tracker.abort()  # the caller is going away: so is the request
+                        raise
+                if cancel is not None and cancel.is_set() and settled is None:
+                    tracker.abort()
+                    raise ModelError("aborted", "Operation aborted")
+                continue
+            if kind == "error":
+                if settled is not None:
+                    return settled.value  # type: ignore[no-any-return]
+                raise value
+            return value  # type: ignore[no-any-return]
 
 
 def drain(lines: Iterator[Any]) -> None:

@@ -26,6 +26,7 @@ from enum import Enum
 from typing import Any
 
 import tether._runtime.events as events
+from tether._clock import WakingEvent
 from tether._runtime.compose import Composition
 from tether._runtime.results import RunResult, RunStatus
 from tether._stores.protocol import SessionStoreProtocol
@@ -70,7 +71,7 @@ class Shell:
         self.parts = parts
         self.clock = parts.clock
         self.ids = parts.ids
-        self.cancel = threading.Event()
+        self.cancel = WakingEvent()
         """``abort()`` was asked: recorded as ``abortRequested``, cleared after each call."""
         # The caller's request to stop at the next durable point (set_stop_signal): unlike
         # cancel it records nothing and is never cleared here (it belongs to the caller).

@@ -494,7 +494,9 @@ def run_memory(sessions: int, delay: float, drain: bool = False) -> None:
         exited = time.perf_counter()
         watcher.join(timeout=5)
         out = json.loads((child.stdout.read() if child.stdout else "").strip().splitlines()[-1])
-        effects = Counter((work / "effects.txt").read_text().split())
+        # No file: no session got as far as its bash call (a SIGTERM before any did).
+        effects_file = work / "effects.txt"
+        effects = Counter(effects_file.read_text().split() if effects_file.exists() else ())
         once = sum(1 for n in effects.values() if n == 1)
         ideal = 2 * delay
         if drain:

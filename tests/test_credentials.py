@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tether._credentials import (
     CREDENTIAL_VARIABLES,
@@ -126,6 +128,59 @@ def test_value_masks_nested_json_and_keys_and_copies_only_when_needed() -> None:
     assert masker.value(clean) is clean
     assert masker.contains(fact) and not masker.contains(clean)
     assert fact["entry"]["message"]["content"] == f"it is {SECRET}"  # input untouched
+
+
+_SECRET_CHARS = st.characters(codec="utf-8", exclude_categories=("Cs",))
+_JSON_LIKE = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    secret=st.text(_SECRET_CHARS, min_size=8, max_size=24)
+    | st.from_regex(r'[A-Za-z0-9"\\é_ -]{8,24}', fullmatch=True),
+    value=_JSON_LIKE,
+    where=st.sampled_from(["none", "plain", "json", "ascii", "key"]),
+)
+def test_the_probe_never_skips_a_value_that_holds_a_secret(
+    secret: str, value: object, where: str
+) -> None:
+    # value() first looks for each secret's longest letter-and-digit run in the value's
+    # encoding and returns it untouched when none is there: it must answer exactly as the
+    # full walk does, whatever the secret's characters and wherever it hides.
+    masker = Masker((secret,))
+    inner = {
+        "none": "nothing here",
+        "plain": f"say {secret}!",
+        "json": json.dumps({"command": secret}),
+        "ascii": json.dumps({"command": secret}, ensure_ascii=True),
+        "key": "",
+    }[where]
+    data = {"value": value, "text": inner, **({secret: 1} if where == "key" else {})}
+    assert masker.value(data) == masker._walk(data)
+    if where != "none":
+        assert masker.contains(data)
+
+
+def test_a_value_without_a_secret_is_not_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    masker = Masker(("sk-live-" + SECRET,))
+    assert masker._probes == (b"s3cr3t",)  # the longest run of letters and digits
+    walked: list[object] = []
+    walk = Masker._walk
+    monkeypatch.setattr(Masker, "_walk", lambda self, v: walked.append(v) or walk(self, v))
+    clean = {"kind": "entry", "entry": {"content": ["a" * 50, {"b": 1}]}}
+    assert masker.value(clean) is clean and walked == []
+    assert masker.value({"x": (1, 2**70)}) == {"x": (1, 2**70)} and walked  # orjson cannot
+    dirty = {"content": f"key sk-live-{SECRET}"}
+    assert masker.value(dirty) == {"content": f"key {MASK}"}
+    assert Masker(("a$b%c&d*e(fgh)",))._probes is None  # no long run: always walked
 
 
 def test_for_process_uses_the_registered_secrets() -> None:

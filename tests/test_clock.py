@@ -15,6 +15,7 @@ No test here sleeps to let time pass.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from pathlib import Path
@@ -26,7 +27,7 @@ from tether._clock import SYSTEM_CLOCK, Clock, SystemClock, WakingEvent, wake_on
 from tether._project import BudgetConfig
 from tether._runtime import Agent, RunStatus
 from tether._runtime.retry import read_record
-from tether._runtime.worker import UNREACHABLE_SECONDS, Worker
+from tether._runtime.worker import GC_FIRST_THRESHOLD, UNREACHABLE_SECONDS, Worker
 from tether._stores.memory import MemorySessions
 from tether.errors import StoreUnavailable
 from tether.testing.clock import START_MS, FakeClock
@@ -277,9 +278,18 @@ def test_a_worker_gives_up_on_an_unreachable_store_after_its_clock_says_so(
             model, workspace=root, read_agents_md=False, clock=clock, session_store=_Unreachable()
         )
 
+    thresholds: list[int] = []
+
+    def log(line: str) -> None:
+        thresholds.append(gc.get_threshold()[0])
+        lines.append(line)
+
     began = time.monotonic()
-    report = Worker(make_agent, log=lines.append).run()
+    before = gc.get_threshold()
+    report = Worker(make_agent, log=log).run()
     assert time.monotonic() - began < REAL_SECONDS
+    # While it ran (its log line), the collector ran less often; then as before.
+    assert thresholds == [GC_FIRST_THRESHOLD] and gc.get_threshold() == before
     assert isinstance(report.failed, StoreUnavailable)
     # One pause of a second between claims, until more than UNREACHABLE_SECONDS had passed.
     assert clock.waits == [1.0] * (int(UNREACHABLE_SECONDS) + 1)

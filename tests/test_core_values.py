@@ -169,6 +169,18 @@ def test_only_loading_switches_the_collector() -> None:
     switching = sorted(
         str(path.relative_to(root))
         for path in root.rglob("*.py")
-        if "gc.disable(" in path.read_text() or "gc.freeze(" in path.read_text()
+        if any(call in path.read_text() for call in ("gc.disable(", "gc.freeze(", "gc.set_thr"))
     )
     assert switching == ["_loading.py"]
+
+
+def test_collecting_less_often_restores_the_thresholds() -> None:
+    before = gc.get_threshold()
+    with _loading.gc_less_often(20_000):
+        assert gc.get_threshold() == (20_000, *before[1:])
+        with _loading.gc_less_often(100):  # never more often than already
+            assert gc.get_threshold()[0] == 20_000
+    assert gc.get_threshold() == before
+    with pytest.raises(KeyError), _loading.gc_less_often(5_000):
+        raise KeyError("x")
+    assert gc.get_threshold() == before

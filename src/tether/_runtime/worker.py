@@ -66,6 +66,7 @@ import tether._faults as faults
 import tether._runtime.boundaries as boundaries
 from tether._clock import SYSTEM_CLOCK
 from tether._ids import new_uuid7
+from tether._loading import gc_less_often
 from tether._project import find_workspace_root
 from tether._runtime.agent import Agent
 from tether._runtime.results import RunStatus
@@ -105,6 +106,11 @@ __all__ = [
 
 UNREACHABLE_SECONDS: Final = 30.0
 POLL_SECONDS: Final = 0.2
+
+GC_FIRST_THRESHOLD: Final = 20_000
+"""Allocations between young collections while the worker runs
+(:func:`tether._loading.gc_less_often`: the interpreter's 700 made the collector traverse
+every session in flight again and again)."""
 
 
 def _shared_store(agent: Agent) -> Any:
@@ -485,25 +491,27 @@ class Worker:
         with self._cond:
             self._idle.append(first)
         previous = _stack_size(self.stack_size)
-        try:
-            self._dispatch(environment, clock)
-            if self._why:
-                self.log(
-                    f"{self._why}: no new claims; stopping {self._in_flight} sessions after "
-                    "their current steps, releasing their leases"
-                )
-        finally:
-            self._stop.set()
-            while True:
-                with self._cond:
-                    threads = list(self._threads)
-                if not threads:
-                    break
-                for thread in threads:
-                    thread.join()
-            _stack_size(previous)
-            for agent in self._agents:
-                agent.close()
+        # Fewer collections while sessions are in flight, until the last thread ended.
+        with gc_less_often(GC_FIRST_THRESHOLD):
+            try:
+                self._dispatch(environment, clock)
+                if self._why:
+                    self.log(
+                        f"{self._why}: no new claims; stopping {self._in_flight} sessions after "
+                        "their current steps, releasing their leases"
+                    )
+            finally:
+                self._stop.set()
+                while True:
+                    with self._cond:
+                        threads = list(self._threads)
+                    if not threads:
+                        break
+                    for thread in threads:
+                        thread.join()
+                _stack_size(previous)
+                for agent in self._agents:
+                    agent.close()
         return self.report
 
     def _new_agent(self) -> Agent:

@@ -284,6 +284,56 @@ def test_the_queue_hands_each_session_to_one_worker(
     assert sessions.claim("other-env") is None
 
 
+def test_a_claimed_session_opens_in_one_round_trip_unless_it_was_taken_over(
+    sessions: PostgresSessions,
+    pg_store: str,  # noqa: F811
+) -> None:
+    with _create(sessions) as store:
+        _prompt(store)
+        session, lines = store.session_id, store.state.last_seq
+    worker = PostgresSessions(pg_store, lease_seconds=2)
+    statements: list[str] = []
+    try:
+        assert worker.claim("env") == session
+        run = worker._run
+
+        def counted(work: Any) -> Any:
+            def spy(conn: Any) -> Any:
+                execute = conn.execute
+
+                def record(query: Any, *args: Any, **kwargs: Any) -> Any:
+                    statements.append(str(query))
+                    return execute(query, *args, **kwargs)
+
+                conn.execute = record
+                try:
+                    return work(conn)
+                finally:
+                    del conn.execute
+
+            return run(spy)
+
+        worker._run = counted  # type: ignore[method-assign]
+        # The claim's full id needs no prefix lookup; the lease check and the log are read
+        # together: one statement, and the state is the whole log.
+        with worker.open(session) as opened:
+            assert opened.state.last_seq == lines and opened.fencing_token >= 1
+            assert len(statements) == 1 and "JOIN tether_lines" in statements[0]
+        # Claimed again, then taken over (its lease expired) before it is opened: fenced.
+        assert worker.claim("env") == session
+        _expire(pg_store, session)
+        with sessions.open(session):
+            pass
+        with pytest.raises(SessionFenced, match="taken over before the session opened"):
+            worker.open(session)
+        # A prefix still resolves (a person typing part of an id).
+        assert worker.claim("env") == session
+        with worker.open(session[:-3]) as opened:
+            assert opened.session_id == session
+    finally:
+        worker.close()
+
+
 # =========================================================================== bad input
 
 

@@ -660,7 +660,9 @@ class PostgresSessions(ClosesOnExit):
     def open(self, session: str) -> PostgresSessionStore:
         """Take the session's lease (free or expired: the epoch grows) and read its log;
         a session this opener claimed (:meth:`claim`) is opened under the claim's lease."""
-        session_id = self.resolve(session)
+        with self._lock:
+            claimed = session in self._claimed  # a full id: no query to resolve it
+        session_id = session if claimed else self.resolve(session)
         with self._lock:
             claimed = session_id in self._claimed
             self._claimed.discard(session_id)
@@ -693,35 +695,49 @@ class PostgresSessions(ClosesOnExit):
             held = self._held.get(session_id)
         if held is None:
             return self.open(session_id)
-        row = self._run(
-            lambda conn: conn.execute(
-                "SELECT lines FROM tether_sessions WHERE session_id = %s "
-                "AND lease_owner = %s AND lease_epoch = %s",
-                (session_id, self.owner, held.epoch),
-            ).fetchone()
-        )
-        if row is None:
+        try:
+            # The lease check and the log in one round trip: no row means fenced.
+            rows = self._run(
+                lambda conn: conn.execute(
+                    "SELECT s.lines, l.data FROM tether_sessions s LEFT JOIN tether_lines l "
+                    "ON l.session_id = s.session_id AND l.line_no <= s.lines "
+                    "WHERE s.session_id = %s AND s.lease_owner = %s AND s.lease_epoch = %s "
+                    "ORDER BY l.line_no",
+                    (session_id, self.owner, held.epoch),
+                ).fetchall()
+            )
+        except BaseException:
+            self._release(session_id, held.epoch)
+            raise
+        if not rows:
             with self._lock:
                 self._held.pop(session_id, None)
             raise SessionFenced(session_id, held.epoch, "was taken over before the session opened")
-        return self._load(session_id, held.epoch, int(row[0]))
+        lines = int(rows[0][0])
+        return self._load(session_id, held.epoch, lines, [r[1] for r in rows if r[1] is not None])
 
-    def _load(self, session_id: str, epoch: int, lines: int) -> PostgresSessionStore:
+    def _load(
+        self, session_id: str, epoch: int, lines: int, fetched: list[Any] | None = None
+    ) -> PostgresSessionStore:
+        """Reduce the session's first ``lines`` lines (``fetched``: already read, in order)."""
         try:
-            rows = self._run(
-                lambda conn: conn.execute(
-                    "SELECT line_no, data FROM tether_lines WHERE session_id = %s "
-                    "AND line_no <= %s ORDER BY line_no",
-                    (session_id, lines),
-                ).fetchall()
-            )
-            data = b"".join(bytes(r[1]) + b"\n" for r in rows)
-            if len(rows) != lines:
+            data_rows = fetched
+            if data_rows is None:
+                rows = self._run(
+                    lambda conn: conn.execute(
+                        "SELECT line_no, data FROM tether_lines WHERE session_id = %s "
+                        "AND line_no <= %s ORDER BY line_no",
+                        (session_id, lines),
+                    ).fetchall()
+                )
+                data_rows = [r[1] for r in rows]
+            data = b"".join(bytes(r) + b"\n" for r in data_rows)
+            if len(data_rows) != lines:
                 raise CorruptSession(
                     f"{self.where}/{session_id}",
                     "MISSING_LINES",
-                    len(rows) + 1,
-                    detail=f"{len(rows)} of {lines} lines present",
+                    len(data_rows) + 1,
+                    detail=f"{len(data_rows)} of {lines} lines present",
                 )
             try:
                 reducer = load_reducer(data)

@@ -324,3 +324,36 @@ def test_cancel_without_streaming_closes_the_connection(fake: FakeProvider) -> N
     err = fail(adapter(fake, stream=False), request(), cancel=cancel)
     assert err.code == "aborted"
     assert fake.disconnected.wait(2.0)
+
+
+def test_one_tls_context_per_process_even_when_first_requests_race(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Loading the CA bundle costs ~20 ms; a worker's sessions make their first requests at
+    # the same moment, and each used to build a context of its own.
+    built: list[object] = []
+    real = streaming.httpx2.create_ssl_context
+
+    def slow_build(**kwargs: Any) -> Any:
+        time.sleep(0.05)
+        built.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(streaming.httpx2, "create_ssl_context", slow_build)
+    streaming._build_ssl_context.cache_clear()
+    try:
+        contexts: list[object] = []
+        threads = [
+            threading.Thread(
+                target=lambda: contexts.append(streaming._default_ssl_context("/x.pem", None))
+            )
+            for _ in range(16)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(built) == 1 and len(contexts) == 16
+        assert all(c is contexts[0] for c in contexts)
+    finally:
+        streaming._build_ssl_context.cache_clear()

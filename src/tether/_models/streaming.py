@@ -220,15 +220,25 @@ def _ssl_environment() -> tuple[str | None, str | None]:
     return os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
 
 
-@functools.cache
 def _default_ssl_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
     """httpx's default verifying context, built once per process (per ``SSL_CERT_FILE`` /
     ``SSL_CERT_DIR``, which it reads) and shared by every client.
 
     Building it loads the system's CA bundle, ~20 ms that every adapter (so every
     ``Agent(...)`` and every resume) paid again; one context serves any number of clients
-    and threads (it is what httpx and :mod:`ssl` recommend).
+    and threads (it is what httpx and :mod:`ssl` recommend). Under a lock: a worker's
+    sessions make their first requests together, and :func:`functools.cache` alone let 14
+    of them build it at once.
     """
+    with _ssl_lock:
+        return _build_ssl_context(cert_file, cert_dir)
+
+
+_ssl_lock = threading.Lock()
+
+
+@functools.cache
+def _build_ssl_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
     return httpx2.create_ssl_context(verify=True)
 
 

@@ -43,7 +43,14 @@ from pgkit import WorkerProcesses, pg_store, pg_url, restart_cluster, restartabl
 from tether._models import load_model
 from tether._models.scripted import ScriptedModel
 from tether._runtime import Agent
-from tether._runtime.worker import Submission, Worker, fleet_status, submit, submit_all
+from tether._runtime.worker import (
+    FleetSessions,
+    Submission,
+    Worker,
+    fleet_status,
+    submit,
+    submit_all,
+)
 from tether._stores.memory import MemorySessions, MemorySessionStore
 from tether._stores.postgres import PostgresSessions, export_session
 from tether.core.reducer import Reducer
@@ -368,6 +375,67 @@ def test_many_sessions_in_flight_survive_a_postgres_restart(pg_store: str, tmp_p
     # Sessions in flight: the workers never exit on the outage (they slow down and retry).
     assert codes == [0, 0], [fleet.log(p) for p in workers]
     fleet.check()
+
+
+class _Batches(_Queue):
+    """A queue that claims many at once (as the PostgreSQL store does) and records each
+    batch asked and every claim given back."""
+
+    def __init__(self) -> None:
+        super().__init__(refusals=0)
+        self.asked: list[int] = []
+        self.given_back: list[str] = []
+
+    def claim_many(self, environment: str, limit: int) -> list[str]:
+        with self._queue_lock:
+            self.asked.append(limit)
+            taken, self.queue = self.queue[:limit], self.queue[limit:]
+            return taken
+
+    def release_claim(self, session_id: str) -> None:
+        with self._queue_lock:
+            self.given_back.append(session_id)
+            self.queue.append(session_id)
+
+
+def test_a_worker_with_one_opener_claims_its_free_slots_at_once(tmp_path: Path) -> None:
+    """Slots sharing the process's one opener (FleetSessions) are filled by one claim of
+    many sessions (a claim a statement made the dispatcher the bottleneck); a stop while
+    claimed sessions wait for their threads gives them back."""
+    store = _Batches()
+    fleet = FleetSessions(store)
+
+    def make_agent() -> Agent:
+        model = ScriptedModel.from_json({"responses": [{"content": "Done.", "delay": 0.05}]})
+        return Agent(model, workspace=tmp_path, read_agents_md=False, session_store=fleet)
+
+    first = make_agent()
+    store.queue = [submit(first, f"task {n}") for n in range(30)]
+    first.close()
+    worker = Worker(make_agent, concurrency=10, until_empty=True)
+    report = worker.run()
+    assert sorted(report.driven.values()) == ["completed"] * 30
+    assert store.asked[0] == 10 and max(store.asked) == 10  # every free slot, at once
+    assert len(store.asked) < 30 and worker.peak <= 10
+
+    # Stopped while a batch waits for its threads: the sessions not started go back.
+    store.asked.clear()
+    submitter = make_agent()
+    store.queue = [submit(submitter, f"more {n}") for n in range(5)]
+    submitter.close()
+    stopping = Worker(make_agent, concurrency=5, until_empty=True)
+    new_agent = stopping._new_agent
+
+    def stop_on_the_second_slot() -> Agent:
+        agent = new_agent()
+        if len(stopping._agents) == 2:
+            stopping.stop("test")
+        return agent
+
+    stopping._new_agent = stop_on_the_second_slot  # type: ignore[method-assign]
+    stopping.run()
+    assert store.asked == [5] and len(store.given_back) == 4
+    assert sorted(store.queue) == sorted(store.given_back)
 
 
 def test_the_status_line_carries_the_store_s_metrics(tmp_path: Path) -> None:

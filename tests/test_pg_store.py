@@ -268,20 +268,31 @@ def test_the_queue_hands_each_session_to_one_worker(
     claimed: list[str] = []
     lock = threading.Lock()
 
-    def worker() -> None:
+    batches: list[int] = []
+
+    def worker(batch: int) -> None:
         opener = PostgresSessions(pg_store, lease_seconds=2)
-        while (session := opener.claim("env")) is not None:
+        while True:
+            if batch == 1:
+                one = opener.claim("env")
+                got = [] if one is None else [one]
+            else:  # several in one statement (a worker filling its free slots)
+                got = opener.claim_many("env", batch)
+                batches.append(len(got))
+            if not got:
+                break
             with lock:
-                claimed.append(session)
+                claimed.extend(got)
         opener.close()
 
-    threads = [threading.Thread(target=worker) for _ in range(3)]
+    threads = [threading.Thread(target=worker, args=(n,)) for n in (1, 2, 4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert sorted(claimed) == sorted(ids)
-    assert sessions.claim("other-env") is None
+    assert sorted(claimed) == sorted(ids)  # each exactly once, by one worker
+    assert all(0 <= n <= 4 for n in batches) and batches[-1] == 0
+    assert sessions.claim("other-env") is None and sessions.claim_many("other-env", 9) == []
 
 
 def test_a_claimed_session_opens_in_one_round_trip_unless_it_was_taken_over(

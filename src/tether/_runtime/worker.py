@@ -123,6 +123,25 @@ def _shared_store(agent: Agent) -> Any:
     return sessions
 
 
+CLAIM_BATCH: Final = 64
+"""The most sessions a worker claims in one statement when its slots share one opener."""
+
+
+class _Stopped(Exception):
+    """(Internal.) The worker stopped while claimed sessions waited for their threads."""
+
+
+def _claim(sessions: Any, environment: str, free: int) -> list[str]:
+    """Up to ``free`` (at most :data:`CLAIM_BATCH`) claimed sessions in one round trip when
+    ``sessions`` is the worker's one opener for every slot (:class:`FleetSessions`, whose
+    claims any slot can open), else one: another slot's own opener could not open it."""
+    if isinstance(sessions, FleetSessions) and hasattr(sessions.inner, "claim_many"):
+        claimed: list[str] = sessions.inner.claim_many(environment, min(free, CLAIM_BATCH))
+        return claimed
+    session = sessions.claim(environment)
+    return [] if session is None else [session]
+
+
 def submit(agent: Agent, prompt: str, session: str | None = None, *, shared: bool = True) -> str:
     """Accept ``prompt`` durably as a new run (in a new session unless ``session``); the
     session id. Nothing is driven: a worker picks it up (``shared``: the store must be one
@@ -429,7 +448,8 @@ class Worker:
     ``make_agent`` builds one agent per slot, lazily: a slot is made when a claim needs
     one and none is free, and kept for the next session; at most ``concurrency`` sessions
     are driven at once. Its opener must be a shared store (one per agent, or better the
-    same :class:`FleetSessions` for every agent). ``until_empty`` ends the worker once no
+    same :class:`FleetSessions` for every agent, whose claims fill up to
+    :data:`CLAIM_BATCH` free slots in one statement). ``until_empty`` ends the worker once no
     unfinished session of its environment is left (leased by anyone or not); ``log``
     receives one line per event, and a status line every ``status_every`` seconds (0: none).
     """
@@ -535,7 +555,8 @@ class Worker:
             status.tick()
             with self._cond:
                 self._grow(clock.monotonic())
-                if self._in_flight >= self._limit:
+                free = self._limit - self._in_flight
+                if free <= 0:
                     self._cond.wait(POLL_SECONDS)
                     continue
                 agent = self._idle.pop() if self._idle else None
@@ -543,9 +564,9 @@ class Worker:
                 if agent is None:
                     agent = self._new_agent()
                 sessions = _shared_store(agent)
-                session = sessions.claim(environment)
+                claimed = _claim(sessions, environment, free)
                 empty = (
-                    session is None
+                    not claimed
                     and self.until_empty
                     and self._in_flight == 0
                     and sessions.waiting(environment) == 0
@@ -567,7 +588,7 @@ class Worker:
                     return
                 clock.wait(self._stop, 1.0)
                 continue
-            if session is None:
+            if not claimed:
                 with self._cond:
                     self._idle.append(agent)
                 if empty:
@@ -578,7 +599,37 @@ class Worker:
             if unreachable_since is not None:
                 self.log("store reachable again")
             unreachable_since = None
-            self._start(agent, session, clock)
+            self._start_all(agent, sessions, claimed, clock)
+
+    def _start_all(self, agent: Agent, sessions: Any, claimed: list[str], clock: Any) -> None:
+        """A thread for each claimed session: the first on ``agent``, the others on free
+        or new slots (which share ``sessions``, the opener that holds the claims). What a
+        stop or a failing slot leaves unstarted is given back at once."""
+        for index, session in enumerate(claimed):
+            slot: Agent | None = agent if index == 0 else None
+            try:
+                if slot is None:
+                    with self._cond:
+                        slot = self._idle.pop() if self._idle else None
+                    if slot is None:
+                        slot = self._new_agent()
+                    if _shared_store(slot) is not sessions:
+                        raise ConfigurationError(
+                            "a worker claiming many sessions at once needs one opener for "
+                            "every slot (FleetSessions)"
+                        )
+                if self._stop.is_set():
+                    raise _Stopped
+            except BaseException as exc:
+                if slot is not None:
+                    with self._cond:
+                        self._idle.append(slot)
+                for rest in claimed[index:]:
+                    sessions.release_claim(rest)
+                if isinstance(exc, _Stopped):
+                    return
+                raise
+            self._start(slot, session, clock)
 
     def _start(self, agent: Agent, session: str, clock: Any) -> None:
         done = threading.Event()

@@ -161,7 +161,7 @@ WITH candidate AS (
      WHERE pending AND NOT blocked AND environment = %(environment)s
        AND (lease_owner IS NULL OR lease_expires <= now())
      ORDER BY updated_at
-     LIMIT 1
+     LIMIT %(limit)s
      FOR UPDATE SKIP LOCKED
 )
 UPDATE tether_sessions AS s
@@ -171,7 +171,8 @@ UPDATE tether_sessions AS s
  WHERE s.session_id = candidate.session_id
 RETURNING s.session_id, s.lease_epoch
 """
-"""The queue: an unfinished session of this environment whose lease is free or expired."""
+"""The queue: up to ``limit`` unfinished sessions of this environment whose leases are free or
+expired, oldest first."""
 
 
 def is_store_url(value: str) -> bool:
@@ -752,19 +753,30 @@ class PostgresSessions(ClosesOnExit):
         """Lease the oldest unfinished session of ``environment`` whose lease is free or
         expired (``FOR UPDATE SKIP LOCKED``: concurrent workers never claim the same one);
         its id, or ``None`` when there is none. Open it with :meth:`open_claimed`."""
+        claimed = self.claim_many(environment, 1)
+        return claimed[0] if claimed else None
+
+    def claim_many(self, environment: str, limit: int) -> list[str]:
+        """:meth:`claim` of up to ``limit`` sessions in one statement (a worker filling
+        many free slots; one round trip each made its dispatcher the bottleneck)."""
         with self._db() as conn:
-            row = conn.execute(
+            rows = conn.execute(
                 CLAIM_SQL,
-                {"environment": environment, "owner": self.owner, "ttl": self.lease_seconds},
-            ).fetchone()
-        if row is None:
-            return None
-        session_id, epoch = str(row[0]), int(row[1])
+                {
+                    "environment": environment,
+                    "owner": self.owner,
+                    "ttl": self.lease_seconds,
+                    "limit": max(1, limit),
+                },
+            ).fetchall()
+        claimed = [(str(row[0]), int(row[1])) for row in rows]
         with self._lock:
-            self._held[session_id] = _Held(epoch, 0)
-            self._claimed.add(session_id)
-        self._start_renewer()
-        return session_id
+            for session_id, epoch in claimed:
+                self._held[session_id] = _Held(epoch, 0)
+                self._claimed.add(session_id)
+        if claimed:
+            self._start_renewer()
+        return [session_id for session_id, _ in claimed]
 
     def waiting(self, environment: str) -> int:
         """How many unfinished, unblocked sessions of ``environment`` there are (leased or

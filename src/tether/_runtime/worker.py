@@ -9,10 +9,12 @@ database transaction (:meth:`~tether._stores.postgres.PostgresSessions.create_qu
 :class:`Worker` drives up to ``concurrency`` sessions at once (1 to
 :data:`MAX_CONCURRENCY`), each on a thread of its own with its own
 :class:`~tether._runtime.agent.Agent` over a shared store (:mod:`tether._stores.postgres`).
-Its loop claims the oldest unfinished session of its environment identity whose lease is
-free or expired (``FOR UPDATE SKIP LOCKED``) while fewer than the limit are in flight,
-and starts a thread that drives it with the normal executor (``resume``: the same planner
-as after a crash) and releases the lease. A session of another environment identity is
+Its loop claims the oldest unfinished sessions of its environment identity whose leases
+are free or expired (``FOR UPDATE SKIP LOCKED``) while fewer than the limit are in flight
+(as many as there are free slots, up to :data:`CLAIM_BATCH` in one statement, when every
+slot shares the process's one opener), and starts a thread for each that drives it with
+the normal executor (``resume``: the same planner as after a crash) and releases the
+lease. A session of another environment identity is
 never claimed: it waits for a worker that serves it.
 
 What a session in flight costs (docs/scale-out.md, "Many sessions per worker"): ``tether
@@ -22,7 +24,9 @@ set of connections, one lease renewal for every lease) and one workspace databas
 agents are made lazily, when a claim needs one and none is free, and kept for the next
 session; every thread the process starts meanwhile has a :data:`STACK_BYTES` stack. A
 session waiting on its model holds its thread (and the model request its own, from
-:func:`tether._models.streaming.in_worker`): threads, not connections, are what grows.
+:func:`tether._models.streaming.in_worker`): threads, not connections, are what grows;
+neither wakes until its answer or its cancel arrives. The collector runs less often while
+the worker runs (:data:`GC_FIRST_THRESHOLD`).
 
 * a session whose recovery is blocked (a gate, a review) is parked: out of the queue until
   its next commit (a person resolving it);

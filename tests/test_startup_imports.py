@@ -76,6 +76,9 @@ NOT_AT_CONSTRUCTION = (
     "tether.core.reconcile",
     "tether.core.timeline",
     "tether.core.values",
+    # The session state's dataclasses: its enums and token counters (which a model response,
+    # a tool and a result name) are tether.core.kinds, the rest loads with a session.
+    "tether.core.state",
     # The session store: a construction opens no session, so the file store (the loader,
     # the reducer, the checkpoints, the side records, the log's framing) waits for the
     # opener's first create or open (tether._stores.opener holds what a construction uses).

@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from tether._credentials import Masker
 from tether.core.canonical import MAX_SAFE_INTEGER
-from tether.core.state import StopReason, Usage
+from tether.core.kinds import StopReason, Usage
 from tether.errors import MODEL_ERROR_CODES, ConfigurationError, ModelError
 
 __all__ = [

@@ -43,6 +43,7 @@ from tether.core.gate import (
     name_files,
     unconfigured_check,
 )
+from tether.core.kinds import Replay
 from tether.core.policy import (
     NOBODY_REASONS,
     PERSON_DENIAL_PREFIX,
@@ -54,7 +55,6 @@ from tether.core.policy import (
     decided_by_person,
     standing_denial,
 )
-from tether.core.state import Replay, SessionState
 from tether.core.stops import FailedCall, StopError, describe_call, repeated_failure
 from tether.errors import ArtifactError, TetherError
 
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from tether._completion.failures import ToolFailure
     from tether._completion.verify import Verifier
     from tether._effects.authorization import Authorization
+    from tether.core.state import SessionState
     from tether.core.values import ApprovalRequest
 
 # The completion machinery (the scanner, check runs, the verifier) and the authorization

@@ -26,12 +26,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from tether._clock import Clock
-from tether._stores.protocol import SessionStoreProtocol
-from tether.core.state import IdleOperation, RunOperation
 from tether.errors import ModelError
+
+if TYPE_CHECKING:
+    from tether._stores.protocol import SessionStoreProtocol
+    from tether.core.state import RunOperation
 
 __all__ = [
     "MAX_DELAY",
@@ -172,6 +174,9 @@ class RetrySchedule:
         """The durable retry schedule, if it still applies to this log."""
         if self.policy.retries <= 0:
             return None
+        # Imported here: the state's classes are a session's (loaded with it), not an agent's.
+        from tether.core.state import IdleOperation
+
         state = store.state
         last = state.last_finished
         # Narrowing, not dispatch: only an idle session can start a retry run.

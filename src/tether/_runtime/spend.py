@@ -36,13 +36,14 @@ import orjson
 
 from tether._models.prices import Price, cost_of, price_for
 from tether._project import find_workspace_root, load_project_config
-from tether._stores.protocol import SessionStoreProtocol
-from tether.core.state import RunOperation, SessionState, Usage
+from tether.core.kinds import Usage
 from tether.core.stops import BudgetTime
 from tether.errors import TetherError
 
 if TYPE_CHECKING:
+    from tether._stores.protocol import SessionStoreProtocol
     from tether._stores.reasoning import ReportedCost, SideRecord
+    from tether.core.state import RunOperation, SessionState
 
 __all__ = [
     "Cost",

@@ -60,7 +60,7 @@ from tether._tools.workspace import (
     stat_entry,
 )
 from tether.core.canonical import hasher_digest, sha256_digest
-from tether.core.state import Replay
+from tether.core.kinds import Replay
 from tether.errors import SandboxUnavailable, StaleFileChange, ToolError
 
 __all__ = [

@@ -103,6 +103,10 @@ NOT_AT_CONSTRUCTION = (
     "shutil",
     "secrets",
     "tomllib",
+    # What only a command killed by a signal or a crash point that fires needs, and the
+    # close-match search of a misspelt model prefix (openai:… is not close to any).
+    "signal",
+    "difflib",
 )
 
 
@@ -242,3 +246,24 @@ def test_an_anthropic_agent_loads_its_sdk_on_the_first_request(tmp_path: Path) -
         "agent.close()\n"
     )
     assert _loaded(build, cwd=tmp_path) == []
+
+
+def test_a_model_string_with_a_colon_loads_difflib_only_when_it_may_be_misspelt(
+    tmp_path: Path,
+) -> None:
+    # openai:… (or llama3:8b) is close to no prefix of tether's: the close-match search is
+    # not imported; a misspelt prefix is still refused with its suggestion, by difflib.
+    build = (
+        "import tether\n"
+        f"agent = tether.Agent('openai:gpt-4o-mini', workspace={str(tmp_path)!r}, "
+        "base_url='http://127.0.0.1:9/v1', api_key='sk-test-startup-000000')\n"
+    )
+    assert _loaded_modules(build, ("difflib",), cwd=tmp_path) == []
+    misspelt = (
+        "import tether\n"
+        "try:\n"
+        f"    tether.Agent('scriptd:x.json', workspace={str(tmp_path)!r})\n"
+        "except tether.TetherError as exc:\n"
+        "    assert \"did you mean 'scripted:'\" in str(exc), exc\n"
+    )
+    assert _loaded_modules(misspelt, ("difflib",), cwd=tmp_path) == ["difflib"]

@@ -61,6 +61,7 @@ NOT_AT_CONSTRUCTION = (
     "tether._runtime.recovery",
     "tether._runtime.events",
     "tether._models.streaming",
+    "tether._models.messages",  # a request and an answer: the first call's values
     "tether._models.chat_stream",
     "tether._wsdb.sqlite",
     "tether._effects.binding",

@@ -23,16 +23,14 @@ from typing import TYPE_CHECKING, Any
 from tether._models.base import (
     MODEL_ERROR_CODES,
     ModelAdapter,
-    ModelRequest,
-    ModelResponse,
     TokenUsage,
-    ToolCallOut,
     stop_reason_for,
     validate_output_options,
 )
 from tether.errors import ConfigurationError, ModelError
 
 if TYPE_CHECKING:
+    from tether._models.messages import ModelRequest, ModelResponse, ToolCallOut
     from tether._models.openai_compat import OpenAICompatibleModel
     from tether._models.scripted import ScriptedModel
 
@@ -40,6 +38,11 @@ ENV_MODEL = "TETHER_MODEL"
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("ModelRequest", "ModelResponse", "ToolCallOut"):
+        # A call's values (tether._models.messages): not loaded by building an adapter.
+        from tether._models import messages
+
+        return getattr(messages, name)
     # The openai SDK takes ~0.5 s to import; only real model runs need it.
     if name == "OpenAICompatibleModel":
         from tether._models.openai_compat import OpenAICompatibleModel

@@ -95,6 +95,9 @@ NOT_AT_CONSTRUCTION = (
     "tether._stores.transaction",
     "tether._stores.locking",
     "tether._dirs",
+    # The seams' protocols: annotations of the composition, loaded with what implements them.
+    "tether._stores.protocol",
+    "tether._wsdb.protocol",
     # A command's: the process runner, the bubblewrap check (subprocess, shutil), a file
     # change's temporary name (secrets); the scripted adapter with another model; TOML
     # with no tether.toml and no --model-option.

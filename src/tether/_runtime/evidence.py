@@ -19,12 +19,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tether._runtime.guards import EarlierDecision
-from tether._stores.protocol import SessionStoreProtocol
-from tether._wsdb.protocol import WorkspaceDB, WorkspaceDBOpener
 from tether.core.kinds import ToolStatus
 
 if TYPE_CHECKING:
     from tether._effects.binding import EvidenceCheck
+    from tether._stores.protocol import SessionStoreProtocol
+    from tether._wsdb.protocol import WorkspaceDB, WorkspaceDBOpener
     from tether.core.state import SessionState
 
 # The binding's functions (tether._effects.binding, with the sidecar and the journal's

@@ -35,7 +35,6 @@ import tether._faults as faults
 from tether._project import ProjectConfig
 from tether._tools.base import Tool, ToolResult
 from tether._tools.builtin import FileChangeTool, current_hash
-from tether._wsdb.protocol import ApprovalTable, WorkspaceDB
 from tether.core.canonical import arguments_digest
 from tether.core.gate import (
     CompletionCheck,
@@ -63,6 +62,7 @@ if TYPE_CHECKING:
     from tether._completion.failures import ToolFailure
     from tether._completion.verify import Verifier
     from tether._effects.authorization import Authorization
+    from tether._wsdb.protocol import ApprovalTable, WorkspaceDB
     from tether.core.state import SessionState
     from tether.core.values import ApprovalRequest
 

@@ -60,6 +60,7 @@ NOT_AT_CONSTRUCTION = (
     "tether._runtime.tool_calls",
     "tether._runtime.recovery",
     "tether._runtime.events",
+    "tether._runtime.approval",  # what a person is asked, a parked call
     "tether._models.streaming",
     "tether._models.messages",  # a request and an answer: the first call's values
     "tether._models.chat_stream",

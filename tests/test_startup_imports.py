@@ -62,6 +62,7 @@ NOT_AT_CONSTRUCTION = (
     "tether._runtime.events",
     "tether._runtime.approval",  # what a person is asked, a parked call
     "tether._runtime.retry_record",  # a failed run's durable retry schedule
+    "tether._runtime.costs",  # what a run cost in money
     "tether._models.streaming",
     "tether._models.messages",  # a request and an answer: the first call's values
     "tether._models.chat_stream",

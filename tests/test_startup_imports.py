@@ -60,7 +60,11 @@ NOT_AT_CONSTRUCTION = (
     "tether._runtime.tool_calls",
     "tether._runtime.recovery",
     "tether._runtime.events",
+    "tether._runtime.approval",  # what a person is asked, a parked call
+    "tether._runtime.retry_record",  # a failed run's durable retry schedule
+    "tether._runtime.costs",  # what a run cost in money
     "tether._models.streaming",
+    "tether._models.messages",  # a request and an answer: the first call's values
     "tether._models.chat_stream",
     "tether._wsdb.sqlite",
     "tether._effects.binding",
@@ -76,6 +80,9 @@ NOT_AT_CONSTRUCTION = (
     "tether.core.reconcile",
     "tether.core.timeline",
     "tether.core.values",
+    # The session state's dataclasses: its enums and token counters (which a model response,
+    # a tool and a result name) are tether.core.kinds, the rest loads with a session.
+    "tether.core.state",
     # The session store: a construction opens no session, so the file store (the loader,
     # the reducer, the checkpoints, the side records, the log's framing) waits for the
     # opener's first create or open (tether._stores.opener holds what a construction uses).
@@ -91,6 +98,9 @@ NOT_AT_CONSTRUCTION = (
     "tether._stores.transaction",
     "tether._stores.locking",
     "tether._dirs",
+    # The seams' protocols: annotations of the composition, loaded with what implements them.
+    "tether._stores.protocol",
+    "tether._wsdb.protocol",
     # A command's: the process runner, the bubblewrap check (subprocess, shutil), a file
     # change's temporary name (secrets); the scripted adapter with another model; TOML
     # with no tether.toml and no --model-option.
@@ -100,6 +110,10 @@ NOT_AT_CONSTRUCTION = (
     "shutil",
     "secrets",
     "tomllib",
+    # What only a command killed by a signal or a crash point that fires needs, and the
+    # close-match search of a misspelt model prefix (openai:… is not close to any).
+    "signal",
+    "difflib",
 )
 
 
@@ -239,3 +253,24 @@ def test_an_anthropic_agent_loads_its_sdk_on_the_first_request(tmp_path: Path) -
         "agent.close()\n"
     )
     assert _loaded(build, cwd=tmp_path) == []
+
+
+def test_a_model_string_with_a_colon_loads_difflib_only_when_it_may_be_misspelt(
+    tmp_path: Path,
+) -> None:
+    # openai:… (or llama3:8b) is close to no prefix of tether's: the close-match search is
+    # not imported; a misspelt prefix is still refused with its suggestion, by difflib.
+    build = (
+        "import tether\n"
+        f"agent = tether.Agent('openai:gpt-4o-mini', workspace={str(tmp_path)!r}, "
+        "base_url='http://127.0.0.1:9/v1', api_key='sk-test-startup-000000')\n"
+    )
+    assert _loaded_modules(build, ("difflib",), cwd=tmp_path) == []
+    misspelt = (
+        "import tether\n"
+        "try:\n"
+        f"    tether.Agent('scriptd:x.json', workspace={str(tmp_path)!r})\n"
+        "except tether.TetherError as exc:\n"
+        "    assert \"did you mean 'scripted:'\" in str(exc), exc\n"
+    )
+    assert _loaded_modules(misspelt, ("difflib",), cwd=tmp_path) == ["difflib"]

@@ -27,7 +27,6 @@ hit, so a typo is a programming error rather than a silently untestable boundary
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from collections.abc import Callable
 
@@ -128,6 +127,8 @@ def hit(name: str, before_crash: Callable[[], object] | None = None) -> None:
 
 
 def _crash(name: str) -> None:
+    import signal  # only a crash point that fires needs it; every agent imports this module
+
     if _MODE == "stop":
         sys.stderr.write(f"INJECTED_STOP boundary={name}\n")
         sys.stderr.flush()

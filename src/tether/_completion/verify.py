@@ -38,7 +38,7 @@ from tether.core.gate import (
     name_files,
     unconfigured_check,
 )
-from tether.core.state import Replay
+from tether.core.kinds import Replay
 from tether.errors import ArtifactError, CheckCommandError
 
 __all__ = [

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Protocol, cast
 
 from tether._tools.base import RecoveryKind, Tool, ToolContext
-from tether.core.state import Replay
+from tether.core.kinds import Replay
 from tether.core.values import LookupResult, LookupStatus, ToolResult
 from tether.errors import ConfigurationError
 

@@ -45,7 +45,7 @@ from tether._mcp.manager import Answer, McpCallFailed, ServerTool, manager
 from tether._sandbox.bwrap import Sandbox
 from tether._tools.base import TOOL_NAME_PATTERN, Tool, ToolContext, ToolResult
 from tether.core.canonical import canonical_json, sha256_digest
-from tether.core.state import Replay
+from tether.core.kinds import Replay
 from tether.errors import CanonicalizationError, ConfigurationError
 
 __all__ = [

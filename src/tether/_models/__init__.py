@@ -23,16 +23,14 @@ from typing import TYPE_CHECKING, Any
 from tether._models.base import (
     MODEL_ERROR_CODES,
     ModelAdapter,
-    ModelRequest,
-    ModelResponse,
     TokenUsage,
-    ToolCallOut,
     stop_reason_for,
     validate_output_options,
 )
 from tether.errors import ConfigurationError, ModelError
 
 if TYPE_CHECKING:
+    from tether._models.messages import ModelRequest, ModelResponse, ToolCallOut
     from tether._models.openai_compat import OpenAICompatibleModel
     from tether._models.scripted import ScriptedModel
 
@@ -40,6 +38,11 @@ ENV_MODEL = "TETHER_MODEL"
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("ModelRequest", "ModelResponse", "ToolCallOut"):
+        # A call's values (tether._models.messages): not loaded by building an adapter.
+        from tether._models import messages
+
+        return getattr(messages, name)
     # The openai SDK takes ~0.5 s to import; only real model runs need it.
     if name == "OpenAICompatibleModel":
         from tether._models.openai_compat import OpenAICompatibleModel
@@ -74,6 +77,18 @@ SCRIPTED_PREFIX = "scripted:"
 ANTHROPIC_PREFIX = "anthropic:"
 
 
+_CLOSE = 0.75
+"""How alike a word and a prefix must be to be taken for a misspelling (difflib's ratio)."""
+
+
+def _may_be_close(word: str, prefix: str, cutoff: float) -> bool:
+    """Whether difflib could find ``word`` and ``prefix`` ``cutoff``-alike: its
+    ``quick_ratio`` (twice the letters they share over their total length) is an upper
+    bound of the ratio ``get_close_matches`` compares, so below the cutoff they are not."""
+    shared = sum(min(word.count(c), prefix.count(c)) for c in set(word))
+    return 2.0 * shared / (len(word) + len(prefix)) >= cutoff
+
+
 def _refuse_misspelt_prefix(spec: str) -> None:
     """A ``scriptd:…`` or ``antropic:…`` is a typo, not a model id to send to the default
     endpoint with the user's key. Model ids may hold a colon (``llama3:8b``, OpenRouter's
@@ -81,10 +96,13 @@ def _refuse_misspelt_prefix(spec: str) -> None:
     word, colon, _ = spec.partition(":")
     if not colon or "/" in word:
         return
-    import difflib  # only for a model string with a prefix: most have none
-
     known = [SCRIPTED_PREFIX[:-1], ANTHROPIC_PREFIX[:-1]]
-    close = difflib.get_close_matches(word.lower(), known, n=1, cutoff=0.75)
+    lowered = word.lower()
+    if not any(_may_be_close(lowered, prefix, _CLOSE) for prefix in known):
+        return  # no prefix is close (openai:…, llama3:8b): difflib is not imported
+    import difflib  # only for a word that may be a misspelt prefix
+
+    close = difflib.get_close_matches(lowered, known, n=1, cutoff=_CLOSE)
     if close and word not in known:
         raise ConfigurationError(
             f"unknown model prefix {word + ':'!r} in {spec!r}: did you mean {close[0] + ':'!r}?"

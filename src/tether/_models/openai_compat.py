@@ -57,11 +57,7 @@ from tether._clock import wake_on
 from tether._credentials import register_secret
 from tether._models.base import (
     MAX_SAFE_INTEGER,
-    ModelRequest,
-    ModelResponse,
-    Reasoning,
     TokenUsage,
-    ToolCallOut,
     default_call_id,
     has_unpaired_surrogate,
     redact,
@@ -83,6 +79,7 @@ if TYPE_CHECKING:
     import httpx2
     import openai
 
+    from tether._models.messages import ModelRequest, ModelResponse, Reasoning, ToolCallOut
     from tether._models.streaming import ConnectionTracker, DeltaSink, Emit
 
 __all__ = [
@@ -804,6 +801,8 @@ def _arguments(value: object, where: str) -> str:
 
 
 def _tool_calls(message: Mapping[str, Any], position: int) -> tuple[ToolCallOut, ...]:
+    from tether._models.messages import ToolCallOut  # a call's values: see _models.base
+
     raw_calls = message.get("tool_calls")
     if raw_calls is None:
         legacy = message.get("function_call")
@@ -873,6 +872,8 @@ def parse_chat_completion(
 def _parse_completion(
     data: Mapping[str, Any], *, status: int, position: int, secrets: tuple[str, ...]
 ) -> ModelResponse:
+    from tether._models.messages import ModelResponse  # a call's values: see _models.base
+
     choices = data.get("choices")
     error = data.get("error")
     if error is not None and not choices:
@@ -913,6 +914,8 @@ def _parse_completion(
 def _reasoning(message: Mapping[str, Any]) -> Reasoning | None:
     """``reasoning`` (OpenRouter) or ``reasoning_content`` (DeepSeek, vLLM), plus
     OpenRouter's ``reasoning_details`` (sent back verbatim on later requests)."""
+    from tether._models.messages import Reasoning  # a call's values: see _models.base
+
     text = ""
     for name in ("reasoning", "reasoning_content"):
         value = message.get(name)

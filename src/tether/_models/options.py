@@ -25,11 +25,14 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cache
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from tether._models.base import ModelAdapter, ModelRequest, ModelResponse, call_model
+from tether._models.base import ModelAdapter, call_model
 from tether.core.policy import check_known, show_value
 from tether.errors import ConfigurationError, ProjectConfigError
+
+if TYPE_CHECKING:  # a call's values, loaded by the first request (tether._models.base)
+    from tether._models.messages import ModelRequest, ModelResponse
 
 __all__ = [
     "ANTHROPIC_THINKING",

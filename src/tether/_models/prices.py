@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from tether.core.state import Usage
+from tether.core.kinds import Usage
 
 __all__ = ["BUILTIN_PRICES", "Price", "cost_of", "price_for"]
 

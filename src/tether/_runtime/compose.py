@@ -79,17 +79,18 @@ from tether._sandbox.policy import DEFAULT_DENY_READ, SandboxMode, resolve_polic
 from tether._settings import Settings
 from tether._stores.durability import Durability
 from tether._stores.opener import FileSessions
-from tether._stores.protocol import SessionOpener
 from tether._telemetry import Telemetry, open_telemetry
 from tether._tools.base import Tool, ToolRegistry
 from tether._tools.builtin import builtin_tools
 from tether._tools.workspace import ProtectedState
-from tether._wsdb.protocol import WorkspaceDB, WorkspaceDBOpener
 from tether.core.configuration import AgentConfiguration, environment_identity
 from tether.errors import ConfigurationError
 
-if TYPE_CHECKING:  # types only: the event types' module is the executor's to load
+if TYPE_CHECKING:  # types only: the event types' module is the executor's to load, the
+    # seams' protocols load with what implements them
     from tether._runtime.events import Event, EventSink
+    from tether._stores.protocol import SessionOpener
+    from tether._wsdb.protocol import WorkspaceDB, WorkspaceDBOpener
 
 __all__ = [
     "AGENTS_FILE",

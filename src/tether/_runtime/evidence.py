@@ -19,12 +19,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tether._runtime.guards import EarlierDecision
-from tether._stores.protocol import SessionStoreProtocol
-from tether._wsdb.protocol import WorkspaceDB, WorkspaceDBOpener
-from tether.core.state import RunOperation, SessionState, ToolStatus
+from tether.core.kinds import ToolStatus
 
 if TYPE_CHECKING:
     from tether._effects.binding import EvidenceCheck
+    from tether._stores.protocol import SessionStoreProtocol
+    from tether._wsdb.protocol import WorkspaceDB, WorkspaceDBOpener
+    from tether.core.state import SessionState
 
 # The binding's functions (tether._effects.binding, with the sidecar and the journal's
 # modules) are imported by the methods that use them: every agent builds a SessionEvidence,
@@ -137,6 +138,9 @@ def undecided_entry(state: SessionState) -> str | None:
     operation is not a run that will start such a call.
     """
     operation = state.operation
+    # Imported here: the state's classes are a session's (loaded with it), not an agent's.
+    from tether.core.state import RunOperation
+
     if not isinstance(operation, RunOperation) or operation.abort_requested:
         return None
     if any(tool.status is ToolStatus.PENDING for tool in operation.tool_calls):

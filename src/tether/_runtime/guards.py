@@ -26,7 +26,6 @@ Rules of this module:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -35,7 +34,6 @@ import tether._faults as faults
 from tether._project import ProjectConfig
 from tether._tools.base import Tool, ToolResult
 from tether._tools.builtin import FileChangeTool, current_hash
-from tether._wsdb.protocol import ApprovalTable, WorkspaceDB
 from tether.core.canonical import arguments_digest
 from tether.core.gate import (
     CompletionCheck,
@@ -43,6 +41,7 @@ from tether.core.gate import (
     name_files,
     unconfigured_check,
 )
+from tether.core.kinds import Replay
 from tether.core.policy import (
     NOBODY_REASONS,
     PERSON_DENIAL_PREFIX,
@@ -54,7 +53,6 @@ from tether.core.policy import (
     decided_by_person,
     standing_denial,
 )
-from tether.core.state import Replay, SessionState
 from tether.core.stops import FailedCall, StopError, describe_call, repeated_failure
 from tether.errors import ArtifactError, TetherError
 
@@ -63,6 +61,10 @@ if TYPE_CHECKING:
     from tether._completion.failures import ToolFailure
     from tether._completion.verify import Verifier
     from tether._effects.authorization import Authorization
+    from tether._runtime.approval import AuthorizationRequest as AuthorizationRequest
+    from tether._runtime.approval import ParkedCall as ParkedCall
+    from tether._wsdb.protocol import ApprovalTable, WorkspaceDB
+    from tether.core.state import SessionState
     from tether.core.values import ApprovalRequest
 
 # The completion machinery (the scanner, check runs, the verifier) and the authorization
@@ -100,6 +102,20 @@ LOST_RECORD_RULE: Final = (
 """The rule of a call that needs a decision because its record may have been lost."""
 
 
+# What a person is asked and a parked call are a call's values: their classes live in
+# tether._runtime.approval and are this module's names too, loaded on first use (PEP 562),
+# so building an agent (which builds its Guards) creates neither.
+_APPROVAL: Final = frozenset({"AuthorizationRequest", "ParkedCall"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _APPROVAL:
+        from tether._runtime import approval
+
+        return getattr(approval, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class EarlierDecision(StrEnum):
     """Whether an earlier process may have recorded a decision for a call."""
 
@@ -112,45 +128,13 @@ class EarlierDecision(StrEnum):
     the absence of a record proves nothing."""
 
 
-@dataclass(frozen=True)
-class AuthorizationRequest:
-    """What the terminal asks about: one tool call the policy says to ``ask`` for."""
-
-    tool_name: str
-    arguments: Mapping[str, Any]
-    summary: str
-    rule: str
-    reason: str | None
-
-
 ALWAYS: Final = "always"
 """The answer that allows the call and every later call of the tool under the same rule
 in the session."""
 
-Authorizer = Callable[[AuthorizationRequest], bool | str]
+Authorizer = Callable[["AuthorizationRequest"], bool | str]
 """Asks a person; ``True`` allows the call, :data:`ALWAYS` allows it and later calls of the
 tool under the same rule in the session, ``False`` declines. Called only for ``ask``."""
-
-
-@dataclass(frozen=True)
-class ParkedCall:
-    """A call parked for approval: the run stops until a person decides."""
-
-    request_id: int
-    session_id: str
-    tool_name: str
-    summary: str
-    note: str | None = None
-    """Why it was parked again (an earlier decision became void), if it was."""
-
-    def message(self, location: str = "") -> str:
-        again = f"{self.note}; " if self.note else ""
-        return (
-            f"awaiting approval: call #{self.request_id} ({self.tool_name}: {self.summary}) "
-            f"is parked; {again}decide with `tether approve {self.request_id}` or "
-            f"`tether deny {self.request_id} --why TEXT` (see `tether approvals`), then run "
-            f"`tether resume {self.session_id}{location}`"
-        )
 
 
 def touched_files(tool: Tool, arguments: Mapping[str, Any]) -> list[str]:
@@ -378,6 +362,8 @@ class Guards:
             return None, None
         summary = call_summary(tool, arguments)
         decided = self._decide(session_id, key, tool, arguments, summary, verdict)
+        from tether._runtime.approval import ParkedCall  # a call's values: see _APPROVAL
+
         if isinstance(decided, ParkedCall):  # narrowing: parked, or the decision to record
             return decided
         decision, who, reason = decided
@@ -497,6 +483,8 @@ class Guards:
     ) -> tuple[Decision, str, str | None]:
         """Ask the person at the terminal; "always" is granted for the session too."""
         assert self._authorize is not None
+        from tether._runtime.approval import AuthorizationRequest  # a call's values: see _APPROVAL
+
         request = AuthorizationRequest(tool.name, arguments, summary, verdict.rule, verdict.reason)
         answer = self._authorize(request)
         allowed = answer is True or answer == ALWAYS
@@ -547,6 +535,8 @@ class Guards:
             )
             faults.hit(PARKED)
         if request.status == "proposed":
+            from tether._runtime.approval import ParkedCall  # a call's values: see _APPROVAL
+
             return ParkedCall(request.id, session_id, tool.name, summary, note)
         who = request.decided_by or "unknown"
         if request.status == "approved":

@@ -17,14 +17,14 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether._credentials import Masker
-from tether._stores.protocol import SessionStoreProtocol
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # types only: the seams' protocols load with what implements them
     from tether._runtime.events import Event, EventSink
+    from tether._stores.protocol import SessionStoreProtocol
 
 __all__ = ["mask_commits", "masked_sink"]
 
-_Store = TypeVar("_Store", bound=SessionStoreProtocol)
+_Store = TypeVar("_Store", bound="SessionStoreProtocol")
 
 
 def mask_commits(store: _Store, masker: Masker) -> _Store:

@@ -28,12 +28,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from tether.core.gate import CompletionCheck
-from tether.core.state import FinishedOperation, SessionState, Usage
+from tether.core.kinds import Usage
 from tether.core.stops import BUDGET_EXHAUSTED, REPEATED_FAILURE
 from tether.errors import MODEL_ERROR_CODES
+
+if TYPE_CHECKING:
+    from tether.core.state import FinishedOperation, SessionState
 
 __all__ = ["FinishedDetails", "RunResult", "RunStatus", "finished_details"]
 

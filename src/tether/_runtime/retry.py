@@ -25,13 +25,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
 
 from tether._clock import Clock
-from tether._stores.protocol import SessionStoreProtocol
-from tether.core.state import IdleOperation, RunOperation
 from tether.errors import ModelError
+
+if TYPE_CHECKING:
+    from tether._runtime.retry_record import RetryRecord as RetryRecord
+    from tether._stores.protocol import SessionStoreProtocol
+    from tether.core.state import RunOperation
 
 __all__ = [
     "MAX_DELAY",
@@ -55,6 +58,17 @@ REASONS: Final = {
     "connection": "connection error",
     "timeout": "timeout",
 }
+
+
+def __getattr__(name: str) -> Any:
+    # The durable schedule's record is a failed run's, not an agent's: its class lives in
+    # tether._runtime.retry_record, loaded on first use (PEP 562), so building an agent
+    # (which takes its RetryPolicy from here) does not create it.
+    if name == "RetryRecord":
+        from tether._runtime.retry_record import RetryRecord
+
+        return RetryRecord
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,55 +101,6 @@ def backoff(policy: RetryPolicy, retry: int, retry_after: float | None) -> float
     return delay
 
 
-@dataclass(frozen=True, slots=True)
-class RetryRecord:
-    input_entry_id: str
-    failed_operation_id: str
-    retry: int
-    """Number of the retry this record schedules (1 = the first)."""
-    reason: str
-    delay: float
-    due_at_ms: int
-    exhausted: bool = False
-    """No retry is scheduled: the retries are used up (kept for ``inspect``)."""
-    started_operation_id: str | None = None
-    history: tuple[Mapping[str, Any], ...] = field(default_factory=tuple)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": 1,
-            "inputEntryId": self.input_entry_id,
-            "failedOperationId": self.failed_operation_id,
-            "retry": self.retry,
-            "reason": self.reason,
-            "delaySeconds": self.delay,
-            "dueAt": self.due_at_ms,
-            "exhausted": self.exhausted,
-            "startedOperationId": self.started_operation_id,
-            "history": [dict(h) for h in self.history],
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RetryRecord | None:
-        try:
-            history = data.get("history") or []
-            return cls(
-                input_entry_id=str(data["inputEntryId"]),
-                failed_operation_id=str(data["failedOperationId"]),
-                retry=int(data["retry"]),
-                reason=str(data["reason"]),
-                delay=float(data["delaySeconds"]),
-                due_at_ms=int(data["dueAt"]),
-                exhausted=bool(data.get("exhausted", False)),
-                started_operation_id=(
-                    str(data["startedOperationId"]) if data.get("startedOperationId") else None
-                ),
-                history=tuple(h for h in history if isinstance(h, Mapping)),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-
-
 def read_record(store: SessionStoreProtocol) -> RetryRecord | None:
     data, _why = store.sidecar(SIDECAR).read()
     if data is None:
@@ -144,6 +109,8 @@ def read_record(store: SessionStoreProtocol) -> RetryRecord | None:
         value = json.loads(data)
     except (ValueError, UnicodeDecodeError):
         return None
+    from tether._runtime.retry_record import RetryRecord  # see __getattr__
+
     return RetryRecord.from_json(value) if isinstance(value, Mapping) else None
 
 
@@ -172,6 +139,9 @@ class RetrySchedule:
         """The durable retry schedule, if it still applies to this log."""
         if self.policy.retries <= 0:
             return None
+        # Imported here: the state's classes are a session's (loaded with it), not an agent's.
+        from tether.core.state import IdleOperation
+
         state = store.state
         last = state.last_finished
         # Narrowing, not dispatch: only an idle session can start a retry run.
@@ -204,6 +174,8 @@ class RetrySchedule:
             number, history = prior.retry + 1, prior.history
         delay = backoff(policy, number, exc.retry_after)
         exhausted = number > policy.retries or delay > MAX_DELAY
+        from tether._runtime.retry_record import RetryRecord  # see __getattr__
+
         record = RetryRecord(
             input_entry_id=operation.input_entry_id,
             failed_operation_id=operation.operation_id,

@@ -28,7 +28,6 @@ Rules of this module:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,13 +35,16 @@ import orjson
 
 from tether._models.prices import Price, cost_of, price_for
 from tether._project import find_workspace_root, load_project_config
-from tether._stores.protocol import SessionStoreProtocol
-from tether.core.state import RunOperation, SessionState, Usage
+from tether.core.kinds import Usage
 from tether.core.stops import BudgetTime
 from tether.errors import TetherError
 
 if TYPE_CHECKING:
+    from tether._runtime.costs import Answers
+    from tether._runtime.costs import Cost as Cost
+    from tether._stores.protocol import SessionStoreProtocol
     from tether._stores.reasoning import ReportedCost, SideRecord
+    from tether.core.state import RunOperation, SessionState
 
 __all__ = [
     "Cost",
@@ -54,23 +56,15 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Cost:
-    """US dollars spent; ``known`` is false when some tokens had neither a reported cost
-    nor a price (``usd`` then counts only what is known)."""
+def __getattr__(name: str) -> Any:
+    # A run's cost is a call's value: its class lives in tether._runtime.costs, loaded on
+    # first use (PEP 562), so building an agent (which builds its Spending) does not create
+    # it.
+    if name == "Cost":
+        from tether._runtime.costs import Cost
 
-    usd: float = 0.0
-    known: bool = True
-
-    def to_json(self) -> float | None:
-        """The figure ``--json`` reports: ``null`` when it is not known."""
-        return round(self.usd, 9) if self.known else None
-
-    def text(self) -> str:
-        """``$0.0123``, or ``≥ $0.0123 (some tokens have no price)``."""
-        if self.known:
-            return f"${self.usd:.4f}"
-        return f"≥ ${self.usd:.4f} (some tokens have no price: add [prices] to tether.toml)"
+        return Cost
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def cost_of_answers(
@@ -78,6 +72,8 @@ def cost_of_answers(
 ) -> Cost:
     """The cost of the answers from transcript index ``start`` on, which used ``usage``:
     what their providers reported, plus the tokens no report covers at ``price``."""
+    from tether._runtime.costs import Cost  # see __getattr__
+
     paid = 0.0
     covered = Usage()
     reasoning = 0
@@ -97,21 +93,13 @@ def cost_of_answers(
     return Cost(paid + cost_of(rest, price, reasoning_tokens=reasoning))
 
 
-@dataclass(slots=True)
-class _Answers:
-    """The side records of one session read so far (the transcript only grows)."""
-
-    scanned: int = 0
-    reported: list[ReportedCost] = field(default_factory=list)
-
-
 class Spending:
     """The money side of the spend, for one model and price table."""
 
     def __init__(self, model: str, prices: Mapping[str, Price] | None = None) -> None:
         self.model = model
         self.price = price_for(model, prices)
-        self._sessions: dict[str, _Answers] = {}
+        self._sessions: dict[str, Answers] = {}
 
     def forget(self, session_id: str) -> None:
         """Read the side records of ``session_id`` anew (another process may have written)."""
@@ -122,7 +110,9 @@ class Spending:
     ) -> Cost:
         """The cost of the transcript's entries from index ``start`` on, which used
         ``usage`` (the run's share of the ledger, or the session's total with ``start=0``)."""
-        answers = self._sessions.setdefault(store.session_id, _Answers())
+        from tether._runtime.costs import Answers  # see __getattr__
+
+        answers = self._sessions.setdefault(store.session_id, Answers())
         scanned = len(state.transcript_ids)
         if answers.scanned < scanned:
             # Imported here: a run's, not an agent's construction (which builds Spending).

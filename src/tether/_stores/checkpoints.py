@@ -72,6 +72,7 @@ REDUCER_MODULES: Final = (
     "tether.core.depth",
     "tether.core.facts",
     "tether.core.framing",
+    "tether.core.kinds",
     "tether.core.reducer",
     "tether.core.state",
     "tether.errors",

@@ -33,9 +33,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
-from tether.core.state import SessionState
+if TYPE_CHECKING:  # the state's classes load with a session, not with the seam's types
+    from tether.core.state import SessionState
 
 __all__ = ["SessionOpener", "SessionSidecar", "SessionStoreProtocol"]
 

@@ -53,7 +53,7 @@ from tether.core.arguments import parse_tool_arguments
 from tether.core.canonical import tool_definition_digest
 from tether.core.contents import INVALID_ARGUMENTS, SYNTHETIC_CONTENT, UNKNOWN_TOOL
 from tether.core.current import ToolDeclaration
-from tether.core.state import Replay
+from tether.core.kinds import Replay
 from tether.core.stops import describe_call
 from tether.core.toolresult import ToolResult
 from tether.errors import ConfigurationError

@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import signal
 import stat
 import time
 from abc import abstractmethod
@@ -60,7 +59,7 @@ from tether._tools.workspace import (
     stat_entry,
 )
 from tether.core.canonical import hasher_digest, sha256_digest
-from tether.core.state import Replay
+from tether.core.kinds import Replay
 from tether.errors import SandboxUnavailable, StaleFileChange, ToolError
 
 __all__ = [
@@ -761,6 +760,8 @@ class _Capture:
 def _exit_text(code: int) -> str:
     if code >= 0:
         return str(code)
+    import signal  # only a command killed by a signal needs it, not building the tools
+
     try:
         return f"{code} (killed by {signal.Signals(-code).name})"
     except ValueError:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, overload
 
 from tether._tools.base import FunctionTool, is_arguments_context_form
-from tether.core.state import Replay
+from tether.core.kinds import Replay
 
 __all__ = ["tool"]
 

@@ -51,7 +51,7 @@ from pydantic_core import to_jsonable_python
 
 from tether._tools.base import FunctionTool, ToolContext, ToolResult
 from tether.core.canonical import tool_definition_digest
-from tether.core.state import Replay
+from tether.core.kinds import Replay
 from tether.errors import CanonicalizationError, ConfigurationError
 
 __all__ = ["TypedTool", "typed_tool"]

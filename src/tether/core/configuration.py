@@ -17,10 +17,10 @@ from tether.core.canonical import (
     system_prompt_digest,
 )
 from tether.core.current import CurrentConfiguration, ToolDeclaration
-from tether.core.state import ConfigurationSnapshot, Operation, RunOperation, SessionState
 
 if TYPE_CHECKING:
     from tether.core.plans import BlockedReason
+    from tether.core.state import ConfigurationSnapshot, Operation, SessionState
 
 ENVIRONMENT_VARIABLE = "TETHER_ENVIRONMENT_IDENTITY"
 
@@ -123,6 +123,7 @@ def explain_blocked(
     # Imported here: the plan types (with the reconciliation tables) are the planner's;
     # building an agent's snapshot, this module's other job, needs none of them.
     from tether.core.plans import BlockedReason
+    from tether.core.state import RunOperation
 
     operation: Operation = state.operation
     step = getattr(operation, "step", None)

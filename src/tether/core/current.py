@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, NoReturn
 
-from tether.core.state import Replay
+from tether.core.kinds import Replay
 from tether.errors import ConfigurationError
 
 __all__ = ["CurrentConfiguration", "ToolDeclaration"]

@@ -58,10 +58,10 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from tether.core.contents import PERSON_DENIAL_PREFIX
-from tether.core.state import PersonDenial, SessionState
 from tether.errors import ProjectConfigError
 
 if TYPE_CHECKING:  # an annotation only: the value types (~5 ms) wait for their first user
+    from tether.core.state import PersonDenial, SessionState
     from tether.core.values import Authorization
 
 __all__ = [

@@ -34,7 +34,9 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -336,22 +338,35 @@ class _Queue(MemorySessions):
         return store
 
 
+def _slots(tmp_path: Path, opener: Any, made: list[Agent] | None = None) -> Callable[[], Agent]:
+    """A worker's ``make_agent`` over ``opener`` whose model answers after 50 ms (each agent
+    made is added to ``made``)."""
+
+    def make_agent() -> Agent:
+        model = ScriptedModel.from_json({"responses": [{"content": "Done.", "delay": 0.05}]})
+        agent = Agent(model, workspace=tmp_path, read_agents_md=False, session_store=opener)
+        if made is not None:
+            made.append(agent)
+        return agent
+
+    return make_agent
+
+
+def _queue_up(store: _Queue, make_agent: Callable[[], Agent], count: int, what: str) -> None:
+    """``count`` sessions submitted through an agent of ``make_agent``, queued in ``store``."""
+    submitter = make_agent()
+    store.queue = [submit(submitter, f"{what} {n}") for n in range(count)]
+    submitter.close()
+
+
 def test_a_store_refusing_sessions_slows_the_worker_down(tmp_path: Path) -> None:
     """The store refuses to open sessions (its connections are used up): the worker says
     so once, holds fewer sessions in flight, goes on, and finishes every session; its
     slots are made as work is claimed, never more than the concurrency."""
     store = _Queue(refusals=3)
     made: list[Agent] = []
-
-    def make_agent() -> Agent:
-        model = ScriptedModel.from_json({"responses": [{"content": "Done.", "delay": 0.05}]})
-        agent = Agent(model, workspace=tmp_path, read_agents_md=False, session_store=store)
-        made.append(agent)
-        return agent
-
-    first = make_agent()
-    store.queue = [submit(first, f"task {n}") for n in range(24)]
-    first.close()
+    make_agent = _slots(tmp_path, store, made)
+    _queue_up(store, make_agent, 24, "task")
     lines: list[str] = []
     worker = Worker(make_agent, concurrency=8, until_empty=True, log=lines.append)
     report = worker.run()
@@ -403,15 +418,8 @@ def test_a_worker_with_one_opener_claims_its_free_slots_at_once(tmp_path: Path) 
     many sessions (a claim a statement made the dispatcher the bottleneck); a stop while
     claimed sessions wait for their threads gives them back."""
     store = _Batches()
-    fleet = FleetSessions(store)
-
-    def make_agent() -> Agent:
-        model = ScriptedModel.from_json({"responses": [{"content": "Done.", "delay": 0.05}]})
-        return Agent(model, workspace=tmp_path, read_agents_md=False, session_store=fleet)
-
-    first = make_agent()
-    store.queue = [submit(first, f"task {n}") for n in range(30)]
-    first.close()
+    make_agent = _slots(tmp_path, FleetSessions(store))
+    _queue_up(store, make_agent, 30, "task")
     worker = Worker(make_agent, concurrency=10, until_empty=True)
     report = worker.run()
     assert sorted(report.driven.values()) == ["completed"] * 30
@@ -420,9 +428,7 @@ def test_a_worker_with_one_opener_claims_its_free_slots_at_once(tmp_path: Path) 
 
     # Stopped while a batch waits for its threads: the sessions not started go back.
     store.asked.clear()
-    submitter = make_agent()
-    store.queue = [submit(submitter, f"more {n}") for n in range(5)]
-    submitter.close()
+    _queue_up(store, make_agent, 5, "more")
     stopping = Worker(make_agent, concurrency=5, until_empty=True)
     new_agent = stopping._new_agent
 
@@ -449,14 +455,8 @@ def test_the_status_line_carries_the_store_s_metrics(tmp_path: Path) -> None:
             return {"pool_in_use": 2, "pool_size": 10}
 
     store = Measured(refusals=0)
-
-    def make_agent() -> Agent:
-        model = ScriptedModel.from_json({"responses": [{"content": "Done.", "delay": 0.05}]})
-        return Agent(model, workspace=tmp_path, read_agents_md=False, session_store=store)
-
-    first = make_agent()
-    store.queue = [submit(first, f"task {n}") for n in range(12)]
-    first.close()
+    make_agent = _slots(tmp_path, store)
+    _queue_up(store, make_agent, 12, "task")
     lines: list[str] = []
     Worker(make_agent, concurrency=4, until_empty=True, log=lines.append, status_every=0.02).run()
     status = [line for line in lines if line.startswith("status: ")]

@@ -8,6 +8,7 @@ are also fed through the real reducer (via ``sessionkit``) to prove they are wri
 
 from __future__ import annotations
 
+import queue
 import socket
 import threading
 import time
@@ -28,6 +29,7 @@ from tether._models import (
     TokenUsage,
     ToolCallOut,
     load_model,
+    openai_compat,
     stop_reason_for,
     validate_output_options,
 )
@@ -562,17 +564,45 @@ class TestOpenAICompatible:
     def test_cancel_during_request(self, fake: FakeProvider, kind: type[threading.Event]) -> None:
         fake.enqueue(ok(completion("too late"), delay=5.0))
         cancel = kind()
-        timer = threading.Timer(0.2, cancel.set)
-        timer.start()
-        started = time.monotonic()
-        try:
-            err = fail(adapter(fake, timeout=10.0), request(), cancel=cancel)
-        finally:
-            timer.cancel()
+        cancelled: list[float] = []
+
+        def cancel_once_sent() -> None:
+            # Once the server has the request (the first request of a process imports the
+            # SDK first, which can take longer than any fixed delay on a busy machine).
+            deadline = time.monotonic() + 5.0
+            while not fake.requests and time.monotonic() < deadline:
+                time.sleep(0.01)
+            cancelled.append(time.monotonic())
+            cancel.set()
+
+        threading.Thread(target=cancel_once_sent, daemon=True).start()
+        err = fail(adapter(fake, timeout=10.0), request(), cancel=cancel)
         assert err.code == "aborted"
         assert err.message == "Operation aborted"
-        assert time.monotonic() - started < 1.5
+        assert time.monotonic() - cancelled[0] < 1.0  # the answer would take 5 s
         assert len(fake.requests) == 1
+
+    def test_a_waking_cancel_is_not_polled(
+        self, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # As for a streamed answer (tests/test_models_streaming.py): the executor's
+        # WakingEvent wakes the wait for the whole answer; a plain Event is polled.
+        waits: list[float | None] = []
+
+        class Inbox(queue.SimpleQueue[Any]):
+            def get(self, block: bool = True, timeout: float | None = None) -> Any:
+                waits.append(timeout)
+                return super().get(block, timeout)
+
+        monkeypatch.setattr(openai_compat.queue, "SimpleQueue", Inbox)
+        for kind, most in ((WakingEvent, 3), (threading.Event, None)):
+            waits.clear()
+            fake.enqueue(ok(completion("whole"), delay=0.6))
+            assert adapter(fake).complete(request(), cancel=kind()).content == "whole"
+            if most is None:
+                assert len(waits) >= 15, waits
+            else:
+                assert len(waits) <= most, waits
 
     def test_cancel_before_request_sends_nothing(self, fake: FakeProvider) -> None:
         cancel = threading.Event()

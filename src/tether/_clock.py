@@ -76,8 +76,10 @@ class WakingEvent(threading.Event):
     also return when the event is set. Without a callback it has to poll the event, and a
     worker with 1,000 sessions waiting on their models polled 50,000 times a second, most
     of its CPU (issue 33). No lock guards the callbacks: list appends, removals and copies
-    are atomic, and ``set`` may run in a signal handler that interrupted a registration.
-    A callback must be quick and must not raise.
+    are atomic, and ``set`` may run in a signal handler (``tether run``'s SIGINT handler
+    aborts the agent) that interrupted a registration. So a callback must be quick, must
+    not raise and must take no lock the interrupted thread may hold: a
+    :class:`queue.SimpleQueue`'s ``put`` is made for this, an ``Event.set`` is not.
     """
 
     def __init__(self) -> None:

@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -539,28 +540,30 @@ class OpenAICompatibleModel:
 
         from tether._models.streaming import in_worker  # with httpx (see _tracker)
 
-        outcome: list[tuple[int, bytes] | BaseException] = []
-        done = threading.Event()
+        inbox: queue.SimpleQueue[tuple[int, bytes] | BaseException | None] = queue.SimpleQueue()
 
         def work() -> None:
             try:
                 http = self._post(body, stream=False)
-                outcome.append((http.status_code, http.content))
+                inbox.put((http.status_code, http.content))
             except BaseException as exc:  # handed to the waiting caller
-                outcome.append(exc)
-            finally:
-                done.set()
+                inbox.put(exc)
 
         in_worker(work)
         deadline = time.monotonic() + self._timeout + _GRACE
-        # A cancel that can wake this wait sets ``done`` too (``outcome`` tells them apart);
-        # any other cancel is polled.
-        with wake_on(cancel, done.set) as woken:
+        # A cancel that can wake this wait puts None in the inbox (a SimpleQueue: its put is
+        # safe in the SIGINT handler that sets the cancel); any other cancel is polled.
+        with wake_on(cancel, lambda: inbox.put(None)) as woken:
             poll = None if woken or cancel is None else _POLL
-            while not outcome:
+            while True:
                 remaining = deadline - time.monotonic()
-                done.wait(max(remaining if poll is None else min(poll, remaining), 0.0))
-                if outcome:
+                try:
+                    result = inbox.get(
+                        timeout=max(remaining if poll is None else min(poll, remaining), 0.0)
+                    )
+                except queue.Empty:
+                    result = None
+                if result is not None:
                     break
                 if cancel is not None and cancel.is_set():
                     self._tracker.abort()  # close the connection: the server stops generating
@@ -571,7 +574,6 @@ class OpenAICompatibleModel:
                         "timeout",
                         f"no answer from {self._endpoint.display} within {self._timeout:g} s",
                     )
-        result = outcome[0]
         if isinstance(result, BaseException):
             if isinstance(result, openai.OpenAIError):
                 raise self._map_error(result) from None

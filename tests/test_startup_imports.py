@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 # Loaded only by the code that needs them: model SDKs and HTTP by a model adapter, MCP by a
 # configured server, rich and typer by the CLI, psycopg by the PostgreSQL store, jsonschema
 # by a user tool's schema or a call's validation, pydantic by a typed tool.
@@ -274,3 +276,64 @@ def test_a_model_string_with_a_colon_loads_difflib_only_when_it_may_be_misspelt(
         "    assert \"did you mean 'scripted:'\" in str(exc), exc\n"
     )
     assert _loaded_modules(misspelt, ("difflib",), cwd=tmp_path) == ["difflib"]
+
+
+# Agent.prepare: what the first call would load, loaded at once (the worker does it before
+# its first claim, so that its sessions' first steps do not all wait on one import).
+PREPARED = ("tether._runtime.executor", "jsonschema")
+
+
+@pytest.mark.parametrize(
+    ("model", "sdk", "path"),
+    [("some/model", "openai", "/v1"), ("anthropic:claude-test", "anthropic", "")],
+)
+def test_prepare_loads_what_the_first_call_needs_and_sends_nothing(
+    tmp_path: Path, model: str, sdk: str, path: str
+) -> None:
+    names = (*PREPARED, sdk, "tether._models.chat_stream")
+    build = (
+        "import socket, tether\n"
+        "listener = socket.create_server(('127.0.0.1', 0))\n"
+        "port = listener.getsockname()[1]\n"
+        f"agent = tether.Agent({model!r}, workspace={str(tmp_path)!r}, "
+        f"base_url=f'http://127.0.0.1:{{port}}{path}', api_key='sk-test-startup-000000')\n"
+    )
+    assert _loaded_modules(build, names, cwd=tmp_path) == []
+    prepared = build + (
+        "agent.prepare()\n"
+        "listener.settimeout(0.2)\n"
+        "try:\n    listener.accept()\nexcept TimeoutError:\n    pass\n"
+        "else:\n    raise SystemExit('prepare() connected to the model server')\n"
+        "agent.close()\n"
+    )
+    loaded = _loaded_modules(prepared, names, cwd=tmp_path)
+    expected = {*PREPARED, sdk} | ({"tether._models.chat_stream"} if sdk == "openai" else set())
+    assert set(loaded) == expected
+
+
+def test_a_worker_prepares_its_first_agent_before_it_claims(tmp_path: Path) -> None:
+    probe = (
+        "import sys\n"
+        "import tether\n"
+        "from tether._runtime.worker import Worker\n"
+        "from tether._stores.memory import MemorySessions\n"
+        "seen = []\n"
+        "class Queue(MemorySessions):\n"
+        "    def claim(self, environment):\n"
+        f"        seen.append(sorted(n for n in {(*PREPARED, 'openai')!r} if n in sys.modules))\n"
+        "        return None\n"
+        "    def waiting(self, environment):\n"
+        "        return 0\n"
+        "store = Queue()\n"
+        "def make_agent():\n"
+        f"    return tether.Agent('some/model', workspace={str(tmp_path)!r}, "
+        "base_url='http://127.0.0.1:9/v1', api_key='sk-test-startup-000000', "
+        "session_store=store, read_agents_md=False)\n"
+        "Worker(make_agent, concurrency=4, until_empty=True, log=lambda line: None).run()\n"
+        "print(seen)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().replace("'", '"')) == [sorted((*PREPARED, "openai"))]

@@ -474,6 +474,11 @@ class AnthropicModel:
                 self._connections = ConnectionTracker()
             return self._connections
 
+    def prepare(self) -> None:
+        """Make the SDK client now (importing the SDK and httpx) instead of at the first
+        request: for a process about to send many first requests at once (a worker)."""
+        self._client  # noqa: B018 - the property builds it
+
     @property
     def _client(self) -> anthropic_sdk.Anthropic:
         """The SDK's client, made at the first request (retries off; the tracked client)."""

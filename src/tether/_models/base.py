@@ -111,6 +111,14 @@ class ModelAdapter(Protocol):
         ...
 
 
+def prepare_model(model: ModelAdapter) -> None:
+    """Have ``model`` load now what its first request would (an SDK, its HTTP client), when
+    it has a ``prepare()`` for that; adapters without one need nothing."""
+    prepare = getattr(model, "prepare", None)
+    if callable(prepare):
+        prepare()
+
+
 def call_model(
     model: ModelAdapter,
     request: ModelRequest,

@@ -219,6 +219,13 @@ class OpenAICompatibleModel:
                 self._connections = ConnectionTracker()
             return self._connections
 
+    def prepare(self) -> None:
+        """Make the SDK client now (importing the SDK and httpx) instead of at the first
+        request: for a process about to send many first requests at once (a worker)."""
+        self._client  # noqa: B018 - the property builds it
+        if self._stream:
+            import tether._models.chat_stream  # noqa: F401 - what reads a streamed answer
+
     @property
     def _client(self) -> openai.OpenAI:
         """The SDK's client, made on first use (retries off; the tracked HTTP client)."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any, Final
 
-from tether._models.base import ModelAdapter, call_model
+from tether._models.base import ModelAdapter, call_model, prepare_model
 from tether.core.policy import check_known, show_value
 from tether.errors import ConfigurationError, ProjectConfigError
 
@@ -336,6 +336,9 @@ class ConfiguredModel:
     def __init__(self, inner: ModelAdapter, suffix: str) -> None:
         self.inner = inner
         self._suffix = suffix
+
+    def prepare(self) -> None:
+        prepare_model(self.inner)
 
     @property
     def provider(self) -> str:

@@ -260,6 +260,19 @@ class Agent:
                 return
         built.abort()
 
+    def prepare(self) -> None:
+        """Load now what the first call would load: the executor (the drive loop and its
+        handlers), the model's client (its SDK and HTTP client) and the tools' argument
+        validators. Nothing is sent, opened or checked. For a process about to start many
+        sessions at once (``tether worker``): otherwise every one of them waits, its
+        thread contending for the import lock, on imports only one thread can do."""
+        from tether._models.base import prepare_model
+
+        self._executor  # noqa: B018 - the property builds it
+        prepare_model(self._parts.model)
+        for tool in self._parts.registry:
+            tool._prepare()
+
     def set_stop_signal(self, signal: threading.Event | None) -> None:
         """An event that, once set, ends a drive at its next durable point, unfinished."""
         self._stop_signal = signal

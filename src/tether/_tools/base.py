@@ -311,14 +311,24 @@ class Tool(ABC):
         """The trusted declaration the planner sees (an item of ``current.tools``)."""
         return ToolDeclaration(self.name, self._digest, self.replay, self.replay_key)
 
-    def validation_errors(self, arguments: Mapping[str, Any]) -> list[str]:
-        """Schema violations of ``arguments`` (empty when valid), most relevant first."""
+    def _prepare(self) -> None:
+        """Build the argument validator now (importing jsonschema) instead of at the first
+        call: for a process about to validate many first calls at once (a worker). Private:
+        a user's tool may well have a ``prepare`` of its own."""
+        if not self.validates_in_run:
+            self._checker()
+
+    def _checker(self) -> Draft202012Validator:
         validator = self._validator
         if validator is None:  # the first call: racing threads build equal validators
             from jsonschema import Draft202012Validator
 
             validator = self._validator = Draft202012Validator(self._definition["parameters"])
-        errors = list(validator.iter_errors(arguments))
+        return validator
+
+    def validation_errors(self, arguments: Mapping[str, Any]) -> list[str]:
+        """Schema violations of ``arguments`` (empty when valid), most relevant first."""
+        errors = list(self._checker().iter_errors(arguments))
         if not errors:
             return []
         from jsonschema.exceptions import best_match

@@ -13,6 +13,7 @@ event, so :meth:`FakeProvider.close` never hangs on them.
 from __future__ import annotations
 
 import json
+import queue
 import select
 import socket
 import sys
@@ -527,3 +528,17 @@ def anthropic_error(
     return Canned(
         status, json.dumps(body).encode(), {"Content-Type": "application/json", **(headers or {})}
     )
+
+
+def record_inbox_waits(monkeypatch: Any) -> list[float | None]:
+    """Every ``queue.SimpleQueue.get`` from now on (the inboxes a model call waits on, and its
+    request thread's), its timeout recorded in the returned list: how often a call woke."""
+    waits: list[float | None] = []
+
+    class Inbox(queue.SimpleQueue[Any]):
+        def get(self, block: bool = True, timeout: float | None = None) -> Any:
+            waits.append(timeout)
+            return super().get(block, timeout)
+
+    monkeypatch.setattr(queue, "SimpleQueue", Inbox)
+    return waits

@@ -8,7 +8,6 @@ are also fed through the real reducer (via ``sessionkit``) to prove they are wri
 
 from __future__ import annotations
 
-import queue
 import socket
 import threading
 import time
@@ -17,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from fakeprovider import FakeProvider, completion, error, ok, raw
+from fakeprovider import FakeProvider, completion, error, ok, raw, record_inbox_waits
 from sessionkit import SessionKit, expect_ok
 from tether._clock import WakingEvent
 from tether._models import (
@@ -29,7 +28,6 @@ from tether._models import (
     TokenUsage,
     ToolCallOut,
     load_model,
-    openai_compat,
     stop_reason_for,
     validate_output_options,
 )
@@ -587,14 +585,7 @@ class TestOpenAICompatible:
     ) -> None:
         # As for a streamed answer (tests/test_models_streaming.py): the executor's
         # WakingEvent wakes the wait for the whole answer; a plain Event is polled.
-        waits: list[float | None] = []
-
-        class Inbox(queue.SimpleQueue[Any]):
-            def get(self, block: bool = True, timeout: float | None = None) -> Any:
-                waits.append(timeout)
-                return super().get(block, timeout)
-
-        monkeypatch.setattr(openai_compat.queue, "SimpleQueue", Inbox)
+        waits = record_inbox_waits(monkeypatch)
         for kind, most in ((WakingEvent, 3), (threading.Event, None)):
             waits.clear()
             fake.enqueue(ok(completion("whole"), delay=0.6))

@@ -8,7 +8,6 @@ complete, timeouts between chunks, and a closed connection on cancel.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +15,15 @@ from typing import Any
 
 import pytest
 
-from fakeprovider import FakeProvider, chunk, completion, error, ok, streamed
+from fakeprovider import (
+    FakeProvider,
+    chunk,
+    completion,
+    error,
+    ok,
+    record_inbox_waits,
+    streamed,
+)
 from tether._clock import WakingEvent
 from tether._models import streaming
 from tether._models.base import ModelRequest, Reasoning, TokenUsage
@@ -234,14 +241,7 @@ class TestStreaming:
         # A plain event is polled every 20 ms while the answer is awaited; the executor's
         # WakingEvent wakes the wait itself, so a worker's thousand waiting sessions cost
         # nothing (issue 33). Counted: the waits on the call's inbox during a 0.6 s answer.
-        waits: list[float | None] = []
-
-        class Inbox(queue.SimpleQueue[Any]):
-            def get(self, block: bool = True, timeout: float | None = None) -> Any:
-                waits.append(timeout)
-                return super().get(block, timeout)
-
-        monkeypatch.setattr(streaming.queue, "SimpleQueue", Inbox)
+        waits = record_inbox_waits(monkeypatch)
         for kind, most in ((WakingEvent, 10), (threading.Event, None)):
             waits.clear()
             fake.enqueue(streamed(chunk(content="a"), chunk(finish_reason="stop"), pauses={0: 0.6}))
@@ -250,6 +250,31 @@ class TestStreaming:
                 assert len(waits) >= 15, waits  # the polled kind: the count is what it costs
             else:
                 assert len(waits) <= most, waits
+
+    def test_a_quiet_caller_is_not_woken_per_chunk(
+        self, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A caller without on_delta (a worker's sessions) is woken by the first bytes and by
+        # the result, not by each of the stream's chunks: a worker waiting on hundreds of
+        # token-by-token streams would otherwise switch threads for every token (issue 33).
+        waits = record_inbox_waits(monkeypatch)
+        pieces = [chunk(content=str(i % 10)) for i in range(120)]
+        text = "".join(str(i % 10) for i in range(120))
+        for listening in (False, True):
+            waits.clear()
+            seen: list[Delta] = []
+            fake.enqueue(streamed(*pieces, chunk(finish_reason="stop"), pause=0.002))
+            answer = adapter(fake).complete(
+                request(), cancel=WakingEvent(), on_delta=seen.append if listening else None
+            )
+            assert answer.content == text
+            timed = [w for w in waits if w is not None]  # the caller's (its request
+            # thread waits for work without a timeout)
+            if listening:  # every delta reaches the listener, each waking the caller
+                assert "".join(d.text for d in seen) == text
+                assert len(timed) > 100, len(timed)
+            else:  # the first bytes, then the result
+                assert len(timed) <= 3, timed
 
     def test_rate_limit_before_the_stream(self, fake: FakeProvider) -> None:
         fake.enqueue(error(429, "slow down", headers={"Retry-After": "3"}))

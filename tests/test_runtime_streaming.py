@@ -86,6 +86,34 @@ def test_streamed_tool_call_and_answer(fake: FakeProvider, workspace: Path) -> N
     assert fake.requests[0].body["stream"] is True
 
 
+def test_deltas_are_asked_for_only_when_someone_listens(
+    fake: FakeProvider, workspace: Path
+) -> None:
+    # Without an on_event nobody sees a delta: the model is not asked for them, so the
+    # waiting session is not woken for each one (a worker's sessions; issue 33).
+    asked: list[bool] = []
+
+    class Recording(OpenAICompatibleModel):
+        def complete(self, request: Any, *, cancel: Any = None, on_delta: Any = None) -> Any:
+            asked.append(on_delta is not None)
+            return super().complete(request, cancel=cancel, on_delta=on_delta)
+
+    def answer() -> Any:
+        return streamed(
+            chunk(content="It says "), chunk(content="hi."), chunk(finish_reason="stop")
+        )
+
+    model = Recording("fake/model", base_url=fake.base_url, api_key="test", timeout=5.0)
+    fake.enqueue(answer(), answer())
+    assert Agent(model, workspace=workspace).run("README?").text == "It says hi."
+    seen: list[Event] = []
+    assert Agent(model, workspace=workspace, on_event=seen.append).run("again").text == (
+        "It says hi."
+    )
+    assert asked == [False, True]
+    assert [e.text for e in seen if isinstance(e, ModelDelta)] == ["It says ", "hi."]
+
+
 def test_stream_broken_mid_answer_fails_the_step(fake: FakeProvider, workspace: Path) -> None:
     fake.enqueue(streamed(chunk(content="Half of"), done=False, hang_up=True))
     result = Agent(remote(fake), workspace=workspace).run("hi")

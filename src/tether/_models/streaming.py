@@ -288,6 +288,23 @@ Emit = Callable[[Delta | Settled | None], None]
 ``emit(Settled(answer))`` when the answer is complete (what is still read is only drained)."""
 
 
+class _Progress:
+    """What the request's thread has seen so far, written by ``emit`` and read by the
+    waiting caller whenever it wakes. Plain attribute writes, not messages: a message per
+    chunk would wake the caller for every token of a stream, and a worker waiting on
+    hundreds of streams would spend its CPU handing the GIL back and forth. Only what the
+    caller must act on wakes it: the first bytes (its deadline changes from the first-byte
+    timeout to the idle timeout), a delta when someone listens (``on_delta``), the result,
+    an error, a cancel."""
+
+    __slots__ = ("last", "seen", "settled")
+
+    def __init__(self, now: float) -> None:
+        self.last = now  # when bytes last arrived (or the request started)
+        self.seen = False  # whether any did: first-byte timeout before, idle timeout after
+        self.settled: Settled | None = None
+
+
 def run_stream(
     work: Callable[[Emit], _T],
     *,
@@ -308,9 +325,17 @@ def run_stream(
     or cancel while the body drains returns it; the drain goes on on its own thread).
     """
     inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+    progress = _Progress(time.monotonic())
 
     def emit(delta: Delta | Settled | None) -> None:
-        inbox.put(("delta", delta))
+        if isinstance(delta, Settled):
+            progress.settled = delta
+        progress.last = time.monotonic()
+        if not progress.seen:  # set after ``last``: a caller that sees it sees the new time
+            progress.seen = True
+            inbox.put(("wake", None))  # its deadline changes: the idle timeout's from now on
+        if delta is not None and on_delta is not None and not isinstance(delta, Settled):
+            inbox.put(("delta", delta))
 
     def target() -> None:
         try:
@@ -319,32 +344,31 @@ def run_stream(
             inbox.put(("error", exc))
 
     in_worker(target)
-    last = time.monotonic()
-    seen = False
-    settled: Settled | None = None
     # A cancel that can wake this wait puts "wake" in the inbox; any other cancel is polled
     # (a worker's 1,000 sessions waiting on their models would wake 50,000 times a second).
     with wake_on(cancel, lambda: inbox.put(("wake", None))) as woken:
         poll = None if woken or cancel is None else _POLL
         while True:
-            limit = idle_timeout if seen else first_byte_timeout
-            remaining = last + limit - time.monotonic()
+            limit = idle_timeout if progress.seen else first_byte_timeout
+            remaining = progress.last + limit - time.monotonic()
             try:
                 kind, value = inbox.get(
                     timeout=max(remaining if poll is None else min(poll, remaining), 0.0)
                 )
             except queue.Empty:
                 kind, value = "wake", None
+            settled = progress.settled
             if kind == "wake":
-                if settled is not None and (
-                    (cancel is not None and cancel.is_set()) or time.monotonic() - last >= limit
-                ):
+                seen = progress.seen
+                limit = idle_timeout if seen else first_byte_timeout
+                expired = time.monotonic() - progress.last >= limit
+                if settled is not None and ((cancel is not None and cancel.is_set()) or expired):
                     tracker.abort()  # the drain stalled: give the connection up, keep the answer
                     return settled.value  # type: ignore[no-any-return]
                 if cancel is not None and cancel.is_set():
                     tracker.abort()
                     raise ModelError("aborted", "Operation aborted") from None
-                if time.monotonic() - last >= limit:
+                if expired:
                     tracker.abort()
                     if seen:
                         raise ModelError(
@@ -357,13 +381,8 @@ def run_stream(
                         f"no answer from {where} within {limit:g} s (first-byte timeout)",
                     ) from None
                 continue
-            if kind == "delta":
-                seen = True
-                last = time.monotonic()
-                if isinstance(value, Settled):
-                    settled = value
-                    continue
-                if value is not None and on_delta is not None:
+            if kind == "delta":  # only sent when someone listens (see _Progress)
+                if on_delta is not None:
                     try:
                         on_delta(value)
                     except BaseException:

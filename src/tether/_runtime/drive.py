@@ -82,6 +82,12 @@ class Shell:
         if self._on_event is not None:
             self._on_event(event)
 
+    @property
+    def listened(self) -> bool:
+        """Whether anyone receives events: without a listener, a model's streamed deltas
+        are not asked for (each would wake the waiting session for nothing)."""
+        return self._on_event is not None
+
     def stopping(self) -> bool:
         signal = self.stop_signal
         return signal is not None and signal.is_set()

@@ -103,7 +103,10 @@ class ModelSteps:
         # 4. call the model; an error commits [stepFailed, operationFinished failed]
         try:
             response = call_model(
-                self._parts.model, request, cancel=self._shell.cancel, on_delta=self._delta
+                self._parts.model,
+                request,
+                cancel=self._shell.cancel,
+                on_delta=self._delta if self._shell.listened else None,
             )
         except ModelError as exc:
             self._failed(store, state, step_id, attempt_id, exc)

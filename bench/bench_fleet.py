@@ -103,17 +103,34 @@ TOOL_CALL = _completion(
 ANSWER = _completion({"role": "assistant", "content": "Done: the line is written."}, "stop")
 
 
-def _sse(whole: bytes) -> bytes:
-    """The same answer as a chat-completions stream (one chunk, then ``[DONE]``)."""
+def _split(text: str, pieces: int) -> list[str]:
+    size = max(1, -(-len(text) // pieces))
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _sse(whole: bytes, pieces: int = 1) -> list[bytes]:
+    """The same answer as a chat-completions stream, event by event: its text (or its tool
+    call's arguments) in ``pieces`` deltas, as a provider streams about one a token, then the
+    finish, the usage and ``[DONE]``."""
     choice = json.loads(whole)["choices"][0]
     message = choice["message"]
-    delta: dict[str, Any] = {"role": "assistant", "content": message.get("content")}
+    deltas: list[dict[str, Any]]
     if message.get("tool_calls"):
-        delta["tool_calls"] = [{"index": 0, **c} for c in message["tool_calls"]]
+        call = message["tool_calls"][0]
+        parts = _split(call["function"]["arguments"], pieces)
+        first = {**call, "index": 0, "function": {**call["function"], "arguments": parts[0]}}
+        deltas = [{"role": "assistant", "content": None, "tool_calls": [first]}]
+        deltas += [
+            {"tool_calls": [{"index": 0, "function": {"arguments": part}}]} for part in parts[1:]
+        ]
+    else:
+        parts = _split(message["content"], pieces)
+        deltas = [{"role": "assistant", "content": parts[0]}]
+        deltas += [{"content": part} for part in parts[1:]]
     chunks = [
         {"id": "c", "object": "chat.completion.chunk", "model": MODEL, "choices": [c]}
         for c in (
-            {"index": 0, "delta": delta, "finish_reason": None},
+            *({"index": 0, "delta": d, "finish_reason": None} for d in deltas),
             {"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]},
         )
     ]
@@ -125,18 +142,14 @@ def _sse(whole: bytes) -> bytes:
             "usage": json.loads(whole)["usage"],
         }
     )
-    return b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks) + (
-        b"data: [DONE]\n\n"
-    )
-
-
-STREAMED = {TOOL_CALL: _sse(TOOL_CALL), ANSWER: _sse(ANSWER)}
+    return [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks] + [b"data: [DONE]\n\n"]
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     delay = 0.0
+    pieces = 1
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -147,16 +160,27 @@ class _Handler(BaseHTTPRequestHandler):
         # After the tool's result, answer; before it, ask for the call.
         last = request["messages"][-1]["role"]
         whole = ANSWER if last == "tool" else TOOL_CALL
-        if self.delay:
-            time.sleep(self.delay)
-        if request.get("stream"):
-            data = STREAMED[whole]
+        streamed = bool(request.get("stream"))
+        # Streamed in pieces, the answer takes the delay as a provider does: a delta every
+        # delay / pieces seconds, the first after the first of them.
+        pause = self.delay / self.pieces if streamed else self.delay
+        if pause:
+            time.sleep(pause)
+        if streamed:
+            events = _sse(whole, self.pieces)
             head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
         else:
-            data = whole
+            events = [whole]
             head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-        self.wfile.write(b"%sContent-Length: %d\r\n\r\n%s" % (head, len(data), data))
-        self.wfile.flush()
+        size = sum(len(event) for event in events)
+        self.wfile.write(b"%sContent-Length: %d\r\n\r\n" % (head, size))
+        if self.pieces == 1:  # the whole answer in one write
+            events = [b"".join(events)]
+        for n, event in enumerate(events):  # else event by event, as a provider streams
+            if n and pause and n < self.pieces:
+                time.sleep(pause)
+            self.wfile.write(event)
+            self.wfile.flush()
 
 
 class _Server(ThreadingHTTPServer):
@@ -165,8 +189,8 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 4096  # a thousand sessions connect at once
 
 
-def serve(delay: float) -> _Server:
-    handler = type("Handler", (_Handler,), {"delay": delay})
+def serve(delay: float, pieces: int = 1) -> _Server:
+    handler = type("Handler", (_Handler,), {"delay": delay, "pieces": pieces})
     server = _Server(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
@@ -282,13 +306,14 @@ def run_fleet(
     sandbox: str,
     lease: float,
     keep: bool = False,
+    pieces: int = 1,
 ) -> Result:
     schema = f"fleet_{secrets.token_hex(4)}"
     with psycopg.connect(base, autocommit=True) as admin:
         admin.execute(f"CREATE SCHEMA {schema}")
     url = with_schema(base, schema)
     work = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
-    server = serve(delay)
+    server = serve(delay, pieces)
     try:
         init_schema(url)
         ws = work / "ws"
@@ -579,6 +604,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int)
     parser.add_argument("--sandbox", default="off")
     parser.add_argument("--lease", type=float, default=30.0)
+    parser.add_argument(
+        "--chunks", type=int, default=1, help="stream each answer in this many deltas, paced"
+    )
     parser.add_argument("--sweep", action="store_true")
     parser.add_argument("--keep-logs", action="store_true", help="print the workers' log tails")
     parser.add_argument(
@@ -602,10 +630,12 @@ def main() -> None:
     def concurrency(workers: int) -> int:
         return args.concurrency or max(1, math.ceil(args.sessions / workers))
 
+    if args.chunks > 1:
+        print(f"each answer streamed in {args.chunks} deltas spread over the model delay")
     result = run_fleet(
         base, sessions=args.sessions, workers=args.workers,
         concurrency=concurrency(args.workers), delay=args.delay, sandbox=args.sandbox,
-        lease=args.lease, keep=args.keep_logs,
+        lease=args.lease, keep=args.keep_logs, pieces=args.chunks,
     )  # fmt: skip
     complete = report(result)
     if args.delay > 0:
@@ -624,6 +654,7 @@ def main() -> None:
         result = run_fleet(
             base, sessions=args.sessions, workers=workers, concurrency=concurrency(workers),
             delay=0.0, sandbox=args.sandbox, lease=args.lease, keep=args.keep_logs,
+            pieces=args.chunks,
         )  # fmt: skip
         complete = report(result)
         ratio = result.facts / result.wall / result.bare

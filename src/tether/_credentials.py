@@ -61,12 +61,12 @@ MASK: Final = "[redacted]"
 """What an exact occurrence of a secret is replaced with."""
 
 MIN_SECRET_LENGTH: Final = 8
+"""Shorter values are not treated as secrets: they would mask ordinary text."""
 
 _ALNUM_RUN: Final = re.compile(r"[A-Za-z0-9]+")
 _MIN_PROBE: Final = 4
 """A secret whose longest run of ASCII letters and digits is shorter makes :class:`Masker`
 walk every value instead of probing its encoding first."""
-"""Shorter values are not treated as secrets: they would mask ordinary text."""
 
 _lock = threading.Lock()
 _registered: list[str] = []

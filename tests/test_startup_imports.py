@@ -119,6 +119,15 @@ NOT_AT_CONSTRUCTION = (
 )
 
 
+def _run(code: str, cwd: Path | None = None) -> str:
+    """What ``code`` printed, run in a fresh interpreter (it must succeed)."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def _loaded_modules(code: str, names: tuple[str, ...], cwd: Path | None = None) -> list[str]:
     """Which of ``names`` (modules, or packages with any of their modules) ``code`` left in
     ``sys.modules`` of a fresh interpreter."""
@@ -129,11 +138,7 @@ def _loaded_modules(code: str, names: tuple[str, ...], cwd: Path | None = None) 
         "print(json.dumps(sorted({n for n in names for m in sys.modules "
         "if m == n or m.startswith(n + '.')})))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=cwd
-    )
-    assert done.returncode == 0, done.stderr
-    loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    loaded: list[str] = json.loads(_run(probe, cwd).strip().splitlines()[-1])
     return loaded
 
 
@@ -145,15 +150,7 @@ def _loaded(code: str, cwd: Path | None = None) -> list[str]:
         "loaded = {m.split('.')[0] for m in sys.modules}\n"
         f"print(json.dumps(sorted(loaded & {set(NOT_AT_IMPORT)!r})))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
-    assert done.returncode == 0, done.stderr
-    loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    loaded: list[str] = json.loads(_run(probe, cwd).strip().splitlines()[-1])
     return loaded
 
 
@@ -187,11 +184,7 @@ def test_building_an_agent_and_resuming_load_no_optional_machinery(tmp_path: Pat
         "assert result.status.value == 'completed', result\n"
         "print(result.session_id)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", run], capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
-    assert done.returncode == 0, done.stderr
-    session = done.stdout.strip()
+    session = _run(run, tmp_path).strip()
     # A new process builds the agent and resumes the session (nothing is unfinished).
     resume = (
         "import tether\n"
@@ -313,7 +306,7 @@ def test_prepare_loads_what_the_first_call_needs_and_sends_nothing(
 
 def test_a_worker_prepares_its_first_agent_before_it_claims(tmp_path: Path) -> None:
     probe = (
-        "import sys\n"
+        "import json, sys\n"
         "import tether\n"
         "from tether._runtime.worker import Worker\n"
         "from tether._stores.memory import MemorySessions\n"
@@ -330,10 +323,6 @@ def test_a_worker_prepares_its_first_agent_before_it_claims(tmp_path: Path) -> N
         "base_url='http://127.0.0.1:9/v1', api_key='sk-test-startup-000000', "
         "session_store=store, read_agents_md=False)\n"
         "Worker(make_agent, concurrency=4, until_empty=True, log=lambda line: None).run()\n"
-        "print(seen)\n"
+        "print(json.dumps(seen))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.strip().replace("'", '"')) == [sorted((*PREPARED, "openai"))]
+    assert json.loads(_run(probe, tmp_path)) == [sorted((*PREPARED, "openai"))]

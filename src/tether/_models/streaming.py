@@ -328,13 +328,13 @@ def run_stream(
     progress = _Progress(time.monotonic())
 
     def emit(delta: Delta | Settled | None) -> None:
-        if isinstance(delta, Settled):
-            progress.settled = delta
         progress.last = time.monotonic()
         if not progress.seen:  # set after ``last``: a caller that sees it sees the new time
             progress.seen = True
             inbox.put(("wake", None))  # its deadline changes: the idle timeout's from now on
-        if delta is not None and on_delta is not None and not isinstance(delta, Settled):
+        if isinstance(delta, Settled):
+            progress.settled = delta
+        elif delta is not None and on_delta is not None:
             inbox.put(("delta", delta))
 
     def target() -> None:

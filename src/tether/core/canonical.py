@@ -7,8 +7,14 @@ numbers are admitted only with ``allow_scalars=True`` (tool definitions and outp
 options, spec 10.5).
 
 :func:`_reference` is the straightforward implementation. :func:`canonical_json`
-uses ``orjson`` instead when the value provably serializes identically (see
-:func:`_fast_path_applies`); ``tests/test_canonical.py`` checks the equivalence.
+uses the standard library's C encoder (``json``, sorted keys, no ASCII escaping) instead
+when the value provably serializes identically (see :func:`_fast_path_applies`);
+``tests/test_canonical.py`` checks the equivalence. Not ``orjson``, though it is 2-10x
+faster on the same values: the digests of an agent's configuration are taken when the agent
+is built, and importing ``orjson`` (~15 ms: it loads ``dataclasses``, ``inspect``,
+``uuid``, ``datetime`` and ``json``) was half of the start-up budget (issue 31); what
+goes through here is small (a configuration snapshot: ~6 us; a tool call's arguments:
+~1 us), and the session log, where volume is, is encoded with ``orjson`` elsewhere.
 
 Everything here is pure: no I/O, clock, environment, randomness or mutable globals.
 """
@@ -22,8 +28,6 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Protocol
 
-import orjson
-
 from tether.errors import CanonicalizationError
 
 __all__ = [
@@ -34,6 +38,7 @@ __all__ = [
     "arguments_digest",
     "canonical_json",
     "configuration_digest",
+    "has_unpaired_surrogate",
     "hasher_digest",
     "output_options_digest",
     "sha256_digest",
@@ -55,7 +60,6 @@ _ESCAPES: dict[str, str] = {
 }
 _ESCAPES.update({chr(c): f"\\u{c:04x}" for c in range(0x20) if chr(c) not in _ESCAPES})
 _NEEDS_ESCAPE = re.compile('["\\\\\x00-\x1f]')
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 MAX_SAFE_INTEGER: Final = 2**53 - 1
 """The largest integer every JSON reader represents exactly (spec 3): the bound of every
@@ -72,8 +76,21 @@ class _Reject(Exception):
         self.path: list[str] = []
 
 
+def has_unpaired_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a surrogate code point, which UTF-8 cannot encode (a Python
+    string holds a pair as two unpaired ones): the codec's C loop finds it. Not a regex over
+    the surrogate range, which took ~0.4 ms to compile when the module was imported."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _string(text: str) -> str:
-    if _SURROGATE.search(text):
+    if has_unpaired_surrogate(text):
         raise _Reject("string contains an unpaired surrogate")
     return '"' + _NEEDS_ESCAPE.sub(lambda m: _ESCAPES[m.group()], text) + '"'
 
@@ -179,11 +196,11 @@ def _reference(value: Any, allow_scalars: bool) -> bytes:
 def _fast_path_applies(value: Any) -> bool:
     """True if ``value`` is built only of dict/list/tuple/str/None with ASCII keys.
 
-    For such values ``orjson.dumps(value, option=OPT_SORT_KEYS)`` equals the canonical
-    form: ASCII names sort identically by code point and by UTF-16 code unit, and
-    orjson escapes strings exactly as spec 10.1 (checked once at import, see
-    ``_ORJSON_MATCHES``). Unpaired surrogates make orjson raise; the caller then falls
-    back to the reference, which reports them.
+    For such values :data:`_FAST` (``json`` with sorted keys, no ASCII escaping, no
+    spaces) gives the canonical form: ASCII names sort identically by code point and by
+    UTF-16 code unit, and ``json`` escapes strings exactly as spec 10.1 (checked once at
+    import, see ``_FAST_MATCHES``). Unpaired surrogates fail the UTF-8 encoding; the
+    caller then falls back to the reference, which reports them.
     """
     kind = type(value)
     if kind is str or value is None:
@@ -203,17 +220,26 @@ def _fast_path_applies(value: Any) -> bool:
     return False
 
 
-def _orjson_matches() -> bool:
-    """Whether the installed orjson escapes and sorts exactly as the reference does."""
+_FAST: Final = json.JSONEncoder(
+    ensure_ascii=False, sort_keys=True, separators=(",", ":"), check_circular=False
+)
+
+
+def _fast(value: Any) -> bytes:
+    return _FAST.encode(value).encode("utf-8")
+
+
+def _fast_matches() -> bool:
+    """Whether the fast encoder escapes and sorts exactly as the reference does."""
     text = "".join(map(chr, range(0x80))) + "\x80\xa0\xe9\u2028\u2029\ufeff\ue000\U0001f600"
     probe: dict[str, Any] = {text: [text, None, {}], "b": "", "B": (), "a_": "/", "a": [], "": "z"}
     try:
-        return bool(orjson.dumps(probe, option=orjson.OPT_SORT_KEYS) == _reference(probe, False))
-    except (orjson.JSONEncodeError, CanonicalizationError):
+        return _fast(probe) == _reference(probe, False)
+    except (ValueError, CanonicalizationError):
         return False
 
 
-_ORJSON_MATCHES = _orjson_matches()
+_FAST_MATCHES = _fast_matches()
 
 
 def canonical_json(value: Any, *, allow_scalars: bool = False) -> bytes:
@@ -226,15 +252,14 @@ def canonical_json(value: Any, *, allow_scalars: bool = False) -> bytes:
     :class:`~tether.errors.CanonicalizationError`.
     """
     try:
-        plain = _ORJSON_MATCHES and _fast_path_applies(value)
+        plain = _FAST_MATCHES and _fast_path_applies(value)
     except RecursionError:
         plain = False
     if plain:
         try:
-            result: bytes = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-            return result
-        except orjson.JSONEncodeError:
-            pass  # surrogate or too deep for orjson: the reference decides
+            return _fast(value)
+        except (UnicodeEncodeError, RecursionError):
+            pass  # a surrogate, or too deep: the reference decides and says which
     return _reference(value, allow_scalars)
 
 

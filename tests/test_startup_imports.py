@@ -116,6 +116,17 @@ NOT_AT_CONSTRUCTION = (
     # close-match search of a misspelt model prefix (openai:… is not close to any).
     "signal",
     "difflib",
+    # Issue 31's last 30 ms: orjson (~15 ms: it imports dataclasses, inspect, uuid and
+    # datetime itself) encodes the first fact, not the configuration's digests (the standard
+    # library's json does, tether.core.canonical); the value types a construction builds
+    # are records (tether.core.records), whose methods are not compiled per class, so
+    # neither dataclasses nor the inspect it imports is loaded; uuid (and platform) wait
+    # for the first span.
+    "orjson",
+    "dataclasses",
+    "inspect",
+    "uuid",
+    "platform",
 )
 
 
@@ -219,9 +230,12 @@ def test_building_an_agent_loads_nothing_a_call_needs(tmp_path: Path) -> None:
         "try:\n    agent.resume('no-such-session')\nexcept tether.TetherError:\n    pass\n"
     )
     loaded = _loaded_modules(call, NOT_AT_CONSTRUCTION, cwd=tmp_path)
-    assert {"tether._runtime.executor", "tether._runtime.events", "tether._stores.file"} <= set(
-        loaded
-    )
+    assert {
+        "tether._runtime.executor",
+        "tether._runtime.events",
+        "tether._stores.file",
+        "orjson",
+    } <= set(loaded)
 
 
 def test_a_tether_toml_and_a_scripted_model_load_what_they_need(tmp_path: Path) -> None:

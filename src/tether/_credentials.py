@@ -28,10 +28,9 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
-import orjson
+from tether.core.records import field, record
 
 __all__ = [
     "CREDENTIAL_VARIABLES",
@@ -119,7 +118,7 @@ def child_environment(
     }
 
 
-@dataclass(frozen=True)
+@record
 class Masker:
     """Replaces exact occurrences of secrets with :data:`MASK`.
 
@@ -170,8 +169,12 @@ class Masker:
         return self._pattern.sub(MASK, text)
 
     def contains(self, value: Any) -> bool:
-        """Whether a secret occurs in ``value`` (a string, or JSON-like data)."""
-        return self._pattern is not None and self.value(value) != value
+        """Whether a secret occurs in ``value`` (a string, or JSON-like data).
+
+        Walks ``value`` without :meth:`value`'s encoded probe: this is asked once an agent,
+        of its small configuration snapshot, and the probe's encoder (``orjson``, ~15 ms to
+        import) need not be loaded before the first fact."""
+        return self._pattern is not None and self._walk(value) != value
 
     def value(self, value: Any) -> Any:
         """``value`` with every string in it masked (dict keys included); JSON-like data
@@ -185,6 +188,8 @@ class Masker:
             # longest run of letters and digits (which no form of the secret and no JSON
             # escaping splits) is ~10x cheaper than walking it, and nearly every fact holds
             # no secret. Data orjson cannot encode is walked.
+            import orjson  # loaded by the first fact, not by building an agent
+
             try:
                 blob = orjson.dumps(value)
             except TypeError:

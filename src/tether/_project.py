@@ -28,7 +28,7 @@ import math
 import os
 import re
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 from typing import Any, Final
 
@@ -46,6 +46,7 @@ from tether.core.policy import (
     show_value,
     toml_key,
 )
+from tether.core.records import field, record, replace
 from tether.core.stops import BudgetTime
 from tether.errors import ConfigurationError, InputFileError, ProjectConfigError
 
@@ -79,7 +80,7 @@ GIT_MARKER: Final = ".git"
 """A directory holding this name is a git top level: the search goes no higher."""
 
 
-@dataclass(frozen=True)
+@record
 class VerifyConfig:
     """``[verify]``: the check command, its timeout, and the completion gate."""
 
@@ -88,14 +89,14 @@ class VerifyConfig:
     required: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class ArtifactConfig:
     """``[artifact]``: extra ignore patterns for the artifact version."""
 
     ignore: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class BudgetConfig:
     """``[budget]``: per-run limits; ``None`` means unlimited."""
 
@@ -114,7 +115,7 @@ class BudgetConfig:
     """US dollars of the whole session."""
 
 
-@dataclass(frozen=True)
+@record
 class ToolsConfig:
     """``[tools]``: what the commands tether starts (``bash``, the check) get from it."""
 
@@ -123,7 +124,7 @@ class ToolsConfig:
     :func:`tether._credentials.child_environment`)."""
 
 
-@dataclass(frozen=True)
+@record
 class StoreConfig:
     """``[store]``: where sessions are kept (``url``: ``None`` is the local file store)."""
 
@@ -135,7 +136,7 @@ class StoreConfig:
     """The most connections a process opens to the shared store."""
 
 
-@dataclass(frozen=True)
+@record
 class SandboxConfig:
     """``[sandbox]``: how the commands the agent runs are confined (docs/sandbox.md);
     ``None`` is "not set here" (the setting's default applies)."""
@@ -146,7 +147,7 @@ class SandboxConfig:
     deny_read: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True)
+@record
 class ProjectConfig:
     """Everything ``tether.toml`` configures; ``path`` is the file read (``None``: absent)."""
 
@@ -171,7 +172,7 @@ class ProjectConfig:
 # --------------------------------------------------------------------------- the root
 
 
-@dataclass(frozen=True)
+@record
 class WorkspaceRoot:
     """The workspace a command works on, and how it was chosen.
 
@@ -540,7 +541,10 @@ def _positive_amount(source: str, setting: str, value: object, unit: str) -> flo
     raise _bad(source, setting, f"a positive number of {unit}", value)
 
 
-_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+@cache
+def _env_name() -> re.Pattern[str]:
+    """A variable name ``[tools] pass_env`` may list; compiled only when it lists one."""
+    return re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _tools(source: str, table: Mapping[str, Any]) -> ToolsConfig:
@@ -550,7 +554,7 @@ def _tools(source: str, table: Mapping[str, Any]) -> ToolsConfig:
     if not isinstance(names, list):
         raise _bad(source, "[tools] pass_env", expected, names)
     for index, name in enumerate(names, 1):
-        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        if not isinstance(name, str) or not _env_name().fullmatch(name):
             raise _bad(
                 source,
                 f"[tools] pass_env: item {index}",

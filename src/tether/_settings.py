@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from enum import StrEnum
 from operator import attrgetter
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tether._sandbox.policy import SandboxMode
 from tether._stores.durability import Durability
+from tether.core.records import record, replace
 from tether.core.stops import BudgetTime
 from tether.errors import ConfigurationError
 
@@ -61,7 +61,7 @@ class Kind(StrEnum):
     LIST = "list"  # a repeatable flag
 
 
-@dataclass(frozen=True)
+@record
 class Setting:
     """One row of the table (see the module docstring)."""
 
@@ -275,7 +275,7 @@ SETTINGS: Final[tuple[Setting, ...]] = (
 _BY_NAME: Final = {row.name: row for row in SETTINGS}
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     """One value of every setting of :data:`SETTINGS` (a test keeps the two in step)."""
 

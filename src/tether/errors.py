@@ -11,8 +11,7 @@ README's and ``docs/cli.md``'s exit-status tables list exactly its codes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class _TableExitCode:
@@ -554,8 +553,7 @@ EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE, what a shell reports for a command whose reader went away (``| head``)."""
 
 
-@dataclass(frozen=True)
-class ExitStatus:
+class ExitStatus(NamedTuple):
     """One row of :data:`EXIT_STATUSES`: a code, its meaning, and what exits with it.
 
     ``errors``: the error types whose code this is (a subclass not listed has the code of

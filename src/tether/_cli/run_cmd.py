@@ -19,7 +19,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -44,6 +43,7 @@ from tether._cli.session_pick import (
 )
 from tether._credentials import Masker
 from tether._stores.file import find_session
+from tether.core.records import replace
 from tether.errors import ConfigurationError, TetherError
 
 if TYPE_CHECKING:  # the runtime and the adapters pull in the model SDKs: import them lazily

@@ -26,20 +26,20 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Final
 
 from tether.core.policy import check_known, show_value, toml_key
+from tether.core.records import field, record
 from tether.errors import ProjectConfigError
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
     "DEFAULT_START_TIMEOUT",
-    "SERVER_NAME_PATTERN",
     "McpConfig",
     "McpServerConfig",
     "mcp_config_from_mapping",
+    "server_name_pattern",
 ]
 
 DEFAULT_CALL_TIMEOUT: Final = 60.0
@@ -47,8 +47,14 @@ DEFAULT_CALL_TIMEOUT: Final = 60.0
 DEFAULT_START_TIMEOUT: Final = 30.0
 """Seconds a server has to start, initialize and list its tools."""
 
-SERVER_NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*")
-"""Server names: letters, digits, ``-`` and single ``_`` (``__`` separates server and tool)."""
+
+@cache
+def server_name_pattern() -> re.Pattern[str]:
+    """Server names: letters, digits, ``-`` and single ``_`` (``__`` separates server and
+    tool). Compiled by the first ``[mcp]`` table, not by every ``tether.toml`` read."""
+    return re.compile(r"[A-Za-z0-9-]+(?:_[A-Za-z0-9-]+)*")
+
+
 _MAX_SERVER_NAME: Final = 32
 
 
@@ -73,7 +79,7 @@ _SERVER_KEYS: Final = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class McpServerConfig:
     """One ``[mcp.servers.NAME]`` table.
 
@@ -123,7 +129,7 @@ class McpServerConfig:
         return dict(self.lookups).get(tool)
 
 
-@dataclass(frozen=True)
+@record
 class McpConfig:
     """``[mcp]``: the configured servers, in file order."""
 
@@ -142,7 +148,7 @@ def mcp_config_from_mapping(table: Mapping[str, Any], source: str) -> McpConfig:
         if (
             not isinstance(name, str)
             or len(name) > _MAX_SERVER_NAME
-            or not SERVER_NAME_PATTERN.fullmatch(name)
+            or not server_name_pattern().fullmatch(name)
         ):
             raise ProjectConfigError(
                 f"{source}: {where}: a server name is 1-{_MAX_SERVER_NAME} letters, digits, "

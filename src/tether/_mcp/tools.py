@@ -33,7 +33,7 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -46,6 +46,7 @@ from tether._sandbox.bwrap import Sandbox
 from tether._tools.base import TOOL_NAME_PATTERN, Tool, ToolContext, ToolResult
 from tether.core.canonical import canonical_json, sha256_digest
 from tether.core.kinds import Replay
+from tether.core.records import replace
 from tether.errors import CanonicalizationError, ConfigurationError
 
 __all__ = [

@@ -34,7 +34,6 @@ Install with ``pip install 'tether[anthropic]'``. Like the OpenAI-compatible ada
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib.util
 import json
 import math
@@ -59,6 +58,7 @@ from tether._models.base import (
     validate_output_options,
 )
 from tether._models.http_common import parse_base_url, plain, provider_message, retry_after_seconds
+from tether.core.records import replace
 from tether.errors import ConfigurationError, ModelError
 
 if TYPE_CHECKING:
@@ -579,7 +579,7 @@ class AnthropicModel:
         """The bytes sent for ``request``: the JSON value of :meth:`build_request` with
         ``stream: true`` and its ``extra_body`` merged, the messages encoded once each."""
         shell = self.build_request(
-            dataclasses.replace(request, messages=(), reasoning=(), failed_results=frozenset())
+            replace(request, messages=(), reasoning=(), failed_results=frozenset())
         )
         return self._bodies.body(shell, request, cache=self._cache)
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from functools import cache
 from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from tether._credentials import Masker
-from tether.core.canonical import MAX_SAFE_INTEGER
+from tether.core.canonical import MAX_SAFE_INTEGER, has_unpaired_surrogate
 from tether.core.kinds import StopReason, Usage
 from tether.errors import MODEL_ERROR_CODES, ConfigurationError, ModelError
 
@@ -55,7 +56,6 @@ RESERVED_OUTPUT_OPTIONS: Final = frozenset(
 )
 """Request members tether sets itself; an output option may not override them."""
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # A request and an answer are a call's values: their classes (four frozen dataclasses, ~2
 # ms of an agent's construction) live in tether._models.messages and are this module's
@@ -158,11 +158,6 @@ def default_call_id(position: int, index: int) -> str:
     return f"call_{position}_{index}"
 
 
-def has_unpaired_surrogate(text: str) -> bool:
-    """True when ``text`` cannot be written to the log (spec 2.3, 2.4)."""
-    return _SURROGATE.search(text) is not None
-
-
 def validate_output_options(options: Mapping[str, Any]) -> None:
     """Reject output options that cannot be sent as extra request members.
 
@@ -203,10 +198,13 @@ def _check_json_value(value: Any, where: str) -> None:
     raise ConfigurationError(f"{where} is not a JSON value")
 
 
-_KEY_PATTERNS: Final = (
-    re.compile(r"(?i)\bbearer\s+[^\s\"',;]+"),
-    re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{8,}"),
-)
+@cache
+def _key_patterns() -> tuple[re.Pattern[str], ...]:
+    """What looks like an API key; compiled by the first error message redacted."""
+    return (
+        re.compile(r"(?i)\bbearer\s+[^\s\"',;]+"),
+        re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{8,}"),
+    )
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -219,7 +217,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     is not the one in use.
     """
     text = Masker(tuple(secrets)).text(text)
-    for pattern in _KEY_PATTERNS:
+    for pattern in _key_patterns():
         text = pattern.sub(_mask, text)
     return text
 

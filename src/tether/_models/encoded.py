@@ -37,8 +37,6 @@ from itertools import islice
 from operator import is_
 from typing import Any, Final
 
-import orjson
-
 __all__ = ["EncodedPrefix", "dumps"]
 
 _SLOTS: Final = 4
@@ -53,6 +51,8 @@ def _default(value: Any) -> Any:
 
 def dumps(value: Any) -> bytes:
     """The wire bytes of a JSON value (read-only mappings included)."""
+    import orjson  # loaded by the first request, not by building an agent
+
     return orjson.dumps(value, default=_default)
 
 

@@ -9,10 +9,10 @@ import ipaddress
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from tether.core.records import record
 from tether.errors import ConfigurationError
 
 __all__ = [
@@ -30,7 +30,7 @@ DEFAULT_BASE_URL: Final = "https://openrouter.ai/api/v1"
 ENV_API_KEY: Final = "TETHER_API_KEY"
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Endpoint:
     host: str  # hostname only, lower case
     netloc: str  # host[:port], no user info

@@ -10,17 +10,17 @@ contract but no request or answer, does not create their classes (start-up,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tether.core.kinds import StopReason, Usage
+from tether.core.records import field, record
 
 __all__ = ["ModelRequest", "ModelResponse", "Purpose", "Reasoning", "ToolCallOut"]
 
 Purpose = Literal["assistant", "compaction"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Reasoning:
     """What a model said while thinking, kept beside the log (never in it, spec 6).
 
@@ -64,7 +64,7 @@ class Reasoning:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ModelRequest:
     """Everything one model request is made of.
 
@@ -104,7 +104,7 @@ class ModelRequest:
             )
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ToolCallOut:
     """One tool call of an answer; ``arguments`` is the provider's raw JSON text.
 
@@ -126,7 +126,7 @@ class ToolCallOut:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ModelResponse:
     """A normalized answer.
 

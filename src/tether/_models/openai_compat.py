@@ -45,14 +45,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from operator import is_
 from typing import TYPE_CHECKING, Any, Final
-
-import orjson
 
 from tether._clock import wake_on
 from tether._credentials import register_secret
@@ -366,6 +363,8 @@ class OpenAICompatibleModel:
         null content without calls), and an assistant message whose side record holds
         OpenRouter ``reasoning_details`` carries them again.
         """
+        import orjson  # not at import: building an agent loads this module, and orjson takes ~15 ms
+
         wire: list[dict[str, Any]] = []
         if request.system_prompt:
             wire.append({"role": "system", "content": request.system_prompt})
@@ -543,6 +542,8 @@ class OpenAICompatibleModel:
 
     def _exchange(self, body: bytes, cancel: threading.Event | None) -> tuple[int, bytes]:
         """Send the one request on a worker thread; wait for it, the deadline or cancel."""
+        import queue  # with the first request, as the SDK (building an agent needs neither)
+
         import openai
 
         from tether._models.streaming import in_worker  # with httpx (see _tracker)
@@ -690,6 +691,8 @@ def _wire_message(message: Mapping[str, Any], side: Reasoning | None) -> bytes:
 def _chunk(data: str) -> Any:
     """One streamed chunk's JSON (orjson; the stdlib parser only for what orjson refuses, so
     an unpaired surrogate is reported as one, by the answer's checks)."""
+    import orjson  # loaded by the first request's encoding already; a lookup here
+
     try:
         return orjson.loads(data)
     except ValueError:

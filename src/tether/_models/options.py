@@ -23,19 +23,18 @@ import math
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any, Final
 
 from tether._models.base import ModelAdapter, call_model, prepare_model
 from tether.core.policy import check_known, show_value
+from tether.core.records import field, fields, record, replace
 from tether.errors import ConfigurationError, ProjectConfigError
 
 if TYPE_CHECKING:  # a call's values, loaded by the first request (tether._models.base)
     from tether._models.messages import ModelRequest, ModelResponse
 
 __all__ = [
-    "ANTHROPIC_THINKING",
     "DEFAULT_RETRIES",
     "KNOWN_SETTINGS",
     "ConfiguredModel",
@@ -59,22 +58,26 @@ ANTHROPIC_ANSWER_ROOM: Final = 4096
 ANTHROPIC_EFFORTS: Final = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
 """``output_config.effort`` for an effort (Anthropic has no ``minimal``)."""
 
-ANTHROPIC_THINKING: Final[tuple[tuple[re.Pattern[str], str], ...]] = (
-    # Claude 3 (but 3.7), 2 and Instant have no extended thinking at all.
-    (re.compile(r"claude-(?:3[-.](?!7)|2(?!\d)|instant)"), "none"),
-    # Opus/Sonnet 4.6, Opus 4.7 and every later generation take adaptive thinking with an
-    # effort; budget_tokens is deprecated (4.6) or refused (4.7 and later) there.
-    (
-        re.compile(
-            r"claude-(?:(?:opus|sonnet)-4[-.]6|opus-4[-.][7-9]|[a-z]+-(?:[5-9]|\d\d))(?!\d)"
+
+@cache
+def _thinking_forms() -> tuple[tuple[re.Pattern[str], str], ...]:
+    """How a Claude model family takes ``reasoning_effort``, first match on the model id
+    (``claude-opus-4-6``, ``anthropic.claude-opus-4-6-v1``, ``claude-sonnet-4.6`` alike).
+    Any other model — Claude 3.7, Sonnet/Opus 4 to 4.5, Haiku 4.5, an unknown id — takes
+    ``thinking: {type: enabled, budget_tokens}``, which every thinking model accepts.
+    Compiled by the first Anthropic request that asks for reasoning, not at import."""
+    return (
+        # Claude 3 (but 3.7), 2 and Instant have no extended thinking at all.
+        (re.compile(r"claude-(?:3[-.](?!7)|2(?!\d)|instant)"), "none"),
+        # Opus/Sonnet 4.6, Opus 4.7 and every later generation take adaptive thinking with
+        # an effort; budget_tokens is deprecated (4.6) or refused (4.7 and later) there.
+        (
+            re.compile(
+                r"claude-(?:(?:opus|sonnet)-4[-.]6|opus-4[-.][7-9]|[a-z]+-(?:[5-9]|\d\d))(?!\d)"
+            ),
+            "adaptive",
         ),
-        "adaptive",
-    ),
-)
-"""How a Claude model family takes ``reasoning_effort``, first match on the model id
-(``claude-opus-4-6``, ``anthropic.claude-opus-4-6-v1``, ``claude-sonnet-4.6`` alike).
-Any other model — Claude 3.7, Sonnet/Opus 4 to 4.5, Haiku 4.5, an unknown id — takes
-``thinking: {type: enabled, budget_tokens}``, which every thinking model accepts."""
+    )
 
 
 @cache
@@ -83,7 +86,7 @@ def _header_name() -> re.Pattern[str]:
     return re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
-@dataclass(frozen=True)
+@record
 class ModelConfig:
     """The ``[model]`` table (all optional)."""
 
@@ -237,7 +240,7 @@ def merge(config: ModelConfig, overrides: Mapping[str, Any], source: str) -> Mod
 def anthropic_thinking_form(model: str) -> str:
     """``adaptive``, ``budget`` or ``none``: how ``model`` takes a reasoning effort."""
     name = model.lower()
-    for pattern, form in ANTHROPIC_THINKING:
+    for pattern, form in _thinking_forms():
         if pattern.search(name):
             return form
     return "budget"

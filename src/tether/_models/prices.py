@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Final
 
 from tether.core.kinds import Usage
+from tether.core.records import record
 
 __all__ = ["BUILTIN_PRICES", "Price", "cost_of", "price_for"]
 
@@ -33,7 +33,7 @@ PER: Final = 1_000_000
 """Prices are per this many tokens."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Price:
     """US dollars per million tokens; a missing kind is priced as the one it is a form of
     (cached input and cache writes as input, reasoning as output)."""

@@ -29,7 +29,6 @@ import json
 import math
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -51,6 +50,7 @@ from tether._models.base import (
     has_unpaired_surrogate,
     stop_reason_for,
 )
+from tether.core.records import record
 from tether.errors import MODEL_ERROR_CODES, ConfigurationError, InputTooDeep, ModelError
 
 __all__ = ["ADAPTER_IDENTITY", "FINISH_REASONS", "MAX_DELAY", "ScriptedModel"]
@@ -74,7 +74,7 @@ _USAGE_KEYS: Final = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class _Step:
     delay: float
     response: ModelResponse | None

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import fields
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypedDict, Unpack
@@ -32,6 +31,7 @@ from tether._settings import SETTINGS, Settings, override_settings, resolve_sett
 from tether._tools.base import Tool, ToolRegistry
 from tether._tools.workspace import ProtectedState
 from tether.core.configuration import AgentConfiguration
+from tether.core.records import fields
 from tether.errors import ConfigurationError
 
 if TYPE_CHECKING:  # the option types; building an agent imports none of their modules

@@ -44,7 +44,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -84,6 +83,7 @@ from tether._tools.base import Tool, ToolRegistry
 from tether._tools.builtin import builtin_tools
 from tether._tools.workspace import ProtectedState
 from tether.core.configuration import AgentConfiguration, environment_identity
+from tether.core.records import field, record, replace
 from tether.errors import ConfigurationError
 
 if TYPE_CHECKING:  # types only: the event types' module is the executor's to load, the
@@ -117,7 +117,7 @@ MAX_AGENTS_BYTES: Final = 64 * 1024
 ENVIRONMENT_VARIABLE: Final = "TETHER_ENVIRONMENT_IDENTITY"
 
 
-@dataclass(frozen=True)
+@record
 class Composition:
     """What the executor is built from (see the module docstring)."""
 
@@ -197,7 +197,7 @@ def load_agents_md(workspace: Path) -> str | None:
     return text if text.strip() else None
 
 
-@dataclass(frozen=True)
+@record
 class Seams:
     """What an entry point plugs in besides its :class:`~tether._settings.Settings`: the
     callbacks of its user interface and the implementations tests and embedders inject.
@@ -242,7 +242,7 @@ class Seams:
     policy, and so the digest, are the same; only the check's process is not started."""
 
 
-@dataclass(frozen=True)
+@record
 class LoadedModel:
     """The model an agent talks to, as the settings and ``[model]`` configure it."""
 

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from tether.core.gate import CompletionCheck
 from tether.core.kinds import Usage
+from tether.core.records import field, record
 from tether.core.stops import BUDGET_EXHAUSTED, REPEATED_FAILURE
 from tether.errors import MODEL_ERROR_CODES
 
@@ -57,7 +57,7 @@ class RunStatus(StrEnum):
     point with the operation unfinished (:meth:`Executor.set_stop_signal`)."""
 
 
-@dataclass(frozen=True)
+@record
 class RunResult:
     """How an operation ended, with its final text and usage."""
 
@@ -123,7 +123,7 @@ class RunResult:
         }
 
 
-@dataclass(frozen=True)
+@record
 class FinishedDetails:
     """The part of a :class:`RunResult` that says how the operation ended."""
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from tether._clock import Clock
+from tether.core.records import record
 from tether.errors import ModelError
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class RetryPolicy:
     """``retries`` new runs at most per input entry; delays ``base * 2**(n-1)`` (capped),
     or the provider's Retry-After when it says more."""

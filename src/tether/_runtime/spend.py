@@ -31,8 +31,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from tether._models.prices import Price, cost_of, price_for
 from tether._project import find_workspace_root, load_project_config
 from tether.core.kinds import Usage
@@ -182,6 +180,8 @@ def run_seconds(
         return max(now_ms - started, 0) / 1000.0
     # Imported here: the timeline (~10 ms to load) serves only an active-time budget taken
     # over by another process, never the construction of an agent (which loads this module).
+    import orjson
+
     from tether.core.timeline import Evidence, active_ms, build_timeline
 
     loads = orjson.loads

@@ -26,12 +26,12 @@ import os
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
 
 from tether._sandbox.policy import SandboxPolicy, bwrap_arguments, exposed_roots
 from tether.core.contents import SANDBOX_LINE
+from tether.core.records import record, replace
 from tether.errors import SandboxUnavailable
 
 __all__ = ["Mechanism", "Sandbox", "find_mechanism"]
@@ -41,7 +41,7 @@ _CHECK_TIMEOUT: Final = 10.0
 _OPT_OUT: Final = 'to run commands unconfined, pass --sandbox off or set [sandbox] mode = "off"'
 
 
-@dataclass(frozen=True)
+@record
 class Mechanism:
     """A working bubblewrap: its path and the version it reports."""
 

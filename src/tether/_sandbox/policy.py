@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Final
 
+from tether.core.records import record
 from tether.errors import ConfigurationError
 
 __all__ = [
@@ -48,7 +48,7 @@ class SandboxMode(StrEnum):
     WORKSPACE_WRITE = "workspace-write"
 
 
-@dataclass(frozen=True)
+@record
 class Grants:
     """What a mode lets a command do besides reading the (unmasked) machine."""
 
@@ -79,7 +79,7 @@ DEFAULT_DENY_READ: Final[tuple[str, ...]] = (
 """Credentials a command has no business reading (the issue's list, and their neighbours)."""
 
 
-@dataclass(frozen=True)
+@record
 class SandboxPolicy:
     """The confinement of one agent's commands; all paths absolute and resolved.
 

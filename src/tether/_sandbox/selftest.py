@@ -21,13 +21,14 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from tether._procs import Supervision, run_in_group
 from tether._sandbox.bwrap import Sandbox
 from tether._sandbox.policy import MODE_GRANTS, SandboxPolicy
+from tether.core.records import replace
 
 __all__ = ["PROBES", "Probe", "ProbeResult", "run_self_test"]
 

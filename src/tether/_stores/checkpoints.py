@@ -73,6 +73,7 @@ REDUCER_MODULES: Final = (
     "tether.core.facts",
     "tether.core.framing",
     "tether.core.kinds",
+    "tether.core.records",
     "tether.core.reducer",
     "tether.core.state",
     "tether.errors",

@@ -10,13 +10,13 @@ does not already load (``tests/test_startup_imports.py``), and the store does no
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tether._clock import SYSTEM_CLOCK
 from tether._ids import new_uuid7
 from tether._stores.durability import Durability
+from tether.core.records import record
 
 if TYPE_CHECKING:
     from tether._stores.file import SessionStore
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["FileSessions"]
 
 
-@dataclass(frozen=True)
+@record
 class FileSessions:
     """The file store's :class:`~tether._stores.protocol.SessionOpener`: the sessions of
     one workspace (``sessions_dir``, default ``<workspace>/.tether/sessions``)."""

@@ -31,11 +31,11 @@ import contextvars
 import os
 import sys
 import threading
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
+
+from tether.core.records import record
 
 __all__ = [
     "EXIT_FLUSH_SECONDS",
@@ -58,7 +58,7 @@ TRACES_PATH: Final = "/v1/traces"
 AttributeValue = str | bool | int | float | Sequence[str]
 
 
-@dataclass(frozen=True)
+@record
 class TelemetryConfig:
     """``[telemetry]`` of ``tether.toml``."""
 
@@ -75,6 +75,8 @@ class TelemetryConfig:
 
 def trace_id_for(session_id: str) -> int:
     """The trace id of a session: its id's 128 bits (a UUIDv7 is never zero), else a hash."""
+    import uuid  # with the first span; uuid loads platform, which building an agent needs not
+
     try:
         value = uuid.UUID(session_id).int
     except ValueError:

@@ -35,13 +35,11 @@ Trust rules for replay declarations (spec 8.5, 14.4 rule 9):
 from __future__ import annotations
 
 import copy
-import inspect
 import re
 import threading
 import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
@@ -54,6 +52,7 @@ from tether.core.canonical import tool_definition_digest
 from tether.core.contents import INVALID_ARGUMENTS, SYNTHETIC_CONTENT, UNKNOWN_TOOL
 from tether.core.current import ToolDeclaration
 from tether.core.kinds import Replay
+from tether.core.records import field, record
 from tether.core.stops import describe_call
 from tether.core.toolresult import ToolResult
 from tether.errors import ConfigurationError
@@ -113,7 +112,7 @@ class RecoveryKind(StrEnum):
     (``lookup(operation_id)``, :class:`~tether._effects.contract.EffectTool`)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ToolContext:
     """Everything a tool may depend on besides its arguments.
 
@@ -407,6 +406,8 @@ def is_arguments_context_form(function: Callable[..., Any]) -> bool:
     typed, if at all, as a mapping (``Mapping``, ``dict``, ``Any``) and
     :class:`ToolContext`. Anything else is a typed tool (:mod:`tether._tools.typed`).
     """
+    import inspect  # a function tool's signature; the built-in tools never need it
+
     try:
         parameters = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):
@@ -434,7 +435,7 @@ def is_arguments_context_form(function: Callable[..., Any]) -> bool:
 RejectionReason = Literal["unknownTool", "invalidArguments"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ValidatedCall:
     """A call that may run: the tool, the effective arguments and the trusted declaration.
 
@@ -447,7 +448,7 @@ class ValidatedCall:
     declaration: ToolDeclaration
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Rejection:
     """A call that must not run; answer it with a pre-execution synthetic result (7.4).
 

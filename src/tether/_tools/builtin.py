@@ -38,7 +38,6 @@ import stat
 import time
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
 from pathlib import Path
@@ -60,6 +59,7 @@ from tether._tools.workspace import (
 )
 from tether.core.canonical import hasher_digest, sha256_digest
 from tether.core.kinds import Replay
+from tether.core.records import field, record
 from tether.errors import SandboxUnavailable, StaleFileChange, ToolError
 
 __all__ = [
@@ -286,7 +286,7 @@ def content_hash(data: bytes) -> str:
     return sha256_digest(data)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class FileChange:
     """A planned replacement of one file's content.
 
@@ -514,7 +514,7 @@ def _change_metadata(change: FileChange, outcome: ApplyOutcome) -> dict[str, Any
 # =========================================================================== write, edit
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class PlannedChange:
     """What a :class:`FileChangeTool` plans for one call: the file change and, for the
     result texts, how many replacements it makes (``edit``; 0 for tools without a count)."""
@@ -718,7 +718,7 @@ def builtin_file_tool(name: str) -> FileChangeTool:
 # =========================================================================== bash
 
 
-@dataclass(slots=True)
+@record(frozen=False, slots=True)
 class _Capture:
     """Combined output, keeping only the first ``head`` and last ``tail`` bytes."""
 

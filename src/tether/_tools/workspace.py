@@ -42,10 +42,10 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from tether.core.records import record
 from tether.errors import ConfigurationError, ProtectedPath, ToolError, WorkspaceEscape
 
 __all__ = [
@@ -116,7 +116,7 @@ def _identity(info: os.stat_result) -> Identity:
     return info.st_dev, info.st_ino
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ProtectedState:
     """tether's own state, which the file tools never touch (see the module docstring).
 
@@ -312,7 +312,7 @@ def resolve_in_workspace(
     return Path(full)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ParentDir:
     """An open descriptor of a path's parent directory, and the final component's name.
 

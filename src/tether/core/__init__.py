@@ -8,7 +8,8 @@ Rules of this package (``tests/test_core_purity.py`` keeps them):
    and the decision procedure), the completion gate and the stop conditions, the
    authorization policy, the reconciliation decision tables, and the value types all of
    these take as input or give as output (tool result, lookup result, journal row, review
-   item, artifact version, verification, evidence check). A function belongs here when its
+   item, artifact version, verification, evidence check), with ``records``, the frozen
+   value type whose methods are not compiled per class. A function belongs here when its
    answer depends on nothing but its arguments.
 2. **What it imports.** Nothing of tether outside ``tether.core`` except
    :mod:`tether.errors` (itself pure), the standard library's pure parts and ``orjson``.

@@ -8,7 +8,6 @@ crash (spec 14.4 rule 5). The environment identity gates replays (rule 9).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether.core.canonical import (
@@ -17,6 +16,7 @@ from tether.core.canonical import (
     system_prompt_digest,
 )
 from tether.core.current import CurrentConfiguration, ToolDeclaration
+from tether.core.records import record
 
 if TYPE_CHECKING:
     from tether.core.plans import BlockedReason
@@ -32,7 +32,7 @@ def environment_identity(override: str | None, workspace_realpath: str) -> str:
     return workspace_realpath
 
 
-@dataclass(frozen=True)
+@record
 class AgentConfiguration:
     """The configuration snapshot of one agent and the planner input derived from it."""
 

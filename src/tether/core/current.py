@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar, NoReturn
 
 from tether.core.kinds import Replay
+from tether.core.records import record
 from tether.errors import ConfigurationError
 
 __all__ = ["CurrentConfiguration", "ToolDeclaration"]
@@ -81,7 +81,7 @@ def _digest_member(obj: Mapping[str, Any], path: str, name: str) -> str:
     return value
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ToolDeclaration:
     """One trusted, pre-classified tool of the runtime (an item of ``current.tools``)."""
 
@@ -114,7 +114,7 @@ class ToolDeclaration:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class CurrentConfiguration:
     """The planner's ``current`` input (spec 14.1).
 

@@ -20,9 +20,10 @@ Void evidence (the files changed while the check ran) proves nothing and is skip
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Final
+
+from tether.core.records import record
 
 if TYPE_CHECKING:  # annotations; the one value used at run time is imported where used
     from tether.core.values import ArtifactVersion, Verification
@@ -47,7 +48,7 @@ class CompletionStatus(StrEnum):
     MISSING = "missing"
 
 
-@dataclass(frozen=True)
+@record
 class CompletionCheck:
     """The gate's verdict on one artifact version."""
 

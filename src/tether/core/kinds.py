@@ -11,11 +11,11 @@ Pure, as the rest of :mod:`tether.core`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from tether.core.canonical import MAX_SAFE_INTEGER
+from tether.core.records import record
 
 __all__ = ["Replay", "StepKind", "StepStatus", "StopReason", "ToolStatus", "Usage"]
 
@@ -50,7 +50,7 @@ class ToolStatus(StrEnum):
 _USAGE_COUNTERS = ("input", "output", "cache_read", "cache_write")
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Usage:
     """Token counters (spec 9): of one attempt as a model adapter reports them, or summed
     over a session by the reducer; all ints in ``0 .. MAX_SAFE_INTEGER``. The one usage

@@ -51,13 +51,13 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from tether.core.contents import PERSON_DENIAL_PREFIX
+from tether.core.records import field, record
 from tether.errors import ProjectConfigError
 
 if TYPE_CHECKING:  # an annotation only: the value types (~5 ms) wait for their first user
@@ -130,7 +130,7 @@ class ToolKind(StrEnum):
     SIDE_EFFECT = "side_effect"
 
 
-@dataclass(frozen=True)
+@record
 class BashRule:
     """One ``[[policy.bash]]`` entry: commands matching ``pattern`` get ``decision``."""
 
@@ -157,7 +157,7 @@ def _empty_tools() -> Mapping[str, Decision]:
     return MappingProxyType({})
 
 
-@dataclass(frozen=True)
+@record
 class Policy:
     """The ``[policy]`` table: a default, decisions by tool name, and bash command rules.
 
@@ -180,7 +180,7 @@ class Policy:
         return hash((self.default, frozenset(self.tools.items()), self.bash))
 
 
-@dataclass(frozen=True)
+@record
 class PolicyVerdict:
     """The outcome of :func:`decide`.
 

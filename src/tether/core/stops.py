@@ -13,11 +13,10 @@ Pure: counts, elapsed time and the failures to compare are passed in.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-import orjson
+from tether.core.records import record
 
 __all__ = [
     "BUDGET_CHECKS",
@@ -46,7 +45,7 @@ BUDGET_EXHAUSTED: Final = "budget_exhausted"
 MAX_SUMMARY: Final = 200
 
 
-@dataclass(frozen=True)
+@record
 class StopError:
     """The ``error`` of the ``operationFinished`` that ends the run ``failed``."""
 
@@ -57,7 +56,7 @@ class StopError:
         return {"code": self.code, "message": self.message}
 
 
-@dataclass(frozen=True)
+@record
 class FailedCall:
     """One tool call that ended in an error result."""
 
@@ -93,7 +92,7 @@ def repeated_failure(previous: FailedCall | None, current: FailedCall) -> StopEr
     )
 
 
-@dataclass(frozen=True)
+@record
 class _Limit:
     """One row of :data:`BUDGET_CHECKS`: a spent figure, its limit, the ``[budget]`` key
     that sets the limit, how the stop reads."""
@@ -185,6 +184,8 @@ def budget_exhausted(
 
 def describe_call(tool_name: str, arguments: Any) -> str:
     """``bash {"command":"make"}`` — the call as one short line."""
+    import orjson  # only once a call fails; building an agent loads this module
+
     try:
         text = orjson.dumps(arguments, option=orjson.OPT_SORT_KEYS).decode()
     except TypeError:

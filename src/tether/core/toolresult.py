@@ -8,14 +8,15 @@ and authorization values (about twenty classes).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
+
+from tether.core.records import field, record
 
 __all__ = ["ToolResult"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ToolResult:
     """What a tool call produced.
 

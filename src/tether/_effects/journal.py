@@ -42,7 +42,6 @@ import os
 import re
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -69,6 +68,7 @@ from tether._wsdb.rules import check_same_call, check_session
 from tether._wsdb.sqlite_journal import ActionJournal
 from tether.core.canonical import arguments_digest, hasher_digest
 from tether.core.reconcile import FileVerdict, Verdict, reconcile_file, reconciled_text, stale_text
+from tether.core.records import field, record
 from tether.core.values import EvidenceCopy, JournalRow, JournalStatus, check_transition
 from tether.errors import EffectsDatabaseError, OperationIdConflict, StaleFileChange, ToolError
 
@@ -334,7 +334,7 @@ def _row_metadata(row: JournalRow, outcome: str) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class PreparedChange:
     """A journaled call planned and recorded before its ``toolStarted`` is committed.
 

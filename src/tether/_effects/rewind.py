@@ -40,7 +40,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Final
@@ -55,6 +54,7 @@ from tether._tools.workspace import ProtectedState, open_parent, stat_entry
 from tether._wsdb.protocol import WorkspaceDB
 from tether._wsdb.sqlite import EffectsDB
 from tether.core.framing import committed_lines, parse_line
+from tether.core.records import field, record, replace
 from tether.core.state import IdleOperation
 from tether.core.turns import ToolCallTurn, check_turn, tool_calls_after, turn_count
 from tether.core.values import JournalRow, JournalStatus
@@ -163,7 +163,7 @@ def seen(found: str | None, step: RewindStep) -> Seen:
 DONE: Final = frozenset({StepStatus.RESTORED, StepStatus.UNCHANGED})
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class RewindStep:
     """Put ``path`` back from ``after_hash`` to ``before_hash`` (``None``: delete it)."""
 
@@ -208,7 +208,7 @@ class RewindStep:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class NotRestorable:
     """A call after the turn whose effects the journal does not know."""
 
@@ -232,7 +232,7 @@ class NotRestorable:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class RewindPlan:
     """One rewind: its steps newest first, what cannot be restored, and whether it ended."""
 

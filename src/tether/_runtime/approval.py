@@ -11,13 +11,14 @@ create their classes; the first call the policy asks about loads them (start-up,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from tether.core.records import record
 
 __all__ = ["AuthorizationRequest", "ParkedCall"]
 
 
-@dataclass(frozen=True)
+@record
 class AuthorizationRequest:
     """What the terminal asks about: one tool call the policy says to ``ask`` for."""
 
@@ -28,7 +29,7 @@ class AuthorizationRequest:
     reason: str | None
 
 
-@dataclass(frozen=True)
+@record
 class ParkedCall:
     """A call parked for approval: the run stops until a person decides."""
 

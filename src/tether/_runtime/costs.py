@@ -10,8 +10,9 @@ does not create their classes; pricing the first run loads them (start-up,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from tether.core.records import field, record
 
 if TYPE_CHECKING:
     from tether._stores.reasoning import ReportedCost
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["Answers", "Cost"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Cost:
     """US dollars spent; ``known`` is false when some tokens had neither a reported cost
     nor a price (``usd`` then counts only what is known)."""
@@ -38,7 +39,7 @@ class Cost:
         return f"≥ ${self.usd:.4f} (some tokens have no price: add [prices] to tether.toml)"
 
 
-@dataclass(slots=True)
+@record(frozen=False, slots=True)
 class Answers:
     """The side records of one session read so far (the transcript only grows)."""
 

@@ -21,7 +21,6 @@ Rules of this module:
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -30,6 +29,7 @@ from tether._clock import WakingEvent
 from tether._runtime.compose import Composition
 from tether._runtime.results import RunResult, RunStatus
 from tether._stores.protocol import SessionStoreProtocol
+from tether.core.records import record
 from tether.core.state import FinishedOperation, RunOperation, SessionState, Usage
 from tether.core.stops import StopError
 
@@ -44,7 +44,7 @@ class NewWork(Enum):
     TOOL_CALL = "toolCall"
 
 
-@dataclass(slots=True)
+@record(frozen=False, slots=True)
 class Drive:
     """The loop's working memory for one drive of one session (not state: it lives only
     while the loop runs, so it is mutable)."""

@@ -50,7 +50,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, Final, Self
 
@@ -86,6 +85,7 @@ from tether.core.plans import (
     SyntheticReason,
     ToolMode,
 )
+from tether.core.records import record, replace
 from tether.core.state import IdleOperation, RunOperation, SessionState, Usage
 from tether.core.stops import BudgetTime
 from tether.errors import ConfigurationError, SessionBusy
@@ -99,7 +99,7 @@ MAX_FOLLOW_UPS: Final = 2
 # ====================================================================== the table
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Families:
     """The handler families of one executor."""
 
@@ -120,7 +120,7 @@ def _no_pending_call(plan: Plan) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class PlanRow:
     """What the executor does with one type of plan."""
 

@@ -20,8 +20,6 @@ Rules of this module:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import tether._faults as faults
 import tether._runtime.boundaries as boundaries
 import tether._runtime.events as events
@@ -38,13 +36,14 @@ from tether.core.configuration import explain_blocked
 from tether.core.gate import CompletionCheck
 from tether.core.planner import unanswered_calls
 from tether.core.plans import AwaitReview, Blocked, Finish, Observations
+from tether.core.records import record
 from tether.core.state import IdleOperation, RunOperation, SessionState, ToolCallState, ToolStatus
 from tether.core.stops import BUDGET_CHECKS, StopError, budget_exhausted
 
 __all__ = ["Reconciled", "Recovery", "request_abort"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Reconciled:
     """What reconciling a pending call found: the observation to plan with (``None``: the
     spec's answer stands), or that a reviewer chose abort (``abortRequested`` was recorded;

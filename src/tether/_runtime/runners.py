@@ -29,7 +29,6 @@ and its observation in :func:`tether._effects.recovery.observe_pending`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -44,11 +43,12 @@ from tether._runtime.evidence import SessionEvidence
 from tether._stores.protocol import SessionStoreProtocol
 from tether._tools.base import RecoveryKind, Tool, ToolContext, ToolResult
 from tether._tools.workspace import ProtectedState
+from tether.core.records import record
 
 __all__ = ["RUNNERS", "CallSite", "Runner"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class CallSite:
     """What the runners need of the agent: the workspace, tether's own state the file tools
     never touch, and the session's evidence (the workspace database)."""
@@ -69,7 +69,7 @@ Run = Callable[
 """``(site, store, tool, arguments, context, prepared)``, after ``toolStarted``."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Runner:
     """How calls of one recovery kind run (see the module table)."""
 

@@ -24,7 +24,6 @@ Rules of this module:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import tether._faults as faults
@@ -48,12 +47,13 @@ from tether.core.plans import (
     ToolMode,
 )
 from tether.core.policy import decided_by_person
+from tether.core.records import record
 from tether.core.state import RunOperation, SessionState, ToolCallState
 
 __all__ = ["ToolCalls"]
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class _NewCall:
     """The names a call is given before anything of it is committed."""
 

@@ -27,7 +27,6 @@ import stat
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -52,6 +51,7 @@ from tether._stores.reasoning import (
 from tether._stores.sidecar import FileSidecar, sidecar_path
 from tether._stores.transaction import encode_header, encode_transaction
 from tether.core import facts
+from tether.core.records import record
 from tether.core.reducer import PendingTransaction, Reducer
 from tether.core.state import SessionState, Usage
 from tether.errors import (
@@ -322,7 +322,7 @@ def find_session(
 # --------------------------------------------------------------------------- listing
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class SessionSummary:
     """One line of ``tether sessions``. Times are milliseconds since the epoch."""
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from tether._models.base import ModelResponse, Reasoning
 from tether._stores.protocol import SessionStoreProtocol
+from tether.core.records import record
 from tether.core.state import SessionState, Usage
 
 __all__ = [
@@ -46,7 +46,7 @@ __all__ = [
 RECORD_VERSION: Final = 1
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class SideRecord:
     entry_id: str
     attempt_id: str
@@ -185,7 +185,7 @@ def align_context_ids(
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ReportedCost:
     """What the side record of one answer says about its price."""
 

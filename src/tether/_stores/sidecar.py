@@ -20,9 +20,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from tether.core.records import record
 
 __all__ = ["DEFAULT_LIMIT", "FileSidecar", "sidecar_path"]
 
@@ -35,7 +36,7 @@ def sidecar_path(sessions_dir: str | os.PathLike[str], session_id: str, name: st
     return Path(sessions_dir) / f".{session_id}.{name}.json"
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class FileSidecar:
     """One record as a file at ``path`` (see the module docstring)."""
 

@@ -42,13 +42,13 @@ shell's.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
 from operator import itemgetter
 from types import MappingProxyType
 from typing import Any, Final
 
 import orjson
 
+from tether.core.records import record
 from tether.core.reducer import (
     _FACT_ID,
     _REPLAYS,
@@ -96,7 +96,7 @@ _BINDING_KEYS: Final = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class CheckpointBinding:
     """What a checkpoint is the state of: the first ``length`` bytes (``lines`` lines, the
     header included) of the log of session ``session_id``, whose SHA-256 is ``digest``

@@ -16,7 +16,6 @@ The planner never allocates IDs; the writer does that when it applies a plan (15
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -41,6 +40,7 @@ from tether.core.plans import (
     ToolMode,
 )
 from tether.core.reconcile import RecoveryAction, RecoveryDecision
+from tether.core.records import record
 from tether.core.state import (
     CompactionOperation,
     IdleOperation,
@@ -140,7 +140,7 @@ def _reconcile_pending(
 # =========================================================================== planner
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class _Assistant:
     """The current assistant A of spec 14.3."""
 

@@ -11,13 +11,13 @@ planner's optional evidence input (out-of-log knowledge of started tools, as
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
 from typing import Any, ClassVar, Final, Literal, NoReturn, TypeAlias
 
 from tether.core.contents import SYNTHETIC_CONTENT
 from tether.core.reconcile import RecoveryDecision
+from tether.core.records import field, record
 from tether.core.state import StepKind, ToolCallState
 
 __all__ = [
@@ -82,7 +82,7 @@ class BlockedReason(StrEnum):
     ATTEMPTS_EXHAUSTED = "attempts_exhausted"
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class PlanError:
     """An ``error`` member of a plan: ``{"code", "message"}``."""
 
@@ -100,7 +100,7 @@ ABORTED_ERROR: Final = PlanError("aborted", "Operation aborted")
 """The one error of ``closeAttempt`` (spec 14.2)."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Finish:
     """``finish``: append ``operationFinished`` — or, in the idle form, do nothing.
 
@@ -168,7 +168,7 @@ class Finish:
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class StartStep:
     """``startStep``: append ``stepAttempt`` and call the model.
 
@@ -198,7 +198,7 @@ class StartStep:
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class StartTool:
     """``startTool``: start (``toolStarted`` then execute) or replay a started tool.
 
@@ -232,7 +232,7 @@ class StartTool:
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class SyntheticResult:
     """One item of ``appendSynthetic``.
 
@@ -291,7 +291,7 @@ class SyntheticResult:
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class AppendSynthetic:
     """``appendSynthetic``: one transaction with one synthetic tool entry per item."""
 
@@ -310,7 +310,7 @@ class AppendSynthetic:
         return {"type": "appendSynthetic", "results": [item.to_json() for item in self.results]}
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class CloseAttempt:
     """``closeAttempt``: append ``stepFailed`` for the open attempt with :data:`error`."""
 
@@ -324,7 +324,7 @@ class CloseAttempt:
         return {"type": "closeAttempt", "error": ABORTED_ERROR.to_json()}
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Blocked:
     """``blocked``: append nothing; report ``reason`` to the user."""
 
@@ -471,7 +471,7 @@ def plan_from_json(data: Mapping[str, Any]) -> RecoveryPlan:
 # =========================================================================== observations
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class Observations:
     """Out-of-log evidence for :func:`~tether.core.planner.plan_recovery`, keyed by
     ``toolStartedId``: the recovery decision of each started tool whose outcome the
@@ -490,7 +490,7 @@ class Observations:
     tool_outcomes: Mapping[str, RecoveryDecision] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class CompleteTool:
     """tether extension: append the result entry of a started tool whose outcome was
     established from evidence (spec 7.3 form: ``id`` = ``resultEntryId``)."""
@@ -517,7 +517,7 @@ class CompleteTool:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class AwaitReview:
     """tether extension: the outcome of a started tool cannot be known; append
     nothing and wait for a person's decision (``tether review``)."""

@@ -71,11 +71,11 @@ replay form of ``startTool`` (spec 15.3), REVIEW ``awaitReview``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from types import MappingProxyType
 from typing import Any, Final
 
+from tether.core.records import field, record
 from tether.core.values import (
     BindingState,
     EvidenceCheck,
@@ -212,7 +212,7 @@ class Verdict(StrEnum):
     FAILED = "failed"
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class FileVerdict:
     """What :func:`reconcile_file` concluded about one journaled call."""
 
@@ -348,7 +348,7 @@ EVIDENCE_UNKNOWN: Final = "evidenceUnknown"
 """The verdict of a call whose session's effects database is missing or replaced."""
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class PendingObservation:
     """What the effects layer knows about one pending call (``toolStartedId`` =
     ``operation_id``). At most one of ``file`` and ``lookup``.
@@ -378,7 +378,7 @@ class PendingObservation:
         return self.evidence is not None and not self.evidence.known
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class RecoveryDecision:
     """What to do with a pending call; ``content``/``is_error`` exactly for COMPLETE.
 

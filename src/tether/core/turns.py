@@ -14,8 +14,9 @@ does not care about.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from tether.core.records import record
 
 __all__ = [
     "ToolCallTurn",
@@ -63,7 +64,7 @@ def check_turn(turn: int, count: int) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ToolCallTurn:
     """A started tool call (its ``toolStarted`` record) and the turn it belongs to.
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final, overload
 
 from tether.core.canonical import arguments_digest, sha256_digest
+from tether.core.records import field, record
 from tether.core.toolresult import ToolResult
 
 __all__ = [
@@ -133,7 +133,7 @@ class LookupStatus(StrEnum):
     UNKNOWABLE = "unknowable"
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class LookupResult:
     """A lookup's answer; build it with :meth:`committed`, :meth:`not_found`, :meth:`unknowable`.
 
@@ -232,7 +232,7 @@ def legacy_journal_digest(tool_name: str, arguments: Mapping[str, Any]) -> str |
     return sha256_digest(text.encode("utf-8", errors="surrogatepass"))
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class JournalRow:
     """One journal row (one journaled call)."""
 
@@ -293,7 +293,7 @@ def check_transition(operation_id: str, current: JournalStatus, new: JournalStat
         )
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class EvidenceCopy:
     """A copy of file content the action journal kept as evidence (table ``evidence``).
 
@@ -338,7 +338,7 @@ class ReviewStatus(StrEnum):
     RESOLVED = "resolved"
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ReviewItem:
     """One review item."""
 
@@ -374,7 +374,7 @@ class ReviewItem:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class ReconciliationEntry:
     """One line of the reconciliation log."""
 
@@ -403,7 +403,7 @@ class ReconciliationEntry:
 # =========================================================================== artifact versions
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class ArtifactVersion:
     """The content of a workspace: its digest and every file's digest.
 
@@ -479,7 +479,7 @@ def verification_status(
     return VerificationStatus.PASSED
 
 
-@dataclass(frozen=True)
+@record
 class Verification:
     """One recorded run of the check command."""
 
@@ -523,7 +523,7 @@ class Verification:
         }
 
 
-@dataclass(frozen=True)
+@record
 class CheckOutcome:
     """What one run of the check command showed (see :func:`run_check`)."""
 
@@ -548,7 +548,7 @@ class CheckOutcome:
 # =========================================================================== decisions, failures
 
 
-@dataclass(frozen=True)
+@record
 class Authorization:
     """One recorded decision on one tool call."""
 
@@ -585,7 +585,7 @@ class Authorization:
         }
 
 
-@dataclass(frozen=True)
+@record
 class ToolFailure:
     """One failed tool call."""
 
@@ -613,7 +613,7 @@ class ToolFailure:
 # =========================================================================== parked approvals
 
 
-@dataclass(frozen=True)
+@record
 class ApprovalRequest:
     """One parked call and what was decided about it."""
 
@@ -685,7 +685,7 @@ class BindingState(StrEnum):
         return self in (BindingState.UNBOUND, BindingState.BOUND)
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class SessionBinding:
     """The sidecar's content: the database that holds the session's evidence."""
 
@@ -727,7 +727,7 @@ class SessionBinding:
         return cls(session_id, effects_db, database, bound, tuple(replaced))
 
 
-@dataclass(frozen=True, slots=True)
+@record(slots=True)
 class EvidenceCheck:
     """Whether a database is the one holding a session's evidence (see
     :func:`tether.core.reconcile.judge_binding`)."""

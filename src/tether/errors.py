@@ -11,7 +11,7 @@ README's and ``docs/cli.md``'s exit-status tables list exactly its codes
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 
 class _TableExitCode:
@@ -553,18 +553,34 @@ EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE, what a shell reports for a command whose reader went away (``| head``)."""
 
 
-class ExitStatus(NamedTuple):
+class ExitStatus:
     """One row of :data:`EXIT_STATUSES`: a code, its meaning, and what exits with it.
 
     ``errors``: the error types whose code this is (a subclass not listed has the code of
     its nearest listed base); ``outcomes``: the run outcomes (``RunStatus`` values) that end
     a ``run``/``resume``/REPL turn with it.
+
+    A plain class: this module sits below the core, so it cannot be a record
+    (:mod:`tether.core.records`), and a ``NamedTuple`` took ~1.1 ms of every start-up to
+    create (issue 31's 30 ms). A row is never changed once the table is built.
     """
 
-    code: int
-    meaning: str
-    errors: tuple[type[TetherError], ...] = ()
-    outcomes: tuple[str, ...] = ()
+    __slots__ = ("code", "errors", "meaning", "outcomes")
+
+    def __init__(
+        self,
+        code: int,
+        meaning: str,
+        errors: tuple[type[TetherError], ...] = (),
+        outcomes: tuple[str, ...] = (),
+    ) -> None:
+        self.code = code
+        self.meaning = meaning
+        self.errors = errors
+        self.outcomes = outcomes
+
+    def __repr__(self) -> str:
+        return f"ExitStatus({self.code}, {self.meaning!r})"
 
 
 EXIT_STATUSES: tuple[ExitStatus, ...] = (

@@ -63,7 +63,7 @@ _EXPORTS: dict[str, str] = {
     "ModelResponse": "tether._models.base",
     "FunctionTool": "tether._tools.base",
     # the other types in tether.Agent's signature
-    "AgentOptions": "tether._runtime.agent",
+    "AgentOptions": "tether._runtime.options",
     "Settings": "tether._settings",
     "Composition": "tether._runtime.compose",
     "Masker": "tether._credentials",
@@ -124,10 +124,10 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ loads on de
     from tether._loading import load_reducer
     from tether._models.base import ModelAdapter, ModelRequest, ModelResponse
     from tether._project import BudgetConfig, ProjectConfig
-    from tether._runtime.agent import AgentOptions
     from tether._runtime.compose import Composition
     from tether._runtime.events import Event
     from tether._runtime.guards import AuthorizationRequest
+    from tether._runtime.options import AgentOptions
     from tether._settings import Settings
     from tether._stores.file import Durability, SessionStore
     from tether._stores.memory import MemorySessions

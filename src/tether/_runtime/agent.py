@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Self, Unpack
 
 from tether._credentials import Masker
 from tether._models.base import ModelAdapter
 from tether._project import (
-    BudgetConfig,
-    ProjectConfig,
     find_workspace_root,
     load_project_config,
 )
 from tether._runtime.compose import Composition, Seams, compose
+from tether._runtime.options import AgentOptions
 from tether._runtime.results import RunResult
 from tether._settings import SETTINGS, Settings, override_settings, resolve_settings
 from tether._tools.base import Tool, ToolRegistry
@@ -34,75 +33,10 @@ from tether.core.configuration import AgentConfiguration
 from tether.core.records import fields
 from tether.errors import ConfigurationError
 
-if TYPE_CHECKING:  # the option types; building an agent imports none of their modules
-    from tether._clock import Clock
-    from tether._ids import IdSource
-    from tether._runtime.events import EventSink
+if TYPE_CHECKING:
     from tether._runtime.executor import Executor
-    from tether._runtime.guards import Authorizer
-    from tether._sandbox.policy import SandboxMode
-    from tether._stores.file import Durability
-    from tether._stores.protocol import SessionOpener
-    from tether._telemetry import Telemetry
-    from tether._wsdb.protocol import WorkspaceDBOpener
-    from tether.core.stops import BudgetTime
 
 __all__ = ["Agent", "AgentOptions"]
-
-
-class AgentOptions(TypedDict, total=False):
-    """The keyword options of :class:`Agent`: the settings (see :data:`tether._settings.SETTINGS`
-    for each one's meaning, environment variable and ``tether.toml`` key) and the seams
-    (:class:`~tether._runtime.compose.Seams`)."""
-
-    # Settings.
-    base_url: str | None
-    api_key: str | None
-    timeout: float | None
-    model_options: Sequence[str] | None
-    workspace: str | os.PathLike[str] | None
-    sessions_dir: str | os.PathLike[str] | None
-    durability: Durability | str | None
-    system_prompt: str | None
-    tool_timeout: float | None
-    require_verified: bool | None
-    assume_yes: bool | None
-    max_steps: int | None
-    max_tokens: int | None
-    max_seconds: float | None
-    budget_time: BudgetTime | str | None
-    max_tool_calls: int | None
-    max_cost_usd: float | None
-    max_session_tokens: int | None
-    max_session_cost_usd: float | None
-    store: str | None
-    store_url: str | None  # the name ``store`` had before the settings table; still accepted
-    lease_seconds: float | None
-    pool_size: int | None
-    environment: str | None
-    sandbox: SandboxMode | str | None
-    sandbox_network: bool | None
-    writable_roots: Sequence[str] | None
-    deny_read: Sequence[str] | None
-    # Seams.
-    on_event: EventSink | None
-    authorize: Authorizer | None
-    ask_by_default: bool | None
-    park_approvals: bool
-    read_agents_md: bool
-    project: ProjectConfig | None
-    budget: BudgetConfig | None
-    output_options: Mapping[str, Any] | None
-    wrap_model: Callable[[ModelAdapter], ModelAdapter] | None
-    secrets: Iterable[str]
-    session_store: SessionOpener | None
-    workspace_db: WorkspaceDBOpener | None
-    clock: Clock | None
-    ids: IdSource | None
-    model_retries: int | None
-    retry_base_delay: float
-    check_sandbox: bool
-    telemetry: Telemetry | None
 
 
 _SETTING_NAMES = frozenset(row.name for row in SETTINGS)

@@ -15,9 +15,10 @@ same declaration, field by field, under hypothesis):
 1. **Declared like a frozen dataclass**, and read as one by type checkers
    (:func:`typing.dataclass_transform`): annotated names in order are the fields; a class
    attribute is a field's default; :func:`field` gives a ``default_factory`` or leaves a
-   field out of ``__init__`` (set from its default), of ``repr`` or of comparison. ``ClassVar`` annotations are not fields. A
-   field without a default after one with a default is a ``TypeError``, a mutable
-   (unhashable) default a ``ValueError``, as in :mod:`dataclasses`.
+   field out of ``__init__`` (set from its default), of ``repr`` or of comparison.
+   ``ClassVar`` annotations are not fields. A field without a default after one with a
+   default is a ``TypeError``, a mutable (unhashable) default a ``ValueError``, as in
+   :mod:`dataclasses`.
 2. **Behaves like** ``@dataclass(frozen=True)``: the ``__init__`` takes the fields by
    position or keyword and then calls ``__post_init__`` if the class has one; instances
    compare equal only to instances of the same class with equal compared fields, hash by

@@ -144,15 +144,15 @@ def test_declaration_errors_match_dataclasses() -> None:
         class Shared:
             items: list[int] = []  # noqa: RUF012 - the mistake under test
 
-    @record
-    class Base:
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
         x: int
 
-    with pytest.raises(TypeError, match="cannot derive from a record"):
+    with pytest.raises(TypeError, match="cannot derive from a dataclass"):
 
         @record
-        class Derived(Base):
-            y: int
+        class Mixed(Plain):
+            y: int = 0
 
 
 def test_post_init_checks_every_construction_replace_included() -> None:
@@ -234,3 +234,42 @@ def test_replace_takes_a_dataclass_and_dataclasses_helpers_take_a_record() -> No
     assert dataclasses.asdict(value) == {"x": 1, "tags": ("a",), "hidden": 0}
     with pytest.raises(ValueError, match="init=False"):
         dataclasses.replace(value, hidden=1)
+
+
+@pytest.mark.parametrize("slots", [False, True])
+def test_inheritance_orders_and_overrides_fields_as_dataclasses_do(slots: bool) -> None:
+    def declare(make: Any, make_field: Any) -> tuple[type, type]:
+        base_ns: dict[str, Any] = {
+            "__annotations__": {"kind": "str", "a": "int"},
+            "__module__": __name__,
+            "kind": "event",
+            "a": 1,
+        }
+        base = make(type("Event", (), base_ns))
+        derived_ns: dict[str, Any] = {
+            "__annotations__": {"b": "str", "kind": "str", "c": "tuple[int, ...]"},
+            "__module__": __name__,
+            "b": "",
+            "kind": "started",
+            "c": make_field(default_factory=tuple, compare=False),
+        }
+        return base, make(type("Started", (base,), derived_ns))
+
+    ours_base, ours = declare(record(slots=slots), field)
+    theirs = declare(dataclasses.dataclass(frozen=True, slots=slots), dataclasses.field)[1]
+    assert [f.name for f in fields(ours)] == [f.name for f in dataclasses.fields(theirs)]
+    assert ours.__match_args__ == theirs.__match_args__ == ("kind", "a", "b", "c")
+    for args, kwargs in [((), {}), (("x", 2), {"b": "y"}), ((), {"c": (1,)})]:
+        mine, reference = ours(*args, **kwargs), theirs(*args, **kwargs)
+        assert repr(mine).replace("Started", "") == repr(reference).replace("Started", "")
+        assert dataclasses.asdict(mine) == dataclasses.asdict(reference)
+        assert isinstance(mine, ours_base) and mine == ours(*args, **kwargs)
+        assert mine != ours_base() and replace(mine, a=5).a == 5
+    assert ours().kind == "started" and ours_base().kind == "event"
+    with pytest.raises(AttributeError):
+        ours().b = "z"  # type: ignore[attr-defined]
+    with pytest.raises(TypeError, match="non-default argument 'd' follows default argument"):
+
+        @record
+        class Late(ours_base):  # type: ignore[valid-type,misc]
+            d: int

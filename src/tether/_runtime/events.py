@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, TypeVar
+
+from tether.core.records import fields, record, replace
 
 _E = TypeVar("_E", bound="Event")
 
@@ -16,7 +17,7 @@ def _camel(name: str) -> str:
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
-@dataclass(frozen=True)
+@record
 class Event:
     """Base class; ``kind`` names the event in ``--json`` output."""
 
@@ -25,7 +26,7 @@ class Event:
     def to_dict(self) -> dict[str, Any]:
         """The event as a JSON-ready dict: ``{"event": kind, …}`` with camelCase members
         (like the session log), e.g. ``{"event": "tool_started", "callId": …}``."""
-        data = asdict(self)
+        data = {item.name: getattr(self, item.name) for item in fields(self)}
         kind = data.pop("kind")
         return {"event": kind, **{_camel(name): value for name, value in data.items()}}
 
@@ -34,7 +35,7 @@ class Event:
         return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
 
 
-@dataclass(frozen=True)
+@record
 class SessionOpened(Event):
     session_id: str = ""
     path: str = ""
@@ -43,7 +44,7 @@ class SessionOpened(Event):
     kind: str = "session"
 
 
-@dataclass(frozen=True)
+@record
 class ModelStarted(Event):
     operation: str = "run"
     attempt: int = 1
@@ -51,7 +52,7 @@ class ModelStarted(Event):
     kind: str = "model_started"
 
 
-@dataclass(frozen=True)
+@record
 class ModelFinished(Event):
     stop_reason: str = ""
     text: str | None = None
@@ -59,7 +60,7 @@ class ModelFinished(Event):
     kind: str = "model_finished"
 
 
-@dataclass(frozen=True)
+@record
 class ModelDelta(Event):
     """A piece of a streaming answer as it arrives: ``channel`` ``text`` or ``reasoning``.
 
@@ -70,14 +71,14 @@ class ModelDelta(Event):
     kind: str = "model_delta"
 
 
-@dataclass(frozen=True)
+@record
 class ModelFailed(Event):
     code: str = ""
     message: str = ""
     kind: str = "model_failed"
 
 
-@dataclass(frozen=True)
+@record
 class RetryScheduled(Event):
     """A transient provider failure ended the run; a new run on the same input entry
     starts after ``wait`` seconds (``delay`` was the whole backoff)."""
@@ -90,7 +91,7 @@ class RetryScheduled(Event):
     kind: str = "retry_scheduled"
 
 
-@dataclass(frozen=True)
+@record
 class UsageReported(Event):
     input: int = 0
     output: int = 0
@@ -103,7 +104,7 @@ class UsageReported(Event):
     kind: str = "usage"
 
 
-@dataclass(frozen=True)
+@record
 class ToolStarted(Event):
     name: str = ""
     call_id: str = ""
@@ -111,7 +112,7 @@ class ToolStarted(Event):
     kind: str = "tool_started"
 
 
-@dataclass(frozen=True)
+@record
 class ToolFinished(Event):
     name: str = ""
     call_id: str = ""
@@ -120,7 +121,7 @@ class ToolFinished(Event):
     kind: str = "tool_finished"
 
 
-@dataclass(frozen=True)
+@record
 class ToolSkipped(Event):
     """A call answered without running (synthetic result: unknown tool, interrupted, …)."""
 
@@ -130,7 +131,7 @@ class ToolSkipped(Event):
     kind: str = "tool_skipped"
 
 
-@dataclass(frozen=True)
+@record
 class ToolReconciled(Event):
     """Recovery established a started call's outcome from evidence (journal, lookup,
     review) instead of guessing."""
@@ -144,21 +145,21 @@ class ToolReconciled(Event):
     kind: str = "tool_reconciled"
 
 
-@dataclass(frozen=True)
+@record
 class OperationFinished(Event):
     operation: str = "run"
     outcome: str = ""
     kind: str = "operation_finished"
 
 
-@dataclass(frozen=True)
+@record
 class Blocked(Event):
     reason: str = ""
     detail: str = ""
     kind: str = "blocked"
 
 
-@dataclass(frozen=True)
+@record
 class ApprovalParked(Event):
     """A call was parked until a person decides; the run stops after this."""
 
@@ -169,7 +170,7 @@ class ApprovalParked(Event):
     kind: str = "approval_parked"
 
 
-@dataclass(frozen=True)
+@record
 class ToolAuthorized(Event):
     """A side-effecting call was decided before it started (policy, a person or --yes)."""
 
@@ -179,7 +180,7 @@ class ToolAuthorized(Event):
     kind: str = "tool_authorized"
 
 
-@dataclass(frozen=True)
+@record
 class CompletionChecked(Event):
     """The completion gate's verdict on a finished run that changed files."""
 
@@ -189,7 +190,7 @@ class CompletionChecked(Event):
     kind: str = "completion"
 
 
-@dataclass(frozen=True)
+@record
 class FollowUpStarted(Event):
     """``--require-verified``: a follow-up run asks the model to verify (1 or 2)."""
 

@@ -34,14 +34,16 @@ same declaration, field by field, under hypothesis):
    ``is_dataclass``) take a record too: its ``__dataclass_fields__`` is built on first
    use (importing :mod:`dataclasses` then), so code written for the frozen dataclasses
    these types were (``tether.lowlevel`` exports some) keeps working.
-4. **Not supported**, because no record needs them: inheritance between records (refused
-   at declaration), ordering, ``InitVar``, keyword-only fields.
+4. **Inheritance** as in dataclasses: a record may derive from records (not from a
+   dataclass); the bases' fields come first, and a field declared again keeps its place
+   and takes its new default. **Not supported**, because no record needs them: ordering,
+   ``InitVar``, keyword-only fields.
 
 The cost moved, not removed, is a generic ``__init__``: it binds arguments in a loop
 instead of running generated code, about a microsecond more a construction. Records are
 for value types built a few times a run or a step (settings, configuration, composition,
-tool declarations, plans, evidence); the reducer's per-fact state types stay dataclasses,
-and so do the events, which derive from one base.
+tool declarations, plans, evidence, progress events); the reducer's per-fact state types
+stay dataclasses.
 """
 
 from __future__ import annotations
@@ -317,17 +319,22 @@ class _DataclassFields:
 
 def _is_classvar(annotation: object) -> bool:
     if isinstance(annotation, str):  # ``from __future__ import annotations``
-        return annotation.startswith(("ClassVar", "typing.ClassVar"))
+        head = annotation.split("[", 1)[0].strip()
+        return head in ("ClassVar", "typing.ClassVar")
     origin = getattr(annotation, "__origin__", annotation)
     return getattr(origin, "_name", None) == "ClassVar"
 
 
 def _field_table(cls: type) -> tuple[Field, ...]:
-    for base in cls.__mro__[1:]:
-        if "__record__" in base.__dict__:
-            raise TypeError(f"{cls.__qualname__}: a record cannot derive from a record")
-    table: list[Field] = []
-    seen_default = False
+    # As dataclasses: the fields of the record bases first (the furthest base first), then
+    # the class's own; a field declared again keeps its place and takes the new options.
+    table: dict[str, Field] = {}
+    for base in reversed(cls.__mro__[1:]):
+        spec = base.__dict__.get("__record__")
+        if isinstance(spec, _Spec):
+            table.update((f.name, f) for f in spec.fields)
+        elif "__dataclass_fields__" in base.__dict__:
+            raise TypeError(f"{cls.__qualname__}: a record cannot derive from a dataclass")
     # the class's own annotations; inspect.get_annotations would import inspect, which is
     # what this module avoids
     own = cls.__dict__.get("__annotations__", {})  # noqa: RUF063
@@ -343,13 +350,17 @@ def _field_table(cls: type) -> tuple[Field, ...]:
                 f"mutable default {type(default)} for field {name} is not allowed: "
                 "use default_factory"
             )
-        if default is MISSING and spec.default_factory is MISSING:
+        table[name] = spec
+    seen_default = False
+    for spec in table.values():
+        if not spec.init:
+            continue  # not a parameter: its place among the defaults does not matter
+        if spec.default is MISSING and spec.default_factory is MISSING:
             if seen_default:
-                raise TypeError(f"non-default argument {name!r} follows default argument")
+                raise TypeError(f"non-default argument {spec.name!r} follows default argument")
         else:
             seen_default = True
-        table.append(spec)
-    return tuple(table)
+    return tuple(table.values())
 
 
 _SHARED: dict[str, Any] = {"__init__": _init, "__repr__": _repr, "__eq__": _eq}
@@ -374,7 +385,10 @@ def _process(cls: type[_R], *, frozen: bool, slots: bool, eq: bool) -> type[_R]:
         body = {key: value for key, value in own.items() if key not in ("__dict__", "__weakref__")}
         for spec in table:
             body.pop(spec.name, None)
-        body["__slots__"] = tuple(f.name for f in table)
+        inherited = {
+            name for base in cls.__mro__[1:] for name in base.__dict__.get("__slots__", ())
+        }
+        body["__slots__"] = tuple(f.name for f in table if f.name not in inherited)
         if frozen:
             methods["__getstate__"] = _getstate
             methods["__setstate__"] = _setstate

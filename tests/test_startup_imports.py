@@ -116,7 +116,7 @@ NOT_AT_CONSTRUCTION = (
     # close-match search of a misspelt model prefix (openai:… is not close to any).
     "signal",
     "difflib",
-    # Issue 31's last 30 ms: orjson (~15 ms: it imports dataclasses, inspect, uuid and
+    # Issue 31's last 30 ms: orjson (~18 ms: it imports dataclasses, inspect, uuid and
     # datetime itself) encodes the first fact, not the configuration's digests (the standard
     # library's json does, tether.core.canonical); the value types a construction builds
     # are records (tether.core.records), whose methods are not compiled per class, so

@@ -11,7 +11,7 @@ uses the standard library's C encoder (``json``, sorted keys, no ASCII escaping)
 when the value provably serializes identically (see :func:`_fast_path_applies`);
 ``tests/test_canonical.py`` checks the equivalence. Not ``orjson``, though it is 2-10x
 faster on the same values: the digests of an agent's configuration are taken when the agent
-is built, and importing ``orjson`` (~15 ms: it loads ``dataclasses``, ``inspect``,
+is built, and importing ``orjson`` (~18 ms: it loads ``dataclasses``, ``inspect``,
 ``uuid``, ``datetime`` and ``json``) was half of the start-up budget (issue 31); what
 goes through here is small (a configuration snapshot: ~6 us; a tool call's arguments:
 ~1 us), and the session log, where volume is, is encoded with ``orjson`` elsewhere.

@@ -56,9 +56,8 @@ RESERVED_OUTPUT_OPTIONS: Final = frozenset(
 )
 """Request members tether sets itself; an output option may not override them."""
 
-
-# A request and an answer are a call's values: their classes (four frozen dataclasses, ~2
-# ms of an agent's construction) live in tether._models.messages and are this module's
+# A request and an answer are a call's values: their classes (four records, once ~2 ms of
+# an agent's construction as dataclasses) live in tether._models.messages and are this module's
 # names too, loaded when first asked for (PEP 562) — by the first request an adapter
 # builds or answers, not by building the adapter.
 _MESSAGES: Final = frozenset(

@@ -299,7 +299,7 @@ def _quietly(action: Callable[[], object]) -> None:
 def handlers() -> Mapping[type, Callable[[Tracing, Any], None]]:
     """Event type → what it does to the spans (the one table). Made on first use: every
     agent builds a :class:`Tracing`, and only one with telemetry reads the table, so the
-    event types' module (~18 dataclasses) is not loaded to build an agent."""
+    event types' module (~18 records) is not loaded to build an agent."""
     import tether._runtime.events as events  # loaded already: an event was made
 
     return {

@@ -128,7 +128,6 @@ class _Spec:
         "accepted",
         "compared",
         "fields",
-        "frozen",
         "hidden",
         "index",
         "names",
@@ -137,7 +136,6 @@ class _Spec:
         "params",
         "post_init",
         "shown",
-        "slots",
         "std_fields",
     )
 
@@ -152,11 +150,9 @@ class _Spec:
     shown: tuple[str, ...]
     compared: Callable[[Any], tuple[Any, ...]]
     post_init: bool
-    slots: bool
-    frozen: bool
     std_fields: dict[str, Any] | None
 
-    def __init__(self, cls: type, table: tuple[Field, ...], *, frozen: bool, slots: bool) -> None:
+    def __init__(self, cls: type, table: tuple[Field, ...]) -> None:
         self.owner = cls
         self.fields = table
         self.names = tuple(f.name for f in table)
@@ -178,8 +174,6 @@ class _Spec:
         )
         self.shown = tuple(f.name for f in table if f.repr)
         self.post_init = hasattr(cls, "__post_init__")
-        self.slots = slots
-        self.frozen = frozen
         self.std_fields = None
 
 
@@ -406,7 +400,7 @@ def _process(cls: type[_R], *, frozen: bool, slots: bool, eq: bool) -> type[_R]:
                     delattr(made, spec.name)
                 else:
                     setattr(made, spec.name, spec.default)
-    made.__record__ = _Spec(made, table, frozen=frozen, slots=slots)  # type: ignore[attr-defined]
+    made.__record__ = _Spec(made, table)  # type: ignore[attr-defined]
     return made
 
 

@@ -306,6 +306,33 @@ class FakeProvider:
         with self._lock:
             return list(self._requests)
 
+    def send_first_request(self, model: Any) -> None:
+        """Have ``model`` (an adapter of this server) send its first request now, answered
+        ahead of anything queued, and forget that request.
+
+        An adapter sends its first request through the SDK's ``post`` and the later ones as
+        the SDK sent that one (``OpenAICompatibleModel._send_as_before``); a test that runs
+        both ways checks that a session's later requests behave as its first.
+        """
+        from tether._models.messages import ModelRequest
+
+        first = ok(completion("the first answer"))
+        with self._lock:
+            self._queue.appendleft(first)
+            seen = len(self._requests)
+        answer = model.complete(
+            ModelRequest(
+                system_prompt="",
+                messages=({"role": "user", "content": "first"},),
+                tools=(),
+                position=0,
+            )
+        )
+        assert answer.content == "the first answer", answer
+        with self._lock:
+            assert len(self._requests) == seen + 1
+            del self._requests[seen:]
+
     def close(self) -> None:
         self.stopping.set()
         self._server.shutdown()

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -75,12 +76,31 @@ def fake() -> Iterator[FakeProvider]:
         provider.close()
 
 
+_LATER = [False]
+"""Whether :func:`adapter` hands out adapters that already sent a first request."""
+
+
+@pytest.fixture(params=["first request", "later request"])
+def request_order(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Run a test with the adapter's first request, then with a later one: the first goes
+    through the SDK's ``post``, the later ones as the SDK sent the first
+    (``OpenAICompatibleModel._send_as_before``), and both must behave alike."""
+    _LATER[0] = request.param == "later request"
+    try:
+        yield
+    finally:
+        _LATER[0] = False
+
+
 def adapter(fake: FakeProvider, *, timeout: float = 5.0, **kw: Any) -> OpenAICompatibleModel:
     """The adapter in its non-streamed mode (streaming: tests/test_models_streaming.py)."""
     kw.setdefault("stream", False)
-    return OpenAICompatibleModel(
+    model = OpenAICompatibleModel(
         "fake/model", base_url=fake.base_url, api_key=KEY, timeout=timeout, **kw
     )
+    if _LATER[0]:
+        fake.send_first_request(model)
+    return model
 
 
 def fail(model: ModelAdapter, req: ModelRequest, **kw: Any) -> ModelError:
@@ -292,6 +312,7 @@ class TestUsage:
 # ---------------------------------------------------------------------------- over HTTP
 
 
+@pytest.mark.usefixtures("request_order")
 class TestOpenAICompatible:
     def test_text_answer_and_request_shape(self, fake: FakeProvider) -> None:
         fake.enqueue(
@@ -587,9 +608,10 @@ class TestOpenAICompatible:
         # WakingEvent wakes the wait for the whole answer; a plain Event is polled.
         waits = record_inbox_waits(monkeypatch)
         for kind, most in ((WakingEvent, 3), (threading.Event, None)):
+            model = adapter(fake)
             waits.clear()
             fake.enqueue(ok(completion("whole"), delay=0.6))
-            assert adapter(fake).complete(request(), cancel=kind()).content == "whole"
+            assert model.complete(request(), cancel=kind()).content == "whole"
             if most is None:
                 assert len(waits) >= 15, waits
             else:
@@ -786,6 +808,75 @@ class TestOpenAICompatible:
 
 
 # ---------------------------------------------------------------------------- configuration
+
+
+class TestSentAsBefore:
+    """A session's later requests skip the SDK's ``post`` and are sent as it sent the first."""
+
+    def test_later_requests_carry_the_first_ones_headers(
+        self, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import openai
+
+        posts: list[str] = []
+        real_post = openai.OpenAI.post
+
+        def counted(client: Any, path: str, *args: Any, **kw: Any) -> Any:
+            posts.append(path)
+            return real_post(client, path, *args, **kw)
+
+        monkeypatch.setattr(openai.OpenAI, "post", counted)
+        model = adapter(fake, extra_headers={"X-Title": "tether tests"})
+        for text in ("one", "two", "three"):
+            fake.enqueue(ok(completion(text)))
+            assert model.complete(request()).content == text
+        assert posts == ["/chat/completions"]  # the first only
+        first, *later = fake.requests
+        assert first.headers["authorization"] == f"Bearer {KEY}"  # recorded in lower case
+        assert first.headers["x-title"] == "tether tests"
+        assert first.headers["user-agent"].startswith("OpenAI/Python")
+        assert len(later) == 2
+        for sent in later:
+            assert (sent.path, sent.body, sent.headers) == (first.path, first.body, first.headers)
+
+    def test_a_client_whose_key_can_change_keeps_the_sdks_path(
+        self, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A client with a key provider (or a provider runtime, or a workload identity) may
+        # send other headers next time: its every request goes through the SDK.
+        import openai
+
+        posts: list[str] = []
+        real_post = openai.OpenAI.post
+
+        def counted(client: Any, path: str, *args: Any, **kw: Any) -> Any:
+            posts.append(path)
+            return real_post(client, path, *args, **kw)
+
+        monkeypatch.setattr(openai.OpenAI, "post", counted)
+        model = adapter(fake)
+        keys = iter(("sk-rotated-1", "sk-rotated-2"))
+        model._client._api_key_provider = lambda: next(keys)  # type: ignore[attr-defined]
+        for text in ("one", "two"):
+            fake.enqueue(ok(completion(text)))
+            assert model.complete(request()).content == text
+        assert len(posts) == 2
+        assert [r.headers["authorization"] for r in fake.requests] == [
+            "Bearer sk-rotated-1",
+            "Bearer sk-rotated-2",
+        ]
+
+    def test_a_later_request_that_cannot_connect(self, fake: FakeProvider) -> None:
+        model = adapter(fake, timeout=2.0)
+        first = ok(completion("first"))
+        fake.enqueue(replace(first, headers={**first.headers, "Connection": "close"}))
+        assert model.complete(request()).content == "first"
+        fake.close()  # the server goes away between two requests (and its connection)
+        started = time.monotonic()
+        err = fail(model, request())
+        assert err.code == "connection"
+        assert "cannot reach" in err.message and fake.base_url in err.message
+        assert time.monotonic() - started < 2.0
 
 
 class TestConfiguration:

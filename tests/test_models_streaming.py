@@ -44,10 +44,28 @@ def fake() -> Iterator[FakeProvider]:
         provider.close()
 
 
+_LATER = [False]
+"""Whether :func:`adapter` hands out adapters that already sent a first request."""
+
+
+@pytest.fixture(params=["first request", "later request"])
+def request_order(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Run a test with the adapter's first request, then with a later one (see
+    tests/test_models.py's fixture of the same name)."""
+    _LATER[0] = request.param == "later request"
+    try:
+        yield
+    finally:
+        _LATER[0] = False
+
+
 def adapter(fake: FakeProvider, **kw: Any) -> OpenAICompatibleModel:
     kw.setdefault("timeout", 5.0)
     kw.setdefault("api_key", KEY)
-    return OpenAICompatibleModel("fake/model", base_url=fake.base_url, **kw)
+    model = OpenAICompatibleModel("fake/model", base_url=fake.base_url, **kw)
+    if _LATER[0]:
+        fake.send_first_request(model)
+    return model
 
 
 def request(**changes: Any) -> ModelRequest:
@@ -85,6 +103,7 @@ class TestSSEDecoder:
         assert decoder.end() == ("message", "c")
 
 
+@pytest.mark.usefixtures("request_order")
 class TestStreaming:
     def test_text_streams_live_and_whole_answer_returned(self, fake: FakeProvider) -> None:
         fake.enqueue(
@@ -243,9 +262,10 @@ class TestStreaming:
         # nothing (issue 33). Counted: the waits on the call's inbox during a 0.6 s answer.
         waits = record_inbox_waits(monkeypatch)
         for kind, most in ((WakingEvent, 10), (threading.Event, None)):
+            model = adapter(fake)
             waits.clear()
             fake.enqueue(streamed(chunk(content="a"), chunk(finish_reason="stop"), pauses={0: 0.6}))
-            assert adapter(fake).complete(request(), cancel=kind()).content == "a"
+            assert model.complete(request(), cancel=kind()).content == "a"
             if most is None:
                 assert len(waits) >= 15, waits  # the polled kind: the count is what it costs
             else:
@@ -261,10 +281,11 @@ class TestStreaming:
         pieces = [chunk(content=str(i % 10)) for i in range(120)]
         text = "".join(str(i % 10) for i in range(120))
         for listening in (False, True):
+            model = adapter(fake)
             waits.clear()
             seen: list[Delta] = []
             fake.enqueue(streamed(*pieces, chunk(finish_reason="stop"), pause=0.002))
-            answer = adapter(fake).complete(
+            answer = model.complete(
                 request(), cancel=WakingEvent(), on_delta=seen.append if listening else None
             )
             assert answer.content == text
@@ -299,6 +320,7 @@ class TestStreaming:
         assert err.code == "bad_response" and "not JSON" in err.message
 
 
+@pytest.mark.usefixtures("request_order")
 class TestClearErrors:
     def test_base_url_with_chat_completions(self) -> None:
         with pytest.raises(ConfigurationError) as info:

@@ -13,6 +13,7 @@ import secrets
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -145,3 +146,19 @@ def restartable_cluster() -> str:
 def restart_cluster(cluster: str) -> None:
     """Restart the server under every connection to it (``pg_ctlcluster … restart``)."""
     subprocess.run(["pg_ctlcluster", *cluster.split(), "restart", "-m", "fast"], check=True)
+
+
+@contextmanager
+def cluster_stopped(cluster: str) -> Iterator[Callable[[], None]]:
+    """The server stopped (``pg_ctlcluster … stop``); the block gets a function that starts
+    it again, and it is started after the block whatever happened (other tests share it)."""
+    command = ["pg_ctlcluster", *cluster.split()]
+
+    def start() -> None:
+        subprocess.run([*command, "start"], check=True)
+
+    subprocess.run([*command, "stop", "-m", "fast"], check=True)
+    try:
+        yield start
+    finally:
+        subprocess.run([*command, "start"], check=False, capture_output=True)  # may be up

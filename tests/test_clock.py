@@ -27,7 +27,7 @@ from tether._clock import SYSTEM_CLOCK, Clock, SystemClock, WakingEvent, wake_on
 from tether._project import BudgetConfig
 from tether._runtime import Agent, RunStatus
 from tether._runtime.retry import read_record
-from tether._runtime.worker import GC_FIRST_THRESHOLD, UNREACHABLE_SECONDS, Worker
+from tether._runtime.worker import GC_FIRST_THRESHOLD, UNREACHABLE_SECONDS, Worker, when_reachable
 from tether._stores.memory import MemorySessions
 from tether.errors import StoreUnavailable
 from tether.testing.clock import START_MS, FakeClock
@@ -294,3 +294,39 @@ def test_a_worker_gives_up_on_an_unreachable_store_after_its_clock_says_so(
     # One pause of a second between claims, until more than UNREACHABLE_SECONDS had passed.
     assert clock.waits == [1.0] * (int(UNREACHABLE_SECONDS) + 1)
     assert lines == ["store unavailable, retrying: session postgresql://db: connection refused"]
+
+
+def test_a_worker_starting_before_its_store_waits_for_it_by_its_clock() -> None:
+    # tether worker opens its store through when_reachable: a database that answers only
+    # after a few tries is waited for (said once, a second between tries); one that stays
+    # away past UNREACHABLE_SECONDS raises its error; a stop ends the wait with None.
+    clock = FakeClock(autojump=True)
+    lines: list[str] = []
+    refusals = iter(range(3))
+
+    def opens_on_the_fourth_try() -> str:
+        if next(refusals, None) is not None:
+            raise StoreUnavailable("postgresql://db", "the database system is starting up")
+        return "opened"
+
+    stop = threading.Event()
+    assert when_reachable(opens_on_the_fourth_try, stop=stop, log=lines.append, clock=clock) == (
+        "opened"
+    )
+    assert clock.waits == [1.0] * 3
+    assert lines == [
+        "store unavailable, retrying: session postgresql://db: the database system is starting up"
+    ]
+
+    def never() -> str:
+        raise StoreUnavailable("postgresql://db", "connection refused")
+
+    clock.waits.clear()
+    with pytest.raises(StoreUnavailable, match="connection refused"):
+        when_reachable(never, stop=stop, log=lines.append, clock=clock)
+    assert clock.waits == [1.0] * (int(UNREACHABLE_SECONDS) + 1)
+
+    stop.set()
+    clock.waits.clear()
+    assert when_reachable(never, stop=stop, log=lines.append, clock=clock) is None
+    assert clock.waits == [1.0]

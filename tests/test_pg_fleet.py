@@ -29,6 +29,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -41,7 +42,15 @@ from typing import Any
 import psycopg
 import pytest
 
-from pgkit import WorkerProcesses, pg_store, pg_url, restart_cluster, restartable_cluster, wait_for  # noqa: F401 (fixtures)
+from pgkit import (  # noqa: F401 (fixtures)
+    WorkerProcesses,
+    cluster_stopped,
+    pg_store,
+    pg_url,
+    restart_cluster,
+    restartable_cluster,
+    wait_for,
+)
 from tether._models import load_model
 from tether._models.scripted import ScriptedModel
 from tether._runtime import Agent
@@ -398,6 +407,57 @@ def test_many_sessions_in_flight_survive_a_postgres_restart(pg_store: str, tmp_p
     # Sessions in flight: the workers never exit on the outage (they slow down and retry).
     assert codes == [0, 0], [fleet.log(p) for p in workers]
     fleet.check()
+
+
+@pytest.mark.serial
+def test_a_worker_started_before_its_database_waits_for_it(pg_store: str, tmp_path: Path) -> None:  # noqa: F811
+    # A fleet booting with its database (or a worker restarted while the database is):
+    # the worker says once that the store is unavailable, retries, and drives the queue
+    # once the server is up, instead of exiting 10 at once.
+    cluster = restartable_cluster()
+    fleet = Fleet(tmp_path, pg_store, sessions=6)
+    with cluster_stopped(cluster) as start_server:
+        worker = fleet.start(concurrency=6)
+        wait_for(lambda: "store unavailable, retrying" in fleet.log(worker), 30, "the retry line")
+        time.sleep(1.5)  # a try or two more: it waits, it does not exit
+        assert worker.poll() is None, fleet.log(worker)
+        start_server()
+        codes = fleet.wait_all(timeout=60)
+    assert codes == [0], fleet.log(worker)
+    assert fleet.log(worker).count("store unavailable, retrying") == 1
+    assert f"stopped after {len(fleet.ids)} sessions" in fleet.log(worker)
+    fleet.check()
+
+
+def test_sigterm_before_the_store_answers_stops_a_worker_at_once(tmp_path: Path) -> None:
+    # A worker pointed at a server that is not there waits for it; SIGTERM ends the wait
+    # with exit 0 and nothing claimed (it need not wait out UNREACHABLE_SECONDS).
+    ws = tmp_path / "ws"
+    (ws / ".tether").mkdir(parents=True)
+    (ws / "script.json").write_text(json.dumps(_script(0.0)))
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "tether", "worker", "--store",
+                f"postgresql://nobody:secret-pw@127.0.0.1:{port}/none",
+                "-m", "scripted:script.json", "--sandbox", "off",
+            ],
+            cwd=ws, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        wait_for(lambda: "store unavailable, retrying" in log.read_text(), 30, "the retry line")
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        proc.kill()
+    text = log.read_text()
+    assert "SIGTERM before the store answered: stopped, nothing claimed" in text
+    assert "secret-pw" not in text  # the URL is shown without its password
 
 
 class _Batches(_Queue):

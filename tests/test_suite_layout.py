@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESTARTS = {
     "tests/test_pg_workers.py::test_workers_survive_a_postgres_restart",
     "tests/test_pg_fleet.py::test_many_sessions_in_flight_survive_a_postgres_restart",
+    "tests/test_pg_fleet.py::test_a_worker_started_before_its_database_waits_for_it",
 }
 
 

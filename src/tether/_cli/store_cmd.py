@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
@@ -356,7 +357,8 @@ def worker(
     free or expired, drives it as `tether resume` would, releases it; every session in
     flight shares the process's one store opener (its connections, one lease renewal for
     all). A store outage slows the worker down (fewer sessions in flight, retries); it
-    exits only when the store stays away with nothing in flight. SIGTERM: no new claims;
+    exits only when the store stays away (30 s) with nothing in flight, and a worker
+    started before its database answers waits for it the same way. SIGTERM: no new claims;
     each session being driven stops after its current step (a model answer or a tool
     result committed), unfinished, its lease released for another worker; exit 0.
 
@@ -372,7 +374,13 @@ def worker(
     Exit status: 0 stopped, 2 usage error, 10 the store stayed unreachable, 11 fenced
     (this worker lost a lease: it was paused past its expiry; it stops at once).
     """
-    from tether._runtime.worker import Worker, check_concurrency, fleet_openers, fleet_status
+    from tether._runtime.worker import (
+        Worker,
+        check_concurrency,
+        fleet_openers,
+        fleet_status,
+        when_reachable,
+    )
     from tether._stores.postgres import DEFAULT_LEASE_SECONDS
 
     with handle_errors():
@@ -391,7 +399,23 @@ def worker(
         def log(line: str) -> None:
             typer.echo(f"worker {os.getpid()}: {printable(line)}", err=True)
 
-        sessions, workspace_db = fleet_openers(settings)
+        stopping = threading.Event()
+        workers: list[Worker] = []
+
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            # Only events are set here: the handler may run while the main thread holds any
+            # lock (the worker's own loop writes the line).
+            stopping.set()
+            for work in workers:
+                work.stop("SIGTERM")
+
+        signal.signal(signal.SIGTERM, on_term)
+        # A worker may start before its database answers: it waits as it would for a claim.
+        opened = when_reachable(lambda: fleet_openers(settings), stop=stopping, log=log)
+        if opened is None:
+            log("SIGTERM before the store answered: stopped, nothing claimed")
+            return
+        sessions, workspace_db = opened
         try:
             work = Worker(
                 lambda: quiet_agent(
@@ -402,13 +426,9 @@ def worker(
                 log=log,
                 status_every=status_every,
             )
-
-            def on_term(signum: int, frame: FrameType | None) -> None:
-                # Only an event is set here: the handler may run while the main thread holds
-                # any lock (the worker's own loop writes the line).
+            workers.append(work)
+            if stopping.is_set():  # a SIGTERM between the two
                 work.stop("SIGTERM")
-
-            signal.signal(signal.SIGTERM, on_term)
             lease = settings.lease_seconds or DEFAULT_LEASE_SECONDS
             log(f"started: concurrency {concurrency}, lease {lease} s, owner {sessions.owner}")
             report = work.run()

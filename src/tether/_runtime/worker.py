@@ -66,11 +66,11 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final, TypeVar, cast
 
 import tether._faults as faults
 import tether._runtime.boundaries as boundaries
-from tether._clock import SYSTEM_CLOCK
+from tether._clock import SYSTEM_CLOCK, Clock
 from tether._ids import new_uuid7
 from tether._loading import gc_less_often
 from tether._project import find_workspace_root
@@ -108,6 +108,7 @@ __all__ = [
     "parse_submissions",
     "submit",
     "submit_all",
+    "when_reachable",
 ]
 
 UNREACHABLE_SECONDS: Final = 30.0
@@ -432,6 +433,38 @@ def fleet_openers(settings: Settings) -> tuple[FleetSessions, SharedWorkspaceDB]
     real = Path(os.path.realpath(find_workspace_root(settings.workspace).path))
     inner = _shared_sessions(settings, url, real, SYSTEM_CLOCK, new_uuid7)
     return FleetSessions(inner), SharedWorkspaceDB(_shared_db_opener(real, url))
+
+
+_T = TypeVar("_T")
+
+
+def when_reachable(
+    open_store: Callable[[], _T],
+    *,
+    stop: threading.Event,
+    log: Callable[[str], None],
+    clock: Clock = SYSTEM_CLOCK,
+) -> _T | None:
+    """``open_store()``, tried again every second while the store is unavailable.
+
+    A worker started before its database answers (a fleet booting with it, a database
+    restarting, its connections all taken) waits for it as a running worker waits for
+    its claims: said once, retried every second, the store's error raised only once it
+    has been unavailable for :data:`UNREACHABLE_SECONDS`. ``None`` when ``stop`` is set
+    meanwhile (``SIGTERM`` before the store answered: nothing was claimed)."""
+    since: float | None = None
+    while True:
+        try:
+            return open_store()
+        except StoreUnavailable as exc:
+            now = clock.monotonic()
+            if since is None:
+                since = now
+                log(f"store unavailable, retrying: {exc}")
+            if now - since > UNREACHABLE_SECONDS:
+                raise
+        if clock.wait(stop, 1.0):
+            return None
 
 
 # ---------------------------------------------------------------- the worker

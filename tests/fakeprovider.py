@@ -13,7 +13,6 @@ event, so :meth:`FakeProvider.close` never hangs on them.
 from __future__ import annotations
 
 import json
-import queue
 import select
 import socket
 import sys
@@ -557,15 +556,18 @@ def anthropic_error(
     )
 
 
-def record_inbox_waits(monkeypatch: Any) -> list[float | None]:
-    """Every ``queue.SimpleQueue.get`` from now on (the inboxes a model call waits on, and its
-    request thread's), its timeout recorded in the returned list: how often a call woke."""
-    waits: list[float | None] = []
+def watchdog_wakes() -> int:
+    """How often the process's model-call watchdog has woken so far
+    (:class:`tether._models.streaming._Watchdog`): a call waiting for its answer must not
+    wake it, except when its cancel can only be polled."""
+    from tether._models import streaming
 
-    class Inbox(queue.SimpleQueue[Any]):
-        def get(self, block: bool = True, timeout: float | None = None) -> Any:
-            waits.append(timeout)
-            return super().get(block, timeout)
+    return streaming._the_watchdog().wakes
 
-    monkeypatch.setattr(queue, "SimpleQueue", Inbox)
-    return waits
+
+def fresh_watchdog(monkeypatch: Any) -> None:
+    """A watchdog of the test's own from now on, so that its wakes are the test's calls'
+    alone (the process's other one goes on ending the earlier tests' calls)."""
+    from tether._models import streaming
+
+    monkeypatch.setattr(streaming, "_watchdog", streaming._Watchdog())

@@ -20,9 +20,10 @@ from fakeprovider import (
     chunk,
     completion,
     error,
+    fresh_watchdog,
     ok,
-    record_inbox_waits,
     streamed,
+    watchdog_wakes,
 )
 from tether._clock import WakingEvent
 from tether._models import streaming
@@ -258,44 +259,48 @@ class TestStreaming:
         self, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
     ) -> None:
         # A plain event is polled every 20 ms while the answer is awaited; the executor's
-        # WakingEvent wakes the wait itself, so a worker's thousand waiting sessions cost
-        # nothing (issue 33). Counted: the waits on the call's inbox during a 0.6 s answer.
-        waits = record_inbox_waits(monkeypatch)
-        for kind, most in ((WakingEvent, 10), (threading.Event, None)):
+        # WakingEvent wakes the watchdog itself, so a worker's thousand waiting sessions
+        # cost nothing (issue 33). Counted: the wakes of a watchdog of the test's own during
+        # a 0.6 s answer.
+        fresh_watchdog(monkeypatch)
+        for kind, most in ((WakingEvent, 3), (threading.Event, None)):
             model = adapter(fake)
-            waits.clear()
             fake.enqueue(streamed(chunk(content="a"), chunk(finish_reason="stop"), pauses={0: 0.6}))
+            before = watchdog_wakes()
             assert model.complete(request(), cancel=kind()).content == "a"
+            wakes = watchdog_wakes() - before
             if most is None:
-                assert len(waits) >= 15, waits  # the polled kind: the count is what it costs
+                assert wakes >= 15, wakes  # the polled kind: the count is what it costs
             else:
-                assert len(waits) <= most, waits
+                assert wakes <= most, wakes
 
-    def test_a_quiet_caller_is_not_woken_per_chunk(
+    def test_a_call_runs_on_its_caller_s_thread_and_wakes_nobody_per_chunk(
         self, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        # A caller without on_delta (a worker's sessions) is woken by the first bytes and by
-        # the result, not by each of the stream's chunks: a worker waiting on hundreds of
-        # token-by-token streams would otherwise switch threads for every token (issue 33).
-        waits = record_inbox_waits(monkeypatch)
+        # The request is read on the calling thread (no thread per request, no switch per
+        # answer) and its deltas reach the listener there; the watchdog is not woken by the
+        # stream's chunks, listened to or not: a worker waiting on hundreds of
+        # token-by-token streams does no work per token beyond reading it (issue 33).
         pieces = [chunk(content=str(i % 10)) for i in range(120)]
         text = "".join(str(i % 10) for i in range(120))
+        fresh_watchdog(monkeypatch)
         for listening in (False, True):
             model = adapter(fake)
-            waits.clear()
-            seen: list[Delta] = []
+            seen: list[tuple[Delta, int]] = []
+
+            def listen(delta: Delta, seen: list[tuple[Delta, int]] = seen) -> None:
+                seen.append((delta, threading.get_ident()))
+
             fake.enqueue(streamed(*pieces, chunk(finish_reason="stop"), pause=0.002))
+            before = watchdog_wakes()
             answer = model.complete(
-                request(), cancel=WakingEvent(), on_delta=seen.append if listening else None
+                request(), cancel=WakingEvent(), on_delta=listen if listening else None
             )
             assert answer.content == text
-            timed = [w for w in waits if w is not None]  # the caller's (its request
-            # thread waits for work without a timeout)
-            if listening:  # every delta reaches the listener, each waking the caller
-                assert "".join(d.text for d in seen) == text
-                assert len(timed) > 100, len(timed)
-            else:  # the first bytes, then the result
-                assert len(timed) <= 3, timed
+            assert watchdog_wakes() - before <= 3
+            if listening:
+                assert "".join(d.text for d, _ in seen) == text
+                assert {thread for _, thread in seen} == {threading.get_ident()}
 
     def test_rate_limit_before_the_stream(self, fake: FakeProvider) -> None:
         fake.enqueue(error(429, "slow down", headers={"Retry-After": "3"}))
@@ -404,3 +409,58 @@ def test_one_tls_context_per_process_even_when_first_requests_race(
         assert all(c is contexts[0] for c in contexts)
     finally:
         streaming._build_ssl_context.cache_clear()
+
+
+def test_the_watchdog_forgets_ended_calls() -> None:
+    # A process making hundreds of requests a second: the watchdog's heap holds the live
+    # calls and a bounded number of ended ones, never one entry per request made.
+    tracker = streaming.ConnectionTracker()
+    dog = streaming._the_watchdog()
+    for n in range(2_000):
+        assert (
+            streaming.run_stream(
+                lambda emit, n=n: n,
+                cancel=WakingEvent(),
+                tracker=tracker,
+                first_byte_timeout=60.0,
+                idle_timeout=30.0,
+                on_delta=None,
+                where="loopback",
+            )
+            == n
+        )
+    assert len(dog._heap) <= 2 * streaming._STALE + 8, len(dog._heap)
+
+
+def test_a_call_that_timed_out_leaves_the_next_one_alone(fake: FakeProvider) -> None:
+    # The watchdog shuts a call's connection down only while that call is running: a
+    # deadline it acts on late (its slack) never reaches the adapter's next request.
+    model = adapter(fake, timeout=0.3, idle_timeout=0.3)
+    fake.enqueue(ok(completion("late"), delay=5.0))
+    assert fail(model, request()).code == "timeout"
+    for text in ("one", "two", "three"):
+        fake.enqueue(streamed(chunk(content=text), chunk(finish_reason="stop"), pause=0.1))
+        assert model.complete(request()).content == text
+
+
+def test_a_connection_made_while_its_call_is_being_ended_is_shut_down() -> None:
+    # The watchdog ends a call by shutting its connections down; one still being made at
+    # that moment is shut down as soon as it is made (else the call would go on, connected,
+    # after it was ended), until the ended call has returned.
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        tracker = streaming.ConnectionTracker()
+        tracker.doom()
+        doomed = tracker.connect_tcp("127.0.0.1", port, timeout=2.0)
+        assert doomed.read(10, timeout=2.0) == b""  # shut down: the read ends at once
+        doomed.close()
+        server.accept()[0].close()  # the doomed one, first in the backlog
+        tracker.spare()
+        alive = tracker.connect_tcp("127.0.0.1", port, timeout=2.0)
+        peer, _ = server.accept()
+        with peer:
+            peer.sendall(b"hello")
+            assert alive.read(10, timeout=2.0) == b"hello"
+        alive.close()

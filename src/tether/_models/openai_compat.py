@@ -15,10 +15,11 @@ server that speaks ``POST {base_url}/chat/completions``.
   end of the body after a ``finish_reason``); a stream cut short is a ``connection`` error.
   A server that ignores ``stream`` and answers JSON is parsed as a whole answer.
   With ``stream=False``, ``timeout`` bounds each phase of the exchange *and* the whole call.
-* **Cancellation.** The request runs on a daemon worker thread while the caller waits
-  on it, polling ``cancel``. When ``cancel`` is set the call returns ``aborted`` at
-  once and the connection is shut down (:class:`~tether._models.streaming.
-  ConnectionTracker`), so the server sees the client go away and stops generating.
+* **Cancellation.** The request runs on the caller's thread, watched by the process's
+  watchdog (:func:`~tether._models.streaming.run_stream`). When ``cancel`` is set the call
+  returns ``aborted`` at once and the connection is shut down
+  (:class:`~tether._models.streaming.ConnectionTracker`), so the server sees the client go
+  away and stops generating.
 * **The request body in O(new bytes).** The body is built here, not by the SDK: every
   context message is encoded once (``orjson``) when it first enters a request and its bytes
   are reused by every later request of the session (:class:`~tether._models.encoded.
@@ -46,12 +47,10 @@ import json
 import math
 import os
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from operator import is_
 from typing import TYPE_CHECKING, Any, Final
 
-from tether._clock import wake_on
 from tether._credentials import register_secret
 from tether._models.base import (
     MAX_SAFE_INTEGER,
@@ -104,9 +103,6 @@ _LOCAL_PLACEHOLDER_KEY: Final = "tether-no-key"
 
 _GRACE: Final = 0.25
 """Extra seconds the caller waits beyond ``timeout`` so the SDK's own timeout wins."""
-
-_POLL: Final = 0.02
-"""How often (seconds) the caller checks ``cancel`` while a request is in flight."""
 
 _PATH: Final = "/chat/completions"
 
@@ -579,52 +575,34 @@ class OpenAICompatibleModel:
             ) from None
 
     def _exchange(self, body: bytes, cancel: threading.Event | None) -> tuple[int, bytes]:
-        """Send the one request on a worker thread; wait for it, the deadline or cancel."""
-        import queue  # with the first request, as the SDK (building an agent needs neither)
-
+        """Send the one request; wait for it, the deadline or cancel (:func:`run_stream`
+        with a single deadline: nothing is emitted before the whole answer is read)."""
         import openai
 
-        from tether._models.streaming import in_worker  # with httpx (see _tracker)
+        from tether._models.streaming import run_stream  # with httpx (see _tracker)
 
-        inbox: queue.SimpleQueue[tuple[int, bytes] | BaseException | None] = queue.SimpleQueue()
+        def work(emit: Emit) -> tuple[int, bytes]:
+            http = self._post(body, stream=False)
+            return http.status_code, http.content
 
-        def work() -> None:
-            try:
-                http = self._post(body, stream=False)
-                inbox.put((http.status_code, http.content))
-            except BaseException as exc:  # handed to the waiting caller
-                inbox.put(exc)
-
-        in_worker(work)
-        deadline = time.monotonic() + self._timeout + _GRACE
-        # A cancel that can wake this wait puts None in the inbox (a SimpleQueue: its put is
-        # safe in the SIGINT handler that sets the cancel); any other cancel is polled.
-        with wake_on(cancel, lambda: inbox.put(None)) as woken:
-            poll = None if woken or cancel is None else _POLL
-            while True:
-                remaining = deadline - time.monotonic()
-                try:
-                    result = inbox.get(
-                        timeout=max(remaining if poll is None else min(poll, remaining), 0.0)
-                    )
-                except queue.Empty:
-                    result = None
-                if result is not None:
-                    break
-                if cancel is not None and cancel.is_set():
-                    self._tracker.abort()  # close the connection: the server stops generating
-                    raise ModelError("aborted", "Operation aborted")
-                if time.monotonic() >= deadline:
-                    self._tracker.abort()
-                    raise ModelError(
-                        "timeout",
-                        f"no answer from {self._endpoint.display} within {self._timeout:g} s",
-                    )
-        if isinstance(result, BaseException):
-            if isinstance(result, openai.OpenAIError):
-                raise self._map_error(result) from None
-            raise result
-        return result
+        try:
+            return run_stream(
+                work,
+                cancel=cancel,
+                tracker=self._tracker,
+                first_byte_timeout=self._timeout + _GRACE,
+                idle_timeout=self._timeout + _GRACE,
+                on_delta=None,
+                where=self._endpoint.display,
+            )
+        except openai.OpenAIError as exc:
+            raise self._map_error(exc) from None
+        except ModelError as exc:
+            if exc.code != "timeout":
+                raise
+            raise ModelError(  # the SDK's own timeout normally wins (see _GRACE)
+                "timeout", f"no answer from {self._endpoint.display} within {self._timeout:g} s"
+            ) from None
 
     # -- errors -----------------------------------------------------------------------------
 

@@ -5,14 +5,16 @@
   comments ignored, a blank line dispatches).
 * :class:`ConnectionTracker` is an httpcore network backend that remembers the sockets it
   opened, so :meth:`ConnectionTracker.abort` can shut them down from another thread. A
-  ``shutdown(SHUT_RDWR)`` wakes a read that is blocked in the worker thread and makes the
+  ``shutdown(SHUT_RDWR)`` wakes a read that is blocked in the calling thread and makes the
   server see the connection close: the provider stops generating (and billing) instead of
   finishing an answer nobody will read.
-* :func:`run_stream` runs the blocking exchange on a worker thread (:func:`in_worker`: kept
-  daemon threads, as starting a thread per request costs a few hundred microseconds on a
-  busy machine) and watches it from the caller's thread: the first-byte timeout until the
+* :func:`run_stream` runs the blocking exchange on the caller's thread, watched by the
+  process's one watchdog thread (:class:`_Watchdog`): the first-byte timeout until the
   first line arrives, then the idle timeout between lines, and the cancel event. Deltas
-  (answer text, reasoning text) are handed to ``on_delta`` on the caller's thread.
+  (answer text, reasoning text) are handed to ``on_delta`` as they are read. Not a thread
+  per request: handing a request to another thread and its answer back cost two thread
+  switches (~0.1 ms on a quiet machine, more on a busy one), and a worker with a thousand
+  sessions in flight held a thousand more threads.
 * **One connection, kept alive.** The pool puts a connection back only when its response
   was read to the end; a stream abandoned at its last event (``[DONE]``, ``message_stop``)
   is closed instead, and the next request pays a new connection (a TLS handshake against a
@@ -25,6 +27,9 @@
 from __future__ import annotations
 
 import functools
+import heapq
+import itertools
+import math
 import os
 import queue
 import socket
@@ -38,7 +43,7 @@ from typing import Any, Final, Literal, TypeVar
 import httpcore2
 import httpx2
 
-from tether._clock import wake_on
+from tether._clock import WakingEvent, wake_on
 from tether.errors import ModelError
 
 __all__ = [
@@ -48,7 +53,6 @@ __all__ = [
     "SSEDecoder",
     "Settled",
     "drain",
-    "in_worker",
     "run_stream",
     "tracked_http_client",
 ]
@@ -56,7 +60,12 @@ __all__ = [
 _T = TypeVar("_T")
 
 _POLL: Final = 0.02
-"""How often (seconds) the watchdog checks ``cancel`` and the clock."""
+"""How often (seconds) the watchdog checks a cancel that cannot wake it."""
+_SLACK: Final = 0.01
+"""How late (seconds) the watchdog may end a call past its deadline, so that calls due
+close together end in one wake."""
+_STALE: Final = 64
+"""Ended calls the watchdog's heap may hold before it is rebuilt (see ``unwatch``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +167,7 @@ class ConnectionTracker(httpcore2.NetworkBackend):
         self._inner = httpcore2.SyncBackend()
         self._lock = threading.Lock()
         self._open: set[_TrackedStream] = set()
+        self._doomed = 0  # calls ended by the watchdog that are still running
 
     def connect_tcp(
         self,
@@ -184,6 +194,9 @@ class ConnectionTracker(httpcore2.NetworkBackend):
     def _add(self, stream: _TrackedStream) -> None:
         with self._lock:
             self._open.add(stream)
+            doomed = self._doomed > 0
+        if doomed:  # made while its call was being ended (it was still connecting)
+            stream.shutdown()
 
     def _discard(self, stream: _TrackedStream) -> None:
         with self._lock:
@@ -200,6 +213,18 @@ class ConnectionTracker(httpcore2.NetworkBackend):
             streams = list(self._open)
         for stream in streams:
             stream.shutdown()
+
+    def doom(self) -> None:
+        """:meth:`abort`, and shut down at once every connection made until :meth:`spare`:
+        a call ended while it was still connecting must not go on once connected."""
+        with self._lock:
+            self._doomed += 1
+        self.abort()
+
+    def spare(self) -> None:
+        """The call :meth:`doom` ended has returned: connections may live again."""
+        with self._lock:
+            self._doomed -= 1
 
 
 def tracked_http_client(tracker: ConnectionTracker, timeout: httpx2.Timeout) -> httpx2.Client:
@@ -242,67 +267,215 @@ def _build_ssl_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLCo
     return httpx2.create_ssl_context(verify=True)
 
 
-# -- worker threads ---------------------------------------------------------------------------
-
-_KEPT_WORKERS: Final = 4
-"""Idle worker threads kept for the next request (one per session driven at once)."""
-
-_idle_lock = threading.Lock()
-_idle: list[queue.SimpleQueue[Callable[[], None]]] = []
-
-
-def _worker(inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
-    while True:
-        job = inbox.get()
-        try:
-            job()
-        except BaseException:  # pragma: no cover - a job reports its own outcome
-            pass
-        with _idle_lock:
-            if len(_idle) >= _KEPT_WORKERS:
-                return
-            _idle.append(inbox)
-
-
-def in_worker(job: Callable[[], None]) -> None:
-    """Run ``job`` on a daemon worker thread, an idle one if there is one.
-
-    A worker abandoned by its caller (a timeout, a cancel) is simply busy until its
-    request ends; the next request gets another thread. ``job`` must not raise: it hands
-    its outcome to whoever waits for it."""
-    with _idle_lock:
-        inbox = _idle.pop() if _idle else None
-    if inbox is None:
-        inbox = queue.SimpleQueue()
-        threading.Thread(
-            target=_worker, args=(inbox,), name="tether-model-request", daemon=True
-        ).start()
-    inbox.put(job)
-
-
 # -- the watchdog -----------------------------------------------------------------------------
 
 
 Emit = Callable[[Delta | Settled | None], None]
-"""What the worker calls: ``emit(None)`` when bytes arrived, ``emit(delta)`` for a delta,
+"""What ``work`` calls: ``emit(None)`` when bytes arrived, ``emit(delta)`` for a delta,
 ``emit(Settled(answer))`` when the answer is complete (what is still read is only drained)."""
 
 
-class _Progress:
-    """What the request's thread has seen so far, written by ``emit`` and read by the
-    waiting caller whenever it wakes. Plain attribute writes, not messages: a message per
-    chunk would wake the caller for every token of a stream, and a worker waiting on
-    hundreds of streams would spend its CPU handing the GIL back and forth. Only what the
-    caller must act on wakes it: the first bytes (its deadline changes from the first-byte
-    timeout to the idle timeout), a delta when someone listens (``on_delta``), the result,
-    an error, a cancel."""
+class _Watch:
+    """One model call the watchdog watches: written by the calling thread (``last``,
+    ``seen``, ``settled`` are plain attribute writes, made per chunk without waking
+    anyone), read by the watchdog when a deadline it computed comes; ``fired`` is set by
+    the watchdog, under ``lock``, only while ``done`` is false."""
 
-    __slots__ = ("last", "seen", "settled")
+    __slots__ = (
+        "cancel",
+        "done",
+        "entries",
+        "fired",
+        "first_byte",
+        "idle",
+        "last",
+        "lock",
+        "seen",
+        "settled",
+        "tracker",
+    )
 
-    def __init__(self, now: float) -> None:
-        self.last = now  # when bytes last arrived (or the request started)
+    def __init__(
+        self,
+        tracker: ConnectionTracker,
+        cancel: threading.Event | None,
+        first_byte: float,
+        idle: float,
+    ) -> None:
+        self.tracker = tracker
+        self.cancel = cancel
+        self.first_byte = first_byte
+        self.idle = idle
+        self.last = time.monotonic()  # when bytes last arrived (or the request started)
         self.seen = False  # whether any did: first-byte timeout before, idle timeout after
         self.settled: Settled | None = None
+        self.fired: Literal["timeout", "aborted"] | None = None
+        self.done = False
+        self.entries = 0  # (the watchdog's, under its lock) its entries in the heap
+        self.lock = threading.Lock()
+
+    def deadline(self) -> float:
+        return self.last + (self.idle if self.seen else self.first_byte)
+
+    def fire(self, why: Literal["timeout", "aborted"]) -> None:
+        """Shut the call's connection down (its blocked read ends in an error the caller
+        turns into ``why``), unless the call has ended meanwhile: its connection may by now
+        serve the adapter's next request."""
+        with self.lock:
+            if self.done or self.fired is not None:
+                return
+            self.fired = why
+            self.tracker.doom()
+
+    def end(self) -> Literal["timeout", "aborted"] | None:
+        """(The caller.) The call is over: nothing fires after this; what fired before."""
+        with self.lock:
+            if not self.done and self.fired is not None:
+                self.tracker.spare()
+            self.done = True
+            return self.fired
+
+
+class _Watchdog:
+    """The one thread that ends the model calls of a process that overrun their deadlines
+    or are cancelled, by shutting their connections down.
+
+    Why a thread of its own: a call runs on its caller's thread, blocked in a socket read,
+    so something else must end it. One thread for every call of the process (not one per
+    call): a worker's thousand sessions waiting on their models add no thread and no
+    thread switch per request. A call costs a heap push and a lock; the watchdog sleeps
+    until the earliest deadline, and wakes early only for a deadline earlier than that
+    one (rare: the timeouts of a process are alike), a cancel, or every :data:`_POLL`
+    seconds while a call's cancel cannot wake it (a plain :class:`threading.Event`).
+    Deadlines move as bytes arrive without telling the watchdog: when an entry's time
+    comes it reads the call's progress and, if bytes came meanwhile, files it again.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._heap: list[tuple[float, int, _Watch]] = []
+        self._stale = 0  # entries of the heap whose call has ended
+        self._polled: set[_Watch] = set()
+        self._count = itertools.count()
+        # Cancels and nudges: a SimpleQueue, whose put is safe in a signal handler (a
+        # WakingEvent's set may run in tether run's SIGINT handler).
+        self._inbox: queue.SimpleQueue[_Watch | None] = queue.SimpleQueue()
+        self._sleeping_until = math.inf
+        self.wakes = 0
+        """How often the thread woke (the tests count it: a waiting call must cost none)."""
+        self._thread = threading.Thread(target=self._run, name="tether-model-watchdog", daemon=True)
+        self._thread.start()
+
+    def watch(self, watch: _Watch, polled: bool) -> None:
+        deadline = watch.deadline()
+        with self._lock:
+            self._file(watch, deadline)
+            if polled:
+                self._polled.add(watch)
+            nudge = polled or deadline < self._sleeping_until
+        if nudge:
+            self._inbox.put(None)
+
+    def unwatch(self, watch: _Watch) -> None:
+        """(The call has ended.) Its entry is dropped lazily: when the heap holds more
+        ended calls than live ones it is rebuilt, so a process making hundreds of requests a
+        second neither grows it nor wakes the watchdog for each ended one."""
+        with self._lock:
+            self._polled.discard(watch)
+            self._stale += watch.entries
+            if self._stale > _STALE and self._stale * 2 > len(self._heap):
+                live = []
+                for entry in self._heap:
+                    if entry[2].done:
+                        entry[2].entries = 0
+                    else:
+                        live.append(entry)
+                heapq.heapify(live)
+                self._heap = live
+                self._stale = 0
+
+    def wake(self, watch: _Watch) -> None:
+        """A cancel was set (possibly in a signal handler: only a put)."""
+        self._inbox.put(watch)
+
+    def refile(self, watch: _Watch) -> None:
+        """The call's deadline moved earlier (its first bytes came and its idle timeout is
+        shorter than its first-byte timeout): file it again at the new one."""
+        deadline = watch.deadline()
+        with self._lock:
+            self._file(watch, deadline)
+            nudge = deadline < self._sleeping_until
+        if nudge:
+            self._inbox.put(None)
+
+    def _file(self, watch: _Watch, deadline: float) -> None:
+        heapq.heappush(self._heap, (deadline, next(self._count), watch))
+        watch.entries += 1
+
+    def _run(self) -> None:
+        inbox = self._inbox
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                # A little late, to end the calls due close together in one wake.
+                due = self._heap[0][0] + _SLACK if self._heap else math.inf
+                until = min(due, now + _POLL) if self._polled else due
+                self._sleeping_until = until
+            try:
+                woken: _Watch | None = inbox.get(
+                    timeout=None if until == math.inf else max(until - now, 0.0)
+                )
+            except queue.Empty:
+                woken = None
+            self.wakes += 1
+            if woken is not None:
+                woken.fire("aborted")
+            self._check(time.monotonic())
+
+    def _check(self, now: float) -> None:
+        fire: list[tuple[_Watch, Literal["timeout", "aborted"]]] = []
+        with self._lock:
+            heap = self._heap
+            while heap and heap[0][0] <= now:
+                _, _, watch = heapq.heappop(heap)
+                watch.entries -= 1
+                if watch.done:
+                    self._stale -= 1
+                    continue
+                deadline = watch.deadline()
+                if deadline > now:  # bytes came since: file it at its new deadline
+                    self._file(watch, deadline)
+                    continue
+                fire.append((watch, "timeout"))
+            for watch in self._polled:
+                if watch.cancel is not None and watch.cancel.is_set():
+                    fire.append((watch, "aborted"))
+        for watch, why in fire:
+            watch.fire(why)
+
+
+_watchdog_lock = threading.Lock()
+_watchdog: _Watchdog | None = None
+
+
+def _the_watchdog() -> _Watchdog:
+    global _watchdog
+    dog = _watchdog
+    if dog is None:
+        with _watchdog_lock:
+            if _watchdog is None:
+                _watchdog = _Watchdog()
+            dog = _watchdog
+    return dog
+
+
+def _forget_watchdog() -> None:  # a forked child has no watchdog thread: it makes its own
+    global _watchdog, _watchdog_lock
+    _watchdog = None
+    _watchdog_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_watchdog)
 
 
 def run_stream(
@@ -315,88 +488,74 @@ def run_stream(
     on_delta: DeltaSink | None,
     where: str,
 ) -> _T:
-    """Run ``work`` on a worker thread; return its result or raise.
+    """Run ``work`` on this thread, watched; return its result or raise.
 
     Before the first ``emit`` the call fails with ``timeout`` after ``first_byte_timeout``
     seconds, afterwards after ``idle_timeout`` seconds without an ``emit``; ``cancel``
-    fails it with ``aborted``. Both shut the connection down first. Exceptions of
-    ``work`` are re-raised on the caller's thread. Once ``work`` emitted a
-    :class:`Settled` answer, that answer is the result whatever happens next (a timeout
-    or cancel while the body drains returns it; the drain goes on on its own thread).
+    fails it with ``aborted``. Both shut the connection down (the watchdog's doing, see
+    :class:`_Watchdog`), which ends ``work``'s blocked read. Deltas go to ``on_delta`` as
+    ``work`` emits them. Once ``work`` emitted a :class:`Settled` answer, that answer is
+    the result whatever happens next (a timeout or cancel while the body drains ends the
+    drain, not the answer).
     """
-    inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-    progress = _Progress(time.monotonic())
+    if cancel is not None and cancel.is_set():
+        raise ModelError("aborted", "Operation aborted")
+    watch = _Watch(tracker, cancel, first_byte_timeout, idle_timeout)
+    dog = _the_watchdog()
 
     def emit(delta: Delta | Settled | None) -> None:
-        progress.last = time.monotonic()
-        if not progress.seen:  # set after ``last``: a caller that sees it sees the new time
-            progress.seen = True
-            inbox.put(("wake", None))  # its deadline changes: the idle timeout's from now on
+        watch.last = time.monotonic()
+        if not watch.seen:  # set after ``last``: the watchdog that sees it sees the new time
+            watch.seen = True
+            if watch.idle < watch.first_byte:
+                dog.refile(watch)
+        if delta is None:
+            return
         if isinstance(delta, Settled):
-            progress.settled = delta
-        elif delta is not None and on_delta is not None:
-            inbox.put(("delta", delta))
-
-    def target() -> None:
-        try:
-            inbox.put(("done", work(emit)))
-        except BaseException as exc:  # handed to the waiting caller
-            inbox.put(("error", exc))
-
-    in_worker(target)
-    # A cancel that can wake this wait puts "wake" in the inbox; any other cancel is polled
-    # (a worker's 1,000 sessions waiting on their models would wake 50,000 times a second).
-    with wake_on(cancel, lambda: inbox.put(("wake", None))) as woken:
-        poll = None if woken or cancel is None else _POLL
-        while True:
-            limit = idle_timeout if progress.seen else first_byte_timeout
-            remaining = progress.last + limit - time.monotonic()
+            watch.settled = delta
+            return
+        if on_delta is not None:
             try:
-                kind, value = inbox.get(
-                    timeout=max(remaining if poll is None else min(poll, remaining), 0.0)
-                )
-            except queue.Empty:
-                kind, value = "wake", None
-            settled = progress.settled
-            if kind == "wake":
-                seen = progress.seen
-                limit = idle_timeout if seen else first_byte_timeout
-                expired = time.monotonic() - progress.last >= limit
-                if settled is not None and ((cancel is not None and cancel.is_set()) or expired):
-                    tracker.abort()  # the drain stalled: give the connection up, keep the answer
+                on_delta(delta)
+            except BaseException:
+                tracker.abort()  # the caller is going away: so is the request
+                raise
+        if cancel is not None and cancel.is_set():  # seen at once while bytes flow
+            watch.fire("aborted")
+            raise ModelError("aborted", "Operation aborted")
+
+    polled = cancel is not None and not isinstance(cancel, WakingEvent)
+    dog.watch(watch, polled)
+    try:
+        with wake_on(cancel, lambda: dog.wake(watch)):
+            try:
+                result = work(emit)
+            except BaseException as exc:
+                fired = watch.end()
+                settled = watch.settled
+                if settled is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
                     return settled.value  # type: ignore[no-any-return]
-                if cancel is not None and cancel.is_set():
-                    tracker.abort()
+                if fired == "aborted":
                     raise ModelError("aborted", "Operation aborted") from None
-                if expired:
-                    tracker.abort()
-                    if seen:
-                        raise ModelError(
-                            "timeout",
-                            f"the answer from {where} stopped: nothing arrived for {limit:g} s "
-                            "(idle timeout)",
-                        ) from None
-                    raise ModelError(
-                        "timeout",
-                        f"no answer from {where} within {limit:g} s (first-byte timeout)",
-                    ) from None
-                continue
-            if kind == "delta":  # only sent when someone listens (see _Progress)
-                if on_delta is not None:
-                    try:
-                        on_delta(value)
-                    except BaseException:
-                        tracker.abort()  # the caller is going away: so is the request
-                        raise
-                if cancel is not None and cancel.is_set() and settled is None:
-                    tracker.abort()
-                    raise ModelError("aborted", "Operation aborted")
-                continue
-            if kind == "error":
-                if settled is not None:
-                    return settled.value  # type: ignore[no-any-return]
-                raise value
-            return value  # type: ignore[no-any-return]
+                if fired == "timeout":
+                    raise _timeout(watch, where) from None
+                raise
+            watch.end()
+            return result
+    finally:
+        watch.end()
+        dog.unwatch(watch)
+
+
+def _timeout(watch: _Watch, where: str) -> ModelError:
+    if watch.seen:
+        return ModelError(
+            "timeout",
+            f"the answer from {where} stopped: nothing arrived for {watch.idle:g} s (idle timeout)",
+        )
+    return ModelError(
+        "timeout", f"no answer from {where} within {watch.first_byte:g} s (first-byte timeout)"
+    )
 
 
 def drain(lines: Iterator[Any]) -> None:

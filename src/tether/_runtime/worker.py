@@ -25,10 +25,10 @@ agents are made lazily, when a claim needs one and none is free, and kept for th
 session; the first is prepared (:meth:`~tether._runtime.agent.Agent.prepare`: the executor,
 the model's SDK client, the tools' validators) before the first claim; every thread the
 process starts meanwhile has a :data:`STACK_BYTES` stack. A session waiting on its model
-holds its thread (and the model request its own, from
-:func:`tether._models.streaming.in_worker`): threads, not connections, are what grows;
-the session's thread wakes for the first bytes of the answer, the answer and a cancel
-only. The collector runs less often while the worker runs (:data:`GC_FIRST_THRESHOLD`).
+holds its thread, which reads the answer itself (the process's one watchdog thread ends
+the calls that overrun or are cancelled: :func:`tether._models.streaming.run_stream`):
+threads, not connections, are what grows, one a session. The collector runs less often
+while the worker runs (:data:`GC_FIRST_THRESHOLD`).
 
 * a session whose recovery is blocked (a gate, a review) is parked: out of the queue until
   its next commit (a person resolving it);

@@ -819,22 +819,28 @@ class TestOpenAICompatible:
 # ---------------------------------------------------------------------------- configuration
 
 
+def count_posts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths of the requests sent through the SDK's ``post`` from now on."""
+    import openai
+
+    posts: list[str] = []
+    real_post = openai.OpenAI.post
+
+    def counted(client: Any, path: str, *args: Any, **kw: Any) -> Any:
+        posts.append(path)
+        return real_post(client, path, *args, **kw)
+
+    monkeypatch.setattr(openai.OpenAI, "post", counted)
+    return posts
+
+
 class TestSentAsBefore:
     """A session's later requests skip the SDK's ``post`` and are sent as it sent the first."""
 
     def test_later_requests_carry_the_first_ones_headers(
         self, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        import openai
-
-        posts: list[str] = []
-        real_post = openai.OpenAI.post
-
-        def counted(client: Any, path: str, *args: Any, **kw: Any) -> Any:
-            posts.append(path)
-            return real_post(client, path, *args, **kw)
-
-        monkeypatch.setattr(openai.OpenAI, "post", counted)
+        posts = count_posts(monkeypatch)
         model = adapter(fake, extra_headers={"X-Title": "tether tests"})
         for text in ("one", "two", "three"):
             fake.enqueue(ok(completion(text)))
@@ -853,16 +859,7 @@ class TestSentAsBefore:
     ) -> None:
         # A client with a key provider (or a provider runtime, or a workload identity) may
         # send other headers next time: its every request goes through the SDK.
-        import openai
-
-        posts: list[str] = []
-        real_post = openai.OpenAI.post
-
-        def counted(client: Any, path: str, *args: Any, **kw: Any) -> Any:
-            posts.append(path)
-            return real_post(client, path, *args, **kw)
-
-        monkeypatch.setattr(openai.OpenAI, "post", counted)
+        posts = count_posts(monkeypatch)
         model = adapter(fake)
         keys = iter(("sk-rotated-1", "sk-rotated-2"))
         model._client._api_key_provider = lambda: next(keys)  # type: ignore[attr-defined]

@@ -428,9 +428,15 @@ class _Watchdog:
             except queue.Empty:
                 woken = None
             self.wakes += 1
-            if woken is not None:
-                woken.fire("aborted")
-            self._check(time.monotonic())
+            try:
+                if woken is not None:
+                    woken.fire("aborted")
+                self._check(time.monotonic())
+            except Exception:  # pragma: no cover - the thread must outlive any one call
+                # Nothing here is expected to raise (a shutdown's OSError is caught where it
+                # is made); but a watchdog that died would leave every later call of the
+                # process to the HTTP client's own read timeout.
+                continue
 
     def _check(self, now: float) -> None:
         fire: list[tuple[_Watch, Literal["timeout", "aborted"]]] = []

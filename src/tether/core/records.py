@@ -217,7 +217,7 @@ binds its arguments in about a fifth of the time. Compiling costs ~0.1 ms, paid 
 def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     spec: _Spec = self.__record__
     spec.built += 1
-    if spec.built == _COMPILE_AFTER:
+    if spec.built >= _COMPILE_AFTER:  # not ==: two threads may count past it together
         _install_compiled_init(spec)
     params = spec.params
     if len(args) > len(params):

@@ -27,12 +27,20 @@ QUESTION = "[y]es / [n]o / [a]lways for this rule:"
 
 
 class Pane:
+    """One tmux session on a tmux server of its own (``-L``): tests on other workers start
+    and end theirs at the same time, and a session started while the shared default server
+    exits with another test's last session fails ("server exited unexpectedly", seen in
+    CI)."""
+
     def __init__(self, name: str) -> None:
         self.name = name
 
+    def tmux(self, *args: str) -> list[str]:
+        return ["tmux", "-L", self.name, *args]
+
     def text(self) -> str:
         return subprocess.run(
-            ["tmux", "capture-pane", "-p", "-J", "-S", "-200", "-t", self.name],
+            self.tmux("capture-pane", "-p", "-J", "-S", "-200", "-t", self.name),
             capture_output=True,
             text=True,
             check=True,
@@ -48,7 +56,7 @@ class Pane:
         raise AssertionError(f"{needle!r} (x{count}) never appeared:\n{self.text()}")
 
     def keys(self, *keys: str) -> None:
-        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+        subprocess.run(self.tmux("send-keys", "-t", self.name, *keys), check=True)
 
 
 @pytest.fixture
@@ -64,15 +72,15 @@ def terminal(tmp_path: Path) -> Iterator[tuple[Path, Pane]]:
         if key.isidentifier() and key not in ("TMUX", "TMUX_PANE")
     )
     (tmp_path / "env.sh").write_text(exports + f"cd {shlex.quote(str(workspace))}\n")
-    subprocess.run(
-        ["tmux", "new-session", "-d", "-s", name, "-x", "200", "-y", "60", "sh"], check=True
-    )
     pane = Pane(name)
+    subprocess.run(
+        pane.tmux("new-session", "-d", "-s", name, "-x", "200", "-y", "60", "sh"), check=True
+    )
     pane.keys(f". {shlex.quote(str(tmp_path / 'env.sh'))}", "Enter")
     try:
         yield workspace, pane
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], check=False)
+        subprocess.run(pane.tmux("kill-server"), check=False)
 
 
 def start(pane: Pane, *args: str) -> None:

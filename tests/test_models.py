@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from fakeprovider import (
+    Canned,
     FakeProvider,
     completion,
     error,
@@ -871,6 +872,30 @@ class TestSentAsBefore:
             "Bearer sk-rotated-1",
             "Bearer sk-rotated-2",
         ]
+
+    def test_a_later_request_redirected_is_followed(self, fake: FakeProvider) -> None:
+        # Later requests go to the client's transport, which does not follow redirects;
+        # the client does (the SDK asks it to): a redirect is handed back to it.
+        model = adapter(fake)
+        fake.enqueue(ok(completion("first")))
+        assert model.complete(request()).content == "first"
+        fake.enqueue(
+            Canned(307, b"", {"Location": "/v1/chat/completions", "Content-Length": "0"}),
+            ok(completion("second")),
+        )
+        assert model.complete(request()).content == "second"
+        assert len(fake.requests) == 3
+        assert fake.requests[2].body == fake.requests[1].body
+
+    def test_a_client_with_event_hooks_sends_through_the_client(self, fake: FakeProvider) -> None:
+        # A hook sees every request the client sends: the transport is not used directly.
+        model = adapter(fake)
+        seen: list[str] = []
+        model._client._client.event_hooks["request"].append(lambda r: seen.append(r.url.path))
+        for text in ("one", "two"):
+            fake.enqueue(ok(completion(text)))
+            assert model.complete(request()).content == text
+        assert seen == ["/v1/chat/completions"] * 2
 
     def test_a_later_request_that_cannot_connect(self, fake: FakeProvider) -> None:
         model = adapter(fake, timeout=2.0)

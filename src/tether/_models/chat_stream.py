@@ -44,26 +44,41 @@ class ChatStreamAccumulator:
         self.chunks = 0
 
     def feed(self, chunk: object) -> list[Delta]:
-        """Take one chunk; the text and reasoning deltas it carried."""
-        if not isinstance(chunk, Mapping):
-            raise _bad("a streamed chunk is not a JSON object")
+        """Take one chunk; the text and reasoning deltas it carried.
+
+        Runs once per chunk of every answer, so its checks test concrete types: a chunk is
+        decoded JSON, whose objects are dicts (another mapping is copied into one first)."""
+        if type(chunk) is not dict:
+            if not isinstance(chunk, Mapping):
+                raise _bad("a streamed chunk is not a JSON object")
+            chunk = dict(chunk)
         self.chunks += 1
-        if chunk.get("error") is not None:
-            self.error = chunk.get("error")
-        if isinstance(chunk.get("model"), str):
-            self.model = chunk["model"]
-        if chunk.get("usage") is not None:
-            self.usage = chunk["usage"]
-        choices = chunk.get("choices")
+        get = chunk.get
+        error = get("error")
+        if error is not None:
+            self.error = error
+        model = get("model")
+        if isinstance(model, str):
+            self.model = model
+        usage = get("usage")
+        if usage is not None:
+            self.usage = usage
+        choices = get("choices")
         if not choices:
             return []
         if not isinstance(choices, list):
             raise _bad("a streamed chunk's choices is not a list")
-        choice = next(
-            (c for c in choices if isinstance(c, Mapping) and c.get("index", 0) == 0), None
-        )
-        if choice is None:
-            return []
+        first = choices[0]
+        choice: Mapping[str, Any]
+        if type(first) is dict and first.get("index", 0) == 0:
+            choice = first
+        else:
+            found = next(
+                (c for c in choices if isinstance(c, Mapping) and c.get("index", 0) == 0), None
+            )
+            if found is None:
+                return []
+            choice = found
         if choice.get("error") is not None:
             self.error = choice.get("error")
         finish = choice.get("finish_reason")
@@ -74,27 +89,30 @@ class ChatStreamAccumulator:
         delta = choice.get("delta")
         if delta is None:
             return []
-        if not isinstance(delta, Mapping):
+        if type(delta) is not dict and not isinstance(delta, Mapping):
             raise _bad("a streamed delta is not an object")
+        field = delta.get
         out: list[Delta] = []
-        for name in ("reasoning", "reasoning_content"):
-            text = delta.get(name)
-            if isinstance(text, str) and text:
-                self.reasoning.append(text)
-                out.append(Delta("reasoning", text))
-                break
-        details = delta.get("reasoning_details")
+        text = field("content")
+        reasoning = field("reasoning") or field("reasoning_content")
+        if reasoning is not None:
+            for name in ("reasoning", "reasoning_content"):
+                piece = field(name)
+                if isinstance(piece, str) and piece:
+                    self.reasoning.append(piece)
+                    out.append(Delta("reasoning", piece))
+                    break
+        details = field("reasoning_details")
         if isinstance(details, list):
             for item in details:
                 self._merge_detail(item)
-        text = delta.get("content")
         if isinstance(text, str) and text:
             self.content.append(text)
             out.append(Delta("text", text))
-        refusal = delta.get("refusal")
+        refusal = field("refusal")
         if isinstance(refusal, str) and refusal:
             self.refusal.append(refusal)
-        calls = delta.get("tool_calls")
+        calls = field("tool_calls")
         if calls is not None:
             if not isinstance(calls, list):
                 raise _bad("a streamed tool_calls is not a list")

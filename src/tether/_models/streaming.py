@@ -95,6 +95,9 @@ class SSEDecoder:
 
     def line(self, text: str) -> tuple[str, str] | None:
         """Feed one line; returns ``(event, data)`` when the line completes an event."""
+        if text[:5] == "data:":  # most lines: tested first
+            self._data.append(text[6:] if text[5:6] == " " else text[5:])
+            return None
         if text == "":
             if not self._data:
                 self._event = ""

@@ -43,6 +43,9 @@ class SessionEvidence:
         self._store: SessionStoreProtocol | None = None
         self._check: EvidenceCheck | None = None
         self._resumed_entry: str | None = None
+        self._unbound: SessionStoreProtocol | None = None
+        """A store whose session had no record when last looked: only this object binds
+        it (``check``), and the open store holds the session, so no other process does."""
 
     def db(self) -> WorkspaceDB:
         """The workspace database (opened on first use)."""
@@ -56,6 +59,7 @@ class SessionEvidence:
             self._db.close()
             self._db = None
         self._check = None
+        self._unbound = None
 
     def attach(self, store: SessionStoreProtocol) -> None:
         """Start working on ``store`` (once per call, also when it drives twice): the last
@@ -94,9 +98,14 @@ class SessionEvidence:
         opened to find out)."""
         if self._check is not None and self._check.session_id == store.session_id:
             return True
+        if store is self._unbound:  # a run's start asks each time: one stat saved
+            return False
         from tether._effects.binding import SIDECAR_NAME, has_binding  # see the top
 
-        return has_binding(store.sidecar(SIDECAR_NAME), store.session_id)
+        if has_binding(store.sidecar(SIDECAR_NAME), store.session_id):
+            return True
+        self._unbound = store
+        return False
 
     def rebind_if_lost(self, store: SessionStoreProtocol) -> None:
         """A session that is idle again after its database was lost or replaced is bound to

@@ -173,7 +173,7 @@ class StateGuard:
     """One check's view of a :class:`ProtectedState`: real paths and identities, taken once."""
 
     def __init__(self, state: ProtectedState) -> None:
-        self._paths: dict[str, str] = {}
+        self._real: dict[str, str] | None = None  # real path -> what (see _paths)
         self._ids: dict[Identity, str] = {}
         # (directory, what it is, how deep its files are looked for: None = any depth)
         self._scan: tuple[tuple[Path, str, int | None], ...] = (
@@ -181,7 +181,6 @@ class StateGuard:
             (state.sessions_dir, "the sessions directory", 1),
         )
         for path, what, _ in self._scan:
-            self._paths.setdefault(os.path.realpath(path), what)
             try:
                 info = os.stat(path)
             except OSError:
@@ -189,12 +188,23 @@ class StateGuard:
             if stat.S_ISDIR(info.st_mode):
                 self._ids.setdefault(_identity(info), what)
 
+    def _paths(self) -> dict[str, str]:
+        """The protected directories by real path, resolved on first use: only a path
+        walk asks (for a component that does not exist yet), while the descriptor walk
+        of every read and edit goes by identity alone, and ``realpath`` costs an
+        ``lstat`` per component."""
+        if self._real is None:
+            self._real = {}
+            for path, what, _ in self._scan:
+                self._real.setdefault(os.path.realpath(path), what)
+        return self._real
+
     def check_component(
         self, relative: str, shown: str, real: str | None, info: os.stat_result | None
     ) -> None:
         """Refuse a path whose component ``shown`` (real path ``real``, ``lstat`` ``info``)
         is a protected directory."""
-        what = self._paths.get(real) if real is not None else None
+        what = self._paths().get(real) if real is not None else None
         if what is None and info is not None and stat.S_ISDIR(info.st_mode):
             what = self._ids.get(_identity(info))
         if what is not None:

@@ -441,26 +441,3 @@ def test_a_call_that_timed_out_leaves_the_next_one_alone(fake: FakeProvider) -> 
     for text in ("one", "two", "three"):
         fake.enqueue(streamed(chunk(content=text), chunk(finish_reason="stop"), pause=0.1))
         assert model.complete(request()).content == text
-
-
-def test_a_connection_made_while_its_call_is_being_ended_is_shut_down() -> None:
-    # The watchdog ends a call by shutting its connections down; one still being made at
-    # that moment is shut down as soon as it is made (else the call would go on, connected,
-    # after it was ended), until the ended call has returned.
-    import socket
-
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        port = server.getsockname()[1]
-        tracker = streaming.ConnectionTracker()
-        tracker.doom()
-        doomed = tracker.connect_tcp("127.0.0.1", port, timeout=2.0)
-        assert doomed.read(10, timeout=2.0) == b""  # shut down: the read ends at once
-        doomed.close()
-        server.accept()[0].close()  # the doomed one, first in the backlog
-        tracker.spare()
-        alive = tracker.connect_tcp("127.0.0.1", port, timeout=2.0)
-        peer, _ = server.accept()
-        with peer:
-            peer.sendall(b"hello")
-            assert alive.read(10, timeout=2.0) == b"hello"
-        alive.close()

@@ -3,8 +3,9 @@
 * :class:`SSEDecoder` turns the lines of a ``text/event-stream`` body into ``(event, data)``
   pairs (the WHATWG rules that matter: ``data:`` lines joined by newlines, ``event:``,
   comments ignored, a blank line dispatches).
-* :class:`ConnectionTracker` is an httpcore network backend that remembers the sockets it
-  opened, so :meth:`ConnectionTracker.abort` can shut them down from another thread. A
+* :class:`ConnectionTracker` remembers the connections the adapter's transport opened
+  (:mod:`tether._models.http11`), so :meth:`ConnectionTracker.abort` can shut them down
+  from another thread. A
   ``shutdown(SHUT_RDWR)`` wakes a read that is blocked in the calling thread and makes the
   server see the connection close: the provider stops generating (and billing) instead of
   finishing an answer nobody will read.
@@ -32,18 +33,17 @@ import itertools
 import math
 import os
 import queue
-import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
-import httpcore2
 import httpx2
 
 from tether._clock import WakingEvent, wake_on
+from tether._models.http11 import Shutdown
 from tether.errors import ModelError
 
 __all__ = [
@@ -124,86 +124,28 @@ class SSEDecoder:
 # -- cancellation that closes the connection --------------------------------------------------
 
 
-class _TrackedStream(httpcore2.NetworkStream):
-    def __init__(self, inner: httpcore2.NetworkStream, tracker: ConnectionTracker) -> None:
-        self._inner = inner
-        self._tracker = tracker
-        tracker._add(self)
+class ConnectionTracker:
+    """The open connections of one adapter, which :meth:`abort` shuts down from any thread.
 
-    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, timeout)
-
-    def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._inner.write(buffer, timeout)
-
-    def close(self) -> None:
-        self._tracker._discard(self)
-        self._inner.close()
-
-    def start_tls(
-        self,
-        ssl_context: Any,
-        server_hostname: str | None = None,
-        timeout: float | None = None,
-    ) -> httpcore2.NetworkStream:
-        self._tracker._discard(self)
-        return _TrackedStream(
-            self._inner.start_tls(ssl_context, server_hostname, timeout), self._tracker
-        )
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-    def shutdown(self) -> None:
-        sock = self._inner.get_extra_info("socket")
-        if isinstance(sock, socket.socket):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass  # already closed
-
-
-class ConnectionTracker(httpcore2.NetworkBackend):
-    """A network backend that can shut down every connection it opened, from any thread."""
+    The adapter's transport (:class:`tether._models.http11.HTTP11Transport`) adds every
+    connection it opens and discards it when closed; a connection is anything with a
+    ``shutdown()`` that wakes a read blocked on it."""
 
     def __init__(self) -> None:
-        self._inner = httpcore2.SyncBackend()
         self._lock = threading.Lock()
-        self._open: set[_TrackedStream] = set()
+        self._open: set[Shutdown] = set()
         self._doomed = 0  # calls ended by the watchdog that are still running
 
-    def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore2.NetworkStream:
-        stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        return _TrackedStream(stream, self)
-
-    def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore2.NetworkStream:  # pragma: no cover - tether never uses unix sockets
-        return _TrackedStream(self._inner.connect_unix_socket(path, timeout, socket_options), self)
-
-    def sleep(self, seconds: float) -> None:  # pragma: no cover - pool internals
-        self._inner.sleep(seconds)
-
-    def _add(self, stream: _TrackedStream) -> None:
+    def add(self, connection: Shutdown) -> None:
         with self._lock:
-            self._open.add(stream)
+            self._open.add(connection)
             doomed = self._doomed > 0
         if doomed:  # made while its call was being ended (it was still connecting)
-            stream.shutdown()
+            connection.shutdown()
 
-    def _discard(self, stream: _TrackedStream) -> None:
+    def discard(self, connection: Shutdown) -> None:
         with self._lock:
-            self._open.discard(stream)
+            self._open.discard(connection)
 
     @property
     def open_connections(self) -> int:
@@ -213,9 +155,9 @@ class ConnectionTracker(httpcore2.NetworkBackend):
     def abort(self) -> None:
         """Shut down every open connection (the blocked reader wakes with an error)."""
         with self._lock:
-            streams = list(self._open)
-        for stream in streams:
-            stream.shutdown()
+            connections = list(self._open)
+        for connection in connections:
+            connection.shutdown()
 
     def doom(self) -> None:
         """:meth:`abort`, and shut down at once every connection made until :meth:`spare`:
@@ -231,16 +173,11 @@ class ConnectionTracker(httpcore2.NetworkBackend):
 
 
 def tracked_http_client(tracker: ConnectionTracker, timeout: httpx2.Timeout) -> httpx2.Client:
-    """An HTTP client whose connections ``tracker`` can shut down.
+    """An HTTP client whose connections ``tracker`` can shut down: httpx's client (the
+    SDKs' own), on tether's HTTP/1.1 transport (:mod:`tether._models.http11`)."""
+    from tether._models.http11 import HTTP11Transport
 
-    httpx has no public hook for the network backend of its default transport, so the
-    transport's pool gets the tracker after construction; if a future httpx renames the
-    attribute, cancellation degrades to abandoning the request (and a test fails).
-    """
-    transport = httpx2.HTTPTransport(verify=_default_ssl_context(*_ssl_environment()))
-    pool = getattr(transport, "_pool", None)
-    if pool is not None and hasattr(pool, "_network_backend"):
-        pool._network_backend = tracker
+    transport = HTTP11Transport(tracker, _default_ssl_context(*_ssl_environment()))
     return httpx2.Client(transport=transport, timeout=timeout, follow_redirects=True)
 
 
@@ -575,7 +512,7 @@ def drain(lines: Iterator[Any]) -> None:
     try:
         for _ in lines:
             pass
-    except (httpx2.HTTPError, httpcore2.NetworkError, OSError):
+    except (httpx2.HTTPError, OSError):
         pass
 
 

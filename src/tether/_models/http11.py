@@ -1,0 +1,299 @@
+"""The model adapters' HTTP/1.1 transport: httpx's transport seam on the standard library.
+
+The SDKs send through an ``httpx`` client that tether builds (:func:`tracked_http_client`
+in :mod:`tether._models.streaming`); this module is that client's transport for ``http`` and
+``https`` URLs. It speaks HTTP/1.1 with :mod:`http.client`, keeps connections alive per
+origin and registers every connection with the adapter's
+:class:`~tether._models.streaming.ConnectionTracker`, so that a cancelled or overdue call
+can still be ended by shutting its socket down.
+
+Why not httpx's default transport (httpcore and h11): a model request is a large body out
+and a short answer back, and on loopback httpcore's and h11's event machinery (header
+objects, validation by regular expressions, the pool's request queue) cost ~0.25 ms a
+request above the same exchange on :mod:`http.client`, a third of a turn's own work at
+200 turns (``bench/bench_loop.py``). Everything else stays httpx's and the SDKs': the
+``Request`` and ``Response`` objects, redirects, proxies (mounted by the client from the
+environment, with httpx's own transports), content decoding, and the SDKs' error types.
+
+Rules of this module:
+
+* **Errors are httpx's.** A failure to connect is ``ConnectError``/``ConnectTimeout``,
+  while sending ``WriteError``/``WriteTimeout``, while reading ``ReadError``/
+  ``ReadTimeout``, and a peer that breaks the protocol (or hangs up before its answer is
+  complete) ``RemoteProtocolError``; the SDKs map these as they map httpcore's.
+* **A connection goes back to the pool only when its answer was read to the end** and the
+  server did not ask to close it; an answer closed early closes its connection.
+* **An idle connection is checked before reuse**: a socket that is readable while idle
+  was closed by the server (or sent garbage) and is dropped, as httpcore does.
+* **Timeouts are the request's** (``extensions["timeout"]``): ``connect`` for the
+  connection, ``write`` while the request is sent, ``read`` while the answer is read.
+"""
+
+from __future__ import annotations
+
+import http.client
+import select
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from typing import Final, Protocol
+
+import httpx2
+
+__all__ = ["HTTP11Transport", "Shutdown", "Tracker"]
+
+_IDLE_PER_ORIGIN: Final = 8
+"""Idle connections kept per origin (an adapter drives one request at a time; a few sessions
+may share it)."""
+
+_CHUNK: Final = 65536
+
+Origin = tuple[str, str, int]
+
+
+class Shutdown(Protocol):
+    """A connection as a tracker sees it."""
+
+    def shutdown(self) -> None:
+        """Shut the socket down: a read blocked on it wakes with an error."""
+
+
+class Tracker(Protocol):
+    """Where the transport registers its connections
+    (:class:`tether._models.streaming.ConnectionTracker`)."""
+
+    def add(self, connection: Shutdown) -> None: ...
+
+    def discard(self, connection: Shutdown) -> None: ...
+
+
+class _Tracked:
+    """A connection as the tracker sees it: something it can shut down from any thread."""
+
+    __slots__ = ("connection",)
+
+    def __init__(self, connection: http.client.HTTPConnection) -> None:
+        self.connection = connection
+
+    def shutdown(self) -> None:
+        sock = self.connection.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+
+
+class _Connection:
+    __slots__ = ("http", "tracked")
+
+    def __init__(self, conn: http.client.HTTPConnection, tracked: _Tracked) -> None:
+        self.http = conn
+        self.tracked = tracked
+
+
+class HTTP11Transport(httpx2.BaseTransport):
+    """An httpx transport over :mod:`http.client` (see the module docstring)."""
+
+    def __init__(self, tracker: Tracker, ssl_context: ssl.SSLContext) -> None:
+        self._tracker = tracker
+        self._ssl_context = ssl_context
+        self._lock = threading.Lock()
+        self._idle: dict[Origin, list[_Connection]] = {}
+        self._closed = False
+
+    # -- the exchange -------------------------------------------------------------------------
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        url = request.url
+        scheme = url.scheme
+        if scheme not in ("http", "https"):
+            raise httpx2.UnsupportedProtocol(
+                f"Request URL has an unsupported protocol '{scheme}://'.", request=request
+            )
+        origin = (scheme, url.host, url.port or (443 if scheme == "https" else 80))
+        timeouts = request.extensions.get("timeout") or {}
+        body = request.read()
+        connection = self._connection(origin, timeouts.get("connect"), request)
+        conn = connection.http
+        sock = conn.sock
+        try:
+            assert sock is not None
+            sock.settimeout(timeouts.get("write"))
+            target = url.raw_path.decode("ascii")
+            conn.putrequest(request.method, target, skip_host=True, skip_accept_encoding=True)
+            for name, value in request.headers.raw:
+                conn.putheader(name, value)
+            conn.endheaders(body or None)  # one send: the head and the body together
+        except BaseException as exc:
+            self._drop(connection)
+            if isinstance(exc, Exception):
+                raise _mapped(exc, request, httpx2.WriteTimeout, httpx2.WriteError) from exc
+            raise
+        try:
+            sock.settimeout(timeouts.get("read"))
+            answer = conn.getresponse()
+        except BaseException as exc:
+            self._drop(connection)
+            if isinstance(exc, Exception):
+                raise _mapped(exc, request, httpx2.ReadTimeout, httpx2.ReadError) from exc
+            raise
+        return httpx2.Response(
+            answer.status,
+            headers=answer.getheaders(),
+            stream=_Body(self, connection, answer, origin, request),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": answer.reason.encode()},
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle = [c for connections in self._idle.values() for c in connections]
+            self._idle.clear()
+        for connection in idle:
+            self._drop(connection)
+
+    # -- the pool -----------------------------------------------------------------------------
+
+    def _connection(
+        self, origin: Origin, timeout: float | None, request: httpx2.Request
+    ) -> _Connection:
+        """An idle connection to ``origin`` that is still good, or a new one."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise httpx2.ConnectError("the HTTP client is closed", request=request)
+                idle = self._idle.get(origin)
+                connection = idle.pop() if idle else None
+            if connection is None:
+                return self._connect(origin, timeout, request)
+            if _still_good(connection.http.sock):
+                return connection
+            self._drop(connection)
+
+    def _connect(
+        self, origin: Origin, timeout: float | None, request: httpx2.Request
+    ) -> _Connection:
+        scheme, host, port = origin
+        conn: http.client.HTTPConnection
+        if scheme == "https":
+            conn = http.client.HTTPSConnection(
+                host, port, timeout=timeout, context=self._ssl_context
+            )
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        try:
+            conn.connect()
+            sock = conn.sock
+            assert sock is not None
+            # The last segment of a request must not wait for the ACK of the one before.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, Exception):
+                raise _mapped(exc, request, httpx2.ConnectTimeout, httpx2.ConnectError) from exc
+            raise
+        tracked = _Tracked(conn)
+        self._tracker.add(tracked)  # shut down at once if its call is being ended
+        return _Connection(conn, tracked)
+
+    def _put_back(self, origin: Origin, connection: _Connection) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(origin, [])
+            if not self._closed and len(idle) < _IDLE_PER_ORIGIN:
+                idle.append(connection)
+                return
+        self._drop(connection)
+
+    def _drop(self, connection: _Connection) -> None:
+        self._tracker.discard(connection.tracked)
+        connection.http.close()
+
+
+class _Body(httpx2.SyncByteStream):
+    """An answer's body as it arrives; the connection goes back to the pool at its end."""
+
+    def __init__(
+        self,
+        transport: HTTP11Transport,
+        connection: _Connection,
+        answer: http.client.HTTPResponse,
+        origin: Origin,
+        request: httpx2.Request,
+    ) -> None:
+        self._transport = transport
+        self._connection: _Connection | None = connection
+        self._answer = answer
+        self._origin = origin
+        self._request = request
+
+    def __iter__(self) -> Iterator[bytes]:
+        answer = self._answer
+        try:
+            while True:
+                chunk = answer.read1(_CHUNK)
+                if not chunk:
+                    break
+                yield chunk
+            if answer.length:  # the peer hung up before the promised length
+                raise http.client.IncompleteRead(b"", answer.length)
+            answer.read()  # ends the answer (a fixed length read to its end stays open)
+        except Exception as exc:
+            self.close()
+            raise _mapped(exc, self._request, httpx2.ReadTimeout, httpx2.ReadError) from exc
+        self._finish()
+
+    def _finish(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        if self._answer.isclosed() and not self._answer.will_close:
+            self._transport._put_back(self._origin, connection)
+        else:
+            self._transport._drop(connection)
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:  # not read to its end: the connection cannot be reused
+            self._answer.close()
+            self._transport._drop(connection)
+
+
+def _still_good(sock: socket.socket | None) -> bool:
+    """Whether an idle connection can carry a request: open, and nothing to read (an idle
+    socket that is readable was closed by the server, or holds bytes nobody asked for)."""
+    if sock is None:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return not poller.poll(0)
+    except (OSError, ValueError):
+        return False
+
+
+def _mapped(
+    exc: Exception,
+    request: httpx2.Request,
+    timeout: type[httpx2.TimeoutException],
+    failure: type[httpx2.TransportError],
+) -> Exception:
+    """The httpx error for ``exc``, raised while connecting, sending or reading."""
+    if isinstance(exc, httpx2.HTTPError):
+        return exc
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return timeout(str(exc) or "timed out", request=request)
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return httpx2.RemoteProtocolError(
+            "Server disconnected without sending a response.", request=request
+        )
+    if isinstance(exc, http.client.IncompleteRead):
+        return httpx2.RemoteProtocolError(
+            "peer closed connection without sending complete message body", request=request
+        )
+    if isinstance(exc, http.client.HTTPException):
+        return httpx2.RemoteProtocolError(str(exc) or type(exc).__name__, request=request)
+    if isinstance(exc, (OSError, ValueError)):
+        return failure(str(exc) or type(exc).__name__, request=request)
+    return exc

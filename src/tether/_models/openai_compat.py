@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     import httpx2
     import openai
 
+    from tether._models.http11 import HTTP11Transport
     from tether._models.messages import ModelRequest, ModelResponse, Reasoning, ToolCallOut
     from tether._models.streaming import ConnectionTracker, DeltaSink, Emit
 
@@ -478,7 +479,7 @@ class OpenAICompatibleModel:
         )
         if _static_headers(client):
             sent = http.request
-            headers = [(k, v) for k, v in sent.headers.multi_items() if k != "content-length"]
+            headers = [(k, v) for k, v in sent.headers.raw if k.lower() != b"content-length"]
             transport = _plain_transport(client._client, sent.url)
             self._template = (sent.url, headers, dict(sent.extensions), transport)
         return http
@@ -487,11 +488,12 @@ class OpenAICompatibleModel:
         """Send ``body`` through the SDK's HTTP client as the SDK sent the first request,
         raising the errors its ``post`` raises (its ``request`` with ``max_retries=0``).
 
-        The request goes to the transport that client sends that URL through (its proxy,
-        if any), not through ``Client.send``: for a client without auth flow or event hooks
-        (:func:`_plain_transport`) that adds only redirects, cookies kept for redirects and
-        its bookkeeping, ~0.06-0.1 ms a request. A redirect is handed back to the client,
-        which follows it as it would have."""
+        The request goes straight to the client's transport for that URL
+        (:class:`~tether._models.http11.HTTP11Transport`, :func:`_plain_transport`) with the
+        first request's head: ``Client.send`` would add only redirects, cookies kept for
+        redirects and its bookkeeping, and an ``httpx.Request`` costs ~20 us to build, so
+        one is built only for an error or a redirect, which is handed back to the client
+        (it follows redirects as it would have)."""
         import ssl
 
         import httpx2
@@ -499,25 +501,28 @@ class OpenAICompatibleModel:
 
         client = self._client
         url, headers, extensions, transport = template
-        request = httpx2.Request("POST", url, headers=headers, content=body, extensions=extensions)
+
+        def request() -> httpx2.Request:
+            return httpx2.Request("POST", url, headers=headers, content=body, extensions=extensions)
+
         try:
             if transport is None or client._client.is_closed:
-                http = client._client.send(request, stream=stream)
+                http = client._client.send(request(), stream=stream)
             else:
-                http = transport.handle_request(request)
-                http.request = request
-                if http.is_redirect:  # the client follows redirects: let it
+                sent = [*headers, (b"Content-Length", b"%d" % len(body))]
+                http = transport.send("POST", url, sent, body, extensions.get("timeout") or {})
+                if http.is_redirect:
                     http.close()
-                    request = httpx2.Request(
-                        "POST", url, headers=headers, content=body, extensions=extensions
-                    )
-                    http = client._client.send(request, stream=stream)
-                elif not stream:
-                    http.read()
+                    http = client._client.send(request(), stream=stream)
+                else:
+                    if not http.is_success:
+                        http.request = request()  # the SDK's error names it
+                    if not stream:
+                        http.read()
         except httpx2.TimeoutException as exc:
-            raise openai.APITimeoutError(request=request) from exc
+            raise openai.APITimeoutError(request=request()) from exc
         except (httpx2.RequestError, ssl.SSLError) as exc:
-            raise openai.APIConnectionError(request=request) from exc
+            raise openai.APIConnectionError(request=request()) from exc
         if not http.is_success:  # as the SDK's raise_for_status: every status but 2xx
             if not http.is_closed:
                 http.read()
@@ -724,9 +729,7 @@ def _wire_message(message: Mapping[str, Any], side: Reasoning | None) -> bytes:
     return dumps(message)
 
 
-_Template = tuple[
-    "httpx2.URL", list[tuple[str, str]], dict[str, Any], "httpx2.BaseTransport | None"
-]
+_Template = tuple["httpx2.URL", list[tuple[bytes, bytes]], dict[str, Any], "HTTP11Transport | None"]
 """A request as the SDK sent it: its URL, its headers but the length, its extensions
 (the timeouts)."""
 
@@ -746,12 +749,16 @@ def _static_headers(client: openai.OpenAI) -> bool:
     )
 
 
-def _plain_transport(client: httpx2.Client, url: httpx2.URL) -> httpx2.BaseTransport | None:
-    """The transport ``client`` sends ``url`` through, when ``Client.send`` adds nothing to
-    it: no auth flow, no event hooks."""
+def _plain_transport(client: httpx2.Client, url: httpx2.URL) -> HTTP11Transport | None:
+    """The transport ``client`` sends ``url`` through, when it is tether's and
+    ``Client.send`` adds nothing to it: no auth flow, no event hooks (a proxy from the
+    environment has a transport of httpx's: ``None``, the client sends)."""
+    from tether._models.http11 import HTTP11Transport  # loaded with the client (see _client)
+
     if client.auth is not None or any(client.event_hooks.values()):
         return None
-    return client._transport_for_url(url)
+    transport = client._transport_for_url(url)
+    return transport if isinstance(transport, HTTP11Transport) else None
 
 
 def _chunk(data: str) -> Any:

@@ -68,29 +68,21 @@ class Tracker(Protocol):
     def discard(self, connection: Shutdown) -> None: ...
 
 
-class _Tracked:
-    """A connection as the tracker sees it: something it can shut down from any thread."""
+class _Connection:
+    """One kept-alive connection; the tracker shuts it down from any thread."""
 
-    __slots__ = ("connection",)
+    __slots__ = ("http",)
 
-    def __init__(self, connection: http.client.HTTPConnection) -> None:
-        self.connection = connection
+    def __init__(self, conn: http.client.HTTPConnection) -> None:
+        self.http = conn
 
     def shutdown(self) -> None:
-        sock = self.connection.sock
+        sock = self.http.sock
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass  # already closed
-
-
-class _Connection:
-    __slots__ = ("http", "tracked")
-
-    def __init__(self, conn: http.client.HTTPConnection, tracked: _Tracked) -> None:
-        self.http = conn
-        self.tracked = tracked
 
 
 class HTTP11Transport(httpx2.BaseTransport):
@@ -214,9 +206,9 @@ class HTTP11Transport(httpx2.BaseTransport):
             if isinstance(exc, Exception):
                 raise _mapped(exc, request, httpx2.ConnectTimeout, httpx2.ConnectError) from exc
             raise
-        tracked = _Tracked(conn)
-        self._tracker.add(tracked)  # shut down at once if its call is being ended
-        return _Connection(conn, tracked)
+        connection = _Connection(conn)
+        self._tracker.add(connection)  # shut down at once if its call is being ended
+        return connection
 
     def _put_back(self, origin: Origin, connection: _Connection) -> None:
         with self._lock:
@@ -227,7 +219,7 @@ class HTTP11Transport(httpx2.BaseTransport):
         self._drop(connection)
 
     def _drop(self, connection: _Connection) -> None:
-        self._tracker.discard(connection.tracked)
+        self._tracker.discard(connection)
         connection.http.close()
 
 

@@ -730,8 +730,8 @@ def _wire_message(message: Mapping[str, Any], side: Reasoning | None) -> bytes:
 
 
 _Template = tuple["httpx2.URL", list[tuple[bytes, bytes]], dict[str, Any], "HTTP11Transport | None"]
-"""A request as the SDK sent it: its URL, its headers but the length, its extensions
-(the timeouts)."""
+"""A request as the SDK sent it: its URL, its raw headers but the length, its extensions
+(the timeouts), and the transport the later ones go to (``None``: through the client)."""
 
 
 def _static_headers(client: openai.OpenAI) -> bool:

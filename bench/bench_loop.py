@@ -1,7 +1,7 @@
 """Benchmark: the whole agent loop against a scripted OpenAI-compatible server (issue 31).
 
 Run: ``python bench/bench_loop.py`` (200 turns: under a minute for tether and the floor, a
-few more with the peers; ``--turns``, ``--dir``, ``--profile``, ``--process``,
+few more with the peers; ``--turns``, ``--dir``, ``--profile``, ``--process``, ``--peers-inline``,
 ``--no-peers``). Everything happens in a temporary directory (default ``$TMPDIR``).
 
 Workload: one durable session of N turns. Each turn is a 400-byte prompt; the model (a
@@ -10,7 +10,15 @@ file, then answers 400 bytes. Every request carries the whole history, as with a
 provider, so every system grows with the session.
 
 Contenders, turn by turn in alternation so that a disturbance of the machine hits all
-alike, each with its own session and its own client of the same server:
+alike, each with its own session and its own client of the same server. The floor and
+tether alternate in this interpreter; the peers, when installed, alternate the same way
+afterwards in a second one (``--peers-inline``: all five in this interpreter). Sharing an
+interpreter with the peers measures them as much as tether: their modules and objects (a
+few hundred MB: SQLAlchemy, Pydantic, LangChain) stay on the heap that every collection of
+the oldest generation walks, and each of their turns (100-400 ms of other code) leaves the
+caches cold; both cost the contender that does more per turn, so tether, ~0.5-1 ms a turn
+that a process of its own never pays (measured: tether/floor 2.30-2.39x inline against
+1.81-1.84x apart, same code and machine).
 
 * ``floor`` — only the physical work of a turn: two HTTP requests whose bodies are joined
   from messages encoded once (``orjson``) on a kept-alive ``http.client`` connection, the
@@ -40,10 +48,12 @@ import argparse
 import asyncio
 import cProfile
 import http.client
+import json
 import os
 import pstats
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -459,46 +469,45 @@ def _summary(times: list[float]) -> tuple[float, float, float]:
     return median * 1000, last * 1000, last / first
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--turns", type=int, default=200)
-    parser.add_argument("--dir", default=None, help="where the sessions go (default: $TMPDIR)")
-    parser.add_argument("--profile", action="store_true", help="cProfile tether's last 10 turns")
-    parser.add_argument(
-        "--no-peers",
-        dest="peers",
-        action="store_false",
-        help="only tether and the floor (peers run when installed: the bench extra)",
-    )
-    parser.add_argument(
-        "--process",
-        action="store_true",
-        help="no fdatasync (tether's durability 'process'): the CPU cost alone",
-    )
-    args = parser.parse_args()
+def _order(contenders: dict[str, Any], index: int) -> list[tuple[str, Any]]:
+    """Turn ``index``'s order: the floor and tether first, in either order, then the peers
+    (forwards, then backwards). So with ``--peers-inline`` each of the two follows a peer's
+    turn equally often, at a turn's start every other turn (the order before, all five
+    reversed every other turn, never put the floor after a peer and tether after one every
+    other turn)."""
+    pair = [(name, contenders[name]) for name in ("floor", "tether") if name in contenders]
+    peers = [(name, c) for name, c in contenders.items() if name not in ("floor", "tether")]
+    if index % 2:
+        pair.reverse()
+        peers.reverse()
+    return pair + peers
+
+
+def _run(
+    names: list[str], args: argparse.Namespace
+) -> tuple[dict[str, list[float]], int, cProfile.Profile | None]:
+    """The alternation of ``names`` over ``args.turns`` turns, in this interpreter, against a
+    server of its own: each contender's turn times, the connections the server accepted."""
     server = _Server(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.daemon = True
     thread.start()
     port = int(server.server_address[1])
+    kinds: dict[str, Any] = {"floor": Floor, "tether": Tether, **PEERS}
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
         contenders: dict[str, Any] = {}
-        kinds: list[tuple[str, Any]] = [("floor", Floor), ("tether", Tether)]
-        kinds += [(name, kind) for name, kind in PEERS.items() if args.peers and _importable(name)]
-        for name, kind in kinds:
+        for name in names:
             workdir = Path(root) / name
             workdir.mkdir()
             (workdir / "data.txt").write_text(("0123456789abcdef" * 200)[: FILE_BYTES - 1] + "\n")
-            contenders[name] = kind(port, workdir, not args.process)
+            contenders[name] = kinds[name](port, workdir, not args.process)
         times: dict[str, list[float]] = {name: [] for name in contenders}
-        profile = cProfile.Profile() if args.profile else None
+        profile = cProfile.Profile() if args.profile and "tether" in names else None
         prompt_text = ("Please read data.txt and tell me what it says. " * 10)[:PROMPT_BYTES]
         try:
             for index in range(args.turns):
                 prompt = f"{index}: {prompt_text}"
-                order = list(contenders.items())
-                if index % 2:
-                    order.reverse()
+                order = _order(contenders, index)
                 for name, contender in order:
                     turn: Callable[[str], None] = contender.turn
                     profiled = profile is not None and name == "tether" and index >= args.turns - 10
@@ -516,8 +525,60 @@ def main() -> None:
                 contender.close()
             server.shutdown()
             server.server_close()
+    return times, server.connections, profile
+
+
+def _peers_apart(peers: list[str], args: argparse.Namespace) -> tuple[dict[str, list[float]], int]:
+    """The peers' alternation in a child interpreter (see the module docstring)."""
+    command = [sys.executable, __file__, "--only", ",".join(peers), "--turns", str(args.turns)]
+    if args.dir:
+        command += ["--dir", args.dir]
+    if args.process:
+        command.append("--process")
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"the peers' run failed:\n{done.stderr[-2000:]}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return report["times"], int(report["connections"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--dir", default=None, help="where the sessions go (default: $TMPDIR)")
+    parser.add_argument("--profile", action="store_true", help="cProfile tether's last 10 turns")
+    parser.add_argument(
+        "--no-peers",
+        dest="peers",
+        action="store_false",
+        help="only tether and the floor (peers run when installed: the bench extra)",
+    )
+    parser.add_argument(
+        "--peers-inline",
+        action="store_true",
+        help="the peers in the same interpreter as tether and the floor, in the alternation",
+    )
+    parser.add_argument("--only", default=None, help=argparse.SUPPRESS)  # the peers' child
+    parser.add_argument(
+        "--process",
+        action="store_true",
+        help="no fdatasync (tether's durability 'process'): the CPU cost alone",
+    )
+    args = parser.parse_args()
+    if args.only is not None:
+        times, connections, _ = _run(args.only.split(","), args)
+        print(json.dumps({"times": times, "connections": connections}))
+        return
+    peers = [name for name in PEERS if args.peers and _importable(name)]
+    inline = peers if args.peers_inline else []
+    times, connections, profile = _run(["floor", "tether", *inline], args)
+    if peers and not inline:
+        apart, more = _peers_apart(peers, args)
+        times.update(apart)
+        connections += more
     mode = "process mode, no fdatasync" if args.process else "durable"
-    print(f"loop: {args.turns} turns, one session each ({mode}), loopback SSE server")
+    where = "in one interpreter" if inline or not peers else "the peers in a second interpreter"
+    print(f"loop: {args.turns} turns, one session each ({mode}), loopback SSE server, {where}")
     print(f"{'system':<14}{'median ms':>12}{'last-50 ms':>12}{'growth':>9}")
     figures = {name: _summary(values) for name, values in times.items()}
     for name, (median, last, growth) in figures.items():
@@ -535,7 +596,7 @@ def main() -> None:
         if name not in ("floor", "tether"):
             speed = last / tether[1]
             print(f"{name:<14} last-50: tether is {speed:5.1f}x faster (target >= 10x)")
-    print(f"connections accepted: {server.connections} (tether and the floor keep one each)")
+    print(f"connections accepted: {connections} (tether and the floor keep one each)")
     if profile is not None:
         pstats.Stats(profile, stream=sys.stdout).sort_stats("cumulative").print_stats(30)
 

@@ -188,6 +188,35 @@ class TestKeptAlive:
         assert server.connections == 2
 
 
+class TestWire:
+    def test_a_body_of_unknown_length_is_sent_chunked(
+        self, serve: Callable[[Script], RawServer]
+    ) -> None:
+        received: list[bytes] = []
+
+        def script(conn: socket.socket, index: int) -> None:
+            data = b""
+            while not data.endswith(b"0\r\n\r\n"):
+                data += conn.recv(65536)
+            received.append(data)
+            conn.sendall(fixed(b"ok"))
+
+        server = serve(script)
+        with client() as http:
+            answer = http.post(server.url, content=iter([b"hello ", b"world"]))
+        assert answer.content == b"ok"
+        head, _, body = received[0].partition(b"\r\n\r\n")
+        assert b"transfer-encoding: chunked" in head.lower()
+        assert body == b"b\r\nhello world\r\n0\r\n\r\n"
+
+    def test_header_bytes_come_through_as_sent(self, serve: Callable[[Script], RawServer]) -> None:
+        # Not ASCII: a server's own bytes (http.client reads the head as ISO-8859-1).
+        server = serve(keep_answering(fixed(b"{}", "X-Note: café")))  # sent as UTF-8
+        with client() as http:
+            answer = post(http, server.url)
+        assert answer.headers.raw[0] == (b"X-Note", "café".encode())
+
+
 class TestErrors:
     def test_nobody_listening_is_a_connect_error(self) -> None:
         spare = socket.create_server(("127.0.0.1", 0))

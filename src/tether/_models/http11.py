@@ -98,11 +98,15 @@ class HTTP11Transport(httpx2.BaseTransport):
     # -- the exchange -------------------------------------------------------------------------
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        body = request.read()
+        if request.headers.get("transfer-encoding", "").lower() == "chunked":
+            # A body of unknown length (a generator): read whole, sent as one chunk.
+            body = (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + b"0\r\n\r\n"
         return self.send(
             request.method,
             request.url,
             request.headers.raw,
-            request.read(),
+            body,
             request.extensions.get("timeout") or {},
             request,
         )
@@ -151,11 +155,17 @@ class HTTP11Transport(httpx2.BaseTransport):
             if isinstance(exc, Exception):
                 raise _mapped(exc, request, httpx2.ReadTimeout, httpx2.ReadError) from exc
             raise
+        # http.client decodes the head as ISO-8859-1: encoded back, the bytes are the server's
+        # (httpx would encode text as ASCII, and fail on any other byte).
+        headers_in = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.getheaders()]
         return httpx2.Response(
             answer.status,
-            headers=answer.getheaders(),
+            headers=headers_in,
             stream=_Body(self, connection, answer, origin, request),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": answer.reason.encode()},
+            extensions={
+                "http_version": b"HTTP/1.1",
+                "reason_phrase": answer.reason.encode("latin-1", "replace"),
+            },
         )
 
     def close(self) -> None:

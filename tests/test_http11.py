@@ -308,3 +308,28 @@ class TestTracked:
         tracker.spare()
         with client(tracker) as http:
             assert post(http, server.url).status_code == 200
+
+
+HEADS = [
+    b"Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"Set-Cookie: a=1\r\nSet-Cookie: b=2\r\nX-Empty:\r\nX-Spaces:   padded  \r\n\r\n",
+    b"X-Folded: first\r\n  second line\r\nContent-Length: 3\r\n\r\n",  # obs-fold
+    b"Bad Name: x\r\nContent-Length: 3\r\n\r\n",  # not a header name
+    b"X-Note: caf\xc3\xa9\r\nx-lower: v\r\n\r\n",
+    b"No-Colon-Here\r\nContent-Length: 3\r\n\r\n",
+    b"X-Tab:\tvalue\t\r\n\n",
+]
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_the_head_parses_as_http_client_parses_it(head: bytes) -> None:
+    # The fast path of _parse_head must give what http.client's email-based parser gives.
+    import http.client
+    import io
+
+    from tether._models.http11 import _parse_head
+
+    ours = _parse_head(io.BytesIO(head + b"body"))
+    theirs = http.client.parse_headers(io.BytesIO(head + b"body"))
+    assert ours.items() == theirs.items()
+    assert ours.get_all("set-cookie") == theirs.get_all("set-cookie")

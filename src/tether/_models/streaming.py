@@ -5,10 +5,9 @@
   comments ignored, a blank line dispatches).
 * :class:`ConnectionTracker` remembers the connections the adapter's transport opened
   (:mod:`tether._models.http11`), so :meth:`ConnectionTracker.abort` can shut them down
-  from another thread. A
-  ``shutdown(SHUT_RDWR)`` wakes a read that is blocked in the calling thread and makes the
-  server see the connection close: the provider stops generating (and billing) instead of
-  finishing an answer nobody will read.
+  from another thread. A ``shutdown(SHUT_RDWR)`` wakes a read that is blocked in the
+  calling thread and makes the server see the connection close: the provider stops
+  generating (and billing) instead of finishing an answer nobody will read.
 * :func:`run_stream` runs the blocking exchange on the caller's thread, watched by the
   process's one watchdog thread (:class:`_Watchdog`): the first-byte timeout until the
   first line arrives, then the idle timeout between lines, and the cancel event. Deltas

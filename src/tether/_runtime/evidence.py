@@ -82,6 +82,8 @@ class SessionEvidence:
             from tether._effects.binding import SIDECAR_NAME, ensure_binding  # see the top
 
             self._check = ensure_binding(self.db(), store.sidecar(SIDECAR_NAME), store.session_id)
+            if self._unbound is store:  # bound now (also after a later attach)
+                self._unbound = None
         return self._check
 
     def records(self) -> WorkspaceDB:

@@ -93,19 +93,17 @@ class ChatStreamAccumulator:
             raise _bad("a streamed delta is not an object")
         field = delta.get
         out: list[Delta] = []
-        text = field("content")
-        reasoning = field("reasoning") or field("reasoning_content")
-        if reasoning is not None:
-            for name in ("reasoning", "reasoning_content"):
-                piece = field(name)
-                if isinstance(piece, str) and piece:
-                    self.reasoning.append(piece)
-                    out.append(Delta("reasoning", piece))
-                    break
+        for name in ("reasoning", "reasoning_content"):
+            piece = field(name)
+            if isinstance(piece, str) and piece:
+                self.reasoning.append(piece)
+                out.append(Delta("reasoning", piece))
+                break
         details = field("reasoning_details")
         if isinstance(details, list):
             for item in details:
                 self._merge_detail(item)
+        text = field("content")
         if isinstance(text, str) and text:
             self.content.append(text)
             out.append(Delta("text", text))

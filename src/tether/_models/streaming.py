@@ -485,7 +485,6 @@ def run_stream(
                 if fired == "timeout":
                     raise _timeout(watch, where) from None
                 raise
-            watch.end()
             return result
     finally:
         watch.end()

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tether._credentials import (
@@ -149,6 +149,7 @@ _JSON_LIKE = st.recursive(
     value=_JSON_LIKE,
     where=st.sampled_from(["none", "plain", "json", "ascii", "key"]),
 )
+@example(secret="[redacted]", value=None, where="plain")  # the mask itself, found by hypothesis
 def test_the_probe_never_skips_a_value_that_holds_a_secret(
     secret: str, value: object, where: str
 ) -> None:
@@ -213,6 +214,30 @@ def test_hide_from_process_listing_rewrites_cmdline_and_environ() -> None:
     )
     # Rewritten; gone from both listings; Python's own copies keep the real value.
     assert result.stdout.split() == ["True", "False", "False", "True"], result.stderr
+
+
+def test_hiding_the_same_secrets_again_is_free_and_a_new_secret_is_still_hidden() -> None:
+    """A worker hides once per agent it builds: the second call with the same secrets
+    rewrites nothing; a secret registered later is still hidden."""
+    later = "another-credential-" + SECRET[::-1]
+    code = (
+        "import sys\n"
+        "from tether._credentials import hide_from_process_listing as hide\n"
+        "first, later = sys.argv[2], sys.argv[4]\n"
+        "print(hide([first]), hide([first]), hide([first, later]))\n"
+        "listing = open('/proc/self/cmdline', 'rb').read()\n"
+        "print(first.encode() in listing, later.encode() in listing)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    result = subprocess.run(
+        [sys.executable, "-c", code, "--api-key", SECRET, "--other", later],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=True,
+    )
+    assert result.stdout.split() == ["True", "False", "True", "False", "False"], result.stderr
 
 
 def test_the_model_adapter_registers_its_key_but_not_the_local_placeholder() -> None:

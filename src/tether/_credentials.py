@@ -174,7 +174,18 @@ class Masker:
         Walks ``value`` without :meth:`value`'s encoded probe: this is asked once an agent,
         of its small configuration snapshot, and the probe's encoder (``orjson``, ~18 ms to
         import) need not be loaded before the first fact."""
-        return self._pattern is not None and self._walk(value) != value
+        return self._pattern is not None and self._found(value)
+
+    def _found(self, value: Any) -> bool:
+        # A search, not "masking changes it": a secret that reads like the mask itself
+        # would leave the value equal.
+        if isinstance(value, str):
+            return self._pattern is not None and self._pattern.search(value) is not None
+        if isinstance(value, Mapping):
+            return any(self._found(k) or self._found(v) for k, v in value.items())
+        if isinstance(value, list | tuple):
+            return any(self._found(item) for item in value)
+        return False
 
     def value(self, value: Any) -> Any:
         """``value`` with every string in it masked (dict keys included); JSON-like data
@@ -215,6 +226,10 @@ class Masker:
         return value
 
 
+_HIDDEN: set[tuple[frozenset[bytes], frozenset[bytes]]] = set()
+"""The (secrets, variables) :func:`hide_from_process_listing` has already hidden."""
+
+
 def hide_from_process_listing(
     secrets: Iterable[str], variables: Iterable[str] = CREDENTIAL_VARIABLES
 ) -> bool:
@@ -231,6 +246,12 @@ def hide_from_process_listing(
     """
     wanted = [s.encode() for s in secrets if len(s) >= MIN_SECRET_LENGTH]
     prefixes = tuple(f"{name}=".encode() for name in variables)
+    # Nothing else writes these strings: once hidden, the same secrets are hidden for good,
+    # and a worker builds an agent per session in flight (reading both regions each time
+    # cost ~0.2 ms an agent).
+    done = (frozenset(wanted), frozenset(prefixes))
+    if done in _HIDDEN:
+        return False
     try:
         with open("/proc/self/stat", "rb") as handle:
             stat = handle.read()
@@ -259,6 +280,7 @@ def hide_from_process_listing(
                     mem.seek(start)
                     mem.write(masked)
                     changed = True
+        _HIDDEN.add(done)
         return changed
     except (OSError, ValueError, IndexError):
         return False

@@ -167,14 +167,14 @@ def test_a_fenced_session_in_a_batch_stores_nothing_and_the_others_commit(
         leader = threading.Thread(target=commit, args=(first,))
         leader.start()
         deadline = time.monotonic() + 10
-        while not sessions.pool._leading and time.monotonic() < deadline:
+        while not sessions.pool._group._leading and time.monotonic() < deadline:
             time.sleep(0.001)
         followers = [threading.Thread(target=commit, args=(s,)) for s in (fenced, *others)]
         for t in followers:
             t.start()
-        while len(sessions.pool._queue) < 3 and time.monotonic() < deadline:
+        while len(sessions.pool._group._queue) < 3 and time.monotonic() < deadline:
             time.sleep(0.001)
-        assert len(sessions.pool._queue) == 3
+        assert len(sessions.pool._group._queue) == 3
         before = sessions.metrics()
         admin.execute("COMMIT")
         for t in (leader, *followers):

@@ -186,6 +186,10 @@ class CommitRequest:
     stored: bool | None = None
     error: BaseException | None = None
     done: bool = False
+    wake: threading.Lock | None = None
+    """Held while the request waits behind a leader; released to wake it alone (answered,
+    or made the next leader)."""
+    leads: bool = False
 
     def params(self) -> dict[str, Any]:
         return {
@@ -259,6 +263,91 @@ def set_unavailable_hook(hook: Callable[[str], None] | None) -> None:
     _hook = hook or _log_hook
 
 
+class GroupCommit:
+    """Leader/follower group commit over one store function (:meth:`StorePool.commit`).
+
+    The first committer with no leader ahead of it leads: it takes the queue's first
+    requests (:func:`_batch_length`) and stores them with ``store``, which must answer each
+    (``stored`` or ``error``). The others wait, each on a lock of its own: when a batch is
+    answered, its members wake and the first request queued meanwhile is handed the lead, and
+    nobody else wakes. (Waking every waiter after each transaction, as one condition does,
+    cost a thread switch per waiter per commit: quadratic at a thousand sessions in flight.)
+    """
+
+    def __init__(self, store: Callable[[list[CommitRequest]], None]) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._queue: list[CommitRequest] = []
+        self._leading = False
+
+    def commit(self, request: CommitRequest) -> bool:
+        """Queue ``request``; lead or wait; whether it was stored. The leader's own
+        exception (an interrupt, :class:`CommitLost`) is raised in every committer it
+        answered with it."""
+        wake: threading.Lock | None = None
+        with self._lock:
+            self._queue.append(request)
+            if self._leading:
+                request.wake = wake = threading.Lock()
+                wake.acquire()
+            else:
+                self._leading = request.leads = True
+        if wake is not None:  # the lock as made: promotion clears the field
+            try:
+                wake.acquire()
+            except BaseException:
+                self._give_up(request)
+                raise
+        if not request.done:
+            with self._lock:
+                taken = _batch_length(self._queue)
+                batch, self._queue = self._queue[:taken], self._queue[taken:]
+            try:
+                self._store(batch)
+            except BaseException as exc:  # an interrupt in the leader: nobody was answered
+                for r in batch:
+                    if r.stored is None and r.error is None:
+                        r.error = exc
+                raise
+            finally:
+                self._answer(batch)
+        if request.error is not None:
+            raise request.error
+        return bool(request.stored)
+
+    def _answer(self, batch: list[CommitRequest]) -> None:
+        """Wake every request of ``batch`` but the leader's, and hand the lead to the first
+        request queued meanwhile (or end it): each wakes alone."""
+        with self._lock:
+            for r in batch:
+                r.done = True
+            self._promote()
+        for r in batch:
+            if r.wake is not None:
+                r.wake.release()
+
+    def _promote(self) -> None:
+        """(With the lock held) the first queued request leads next, woken; none: no leader."""
+        if self._queue:
+            first = self._queue[0]
+            first.leads = True
+            first.wake.release()  # type: ignore[union-attr]
+            first.wake = None  # woken once: its batch's answer must not release it again
+        else:
+            self._leading = False
+
+    def _give_up(self, request: CommitRequest) -> None:
+        """A waiting committer was interrupted: out of the queue if it was still there (its
+        line was never sent), and the lead passed on if it had just been handed it."""
+        with self._lock:
+            if request.done:
+                return
+            if request in self._queue:
+                self._queue.remove(request)
+            if request.leads:
+                self._promote()
+
+
 class StorePool:
     """The pool of one database in this process (see the module docstring)."""
 
@@ -297,11 +386,8 @@ class StorePool:
         self._outage: float | None = None
         self._last_failure = 0.0
         self._outage_lock = threading.Lock()
-        # Group commit: the queue, and whether a leader is storing a batch now.
-        self._cond = threading.Condition()
-        self._queue: list[CommitRequest] = []
-        self._leading = False
-        self._followers = 0
+        self._group = GroupCommit(self._store)
+        self._renew_lock = threading.Lock()
         self._cursors: dict[int, tuple[psycopg.Connection[Any], psycopg.Cursor[Any]]] = {}
         """The leader's cursor on each pooled connection (only the leader uses them)."""
         # Lease renewal: one loop for every opener of the pool.
@@ -412,38 +498,7 @@ class StorePool:
         """Store one session's line, in a transaction shared with every commit ready at the
         same moment: whether it was stored (``False``: fenced). :class:`CommitLost` when the
         database stayed away (nothing stored)."""
-        with self._cond:
-            self._queue.append(request)
-            while not request.done and self._leading:
-                self._followers += 1
-                try:
-                    self._cond.wait()
-                finally:
-                    self._followers -= 1
-            if request.done:
-                batch: list[CommitRequest] = []
-            else:
-                self._leading = True
-                taken = _batch_length(self._queue)
-                batch, self._queue = self._queue[:taken], self._queue[taken:]
-        if batch:
-            try:
-                self._store(batch)
-            except BaseException as exc:  # an interrupt in the leader: nobody was answered
-                for r in batch:
-                    if r.stored is None and r.error is None:
-                        r.error = exc
-                raise
-            finally:
-                with self._cond:
-                    self._leading = False
-                    for r in batch:
-                        r.done = True
-                    if self._followers:  # a lone commit wakes nobody
-                        self._cond.notify_all()
-        if request.error is not None:
-            raise request.error
-        return bool(request.stored)
+        return self._group.commit(request)
 
     def _store(self, batch: list[CommitRequest]) -> None:
         """Answer every request of ``batch``: stored, fenced, or the database stayed away."""
@@ -577,7 +632,7 @@ class StorePool:
 
     def hold_leases(self, holder: LeaseHolder) -> None:
         """Renew ``holder``'s leases from now on (the loop starts with the first)."""
-        with self._cond:
+        with self._renew_lock:
             self._holders.add(holder)
             if self._renewer is None or not self._renewer.is_alive():
                 self._renewer = threading.Thread(

@@ -287,6 +287,8 @@ class Result:
     commits: int
     codes: list[int]
     cpu: float
+    system: float
+    """Of :attr:`cpu`, the kernel's (threads, locks, process starts)."""
     """CPU seconds the workers used (user + system, with the bash calls they ran)."""
     bare: float
     """The bare INSERT + COMMIT loop's rows per second, measured right after the fleet."""
@@ -353,12 +355,13 @@ def run_fleet(
             for log in logs
         ]
         sampler = Sampler(base, [p.pid for p in procs])
-        codes, cpu = [], 0.0
+        codes, cpu, system = [], 0.0, 0.0
         for proc in procs:  # wait4: the exit status and the CPU the worker used
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
             codes.append(proc.returncode)
             cpu += usage.ru_utime + usage.ru_stime
+            system += usage.ru_stime
         wall = time.perf_counter() - start
         sampler.stop()
         for code, log in zip(codes, logs, strict=True):
@@ -417,6 +420,7 @@ def run_fleet(
             commits=lines_after - lines_before,
             codes=codes,
             cpu=cpu,
+            system=system,
             bare=bare_loop(url, sample or b"x" * 600),
         )
         return result
@@ -576,7 +580,8 @@ def report(result: Result) -> bool:
     )
     print(
         f"  wall {result.wall:.1f} s, ideal {ideal}{ratio}; worker exit codes {result.codes}; "
-        f"worker CPU {result.cpu:.1f} s ({result.cpu / result.sessions * 1000:.1f} ms a session)"
+        f"worker CPU {result.cpu:.1f} s ({result.cpu / result.sessions * 1000:.1f} ms a session, "
+        f"{result.system / result.cpu:.0%} in the kernel)"
     )
     print(
         f"  finished {result.finished}/{result.sessions}; effects: exactly one in {once}, "

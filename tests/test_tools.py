@@ -776,3 +776,22 @@ def test_tether_state_is_out_of_reach(tmp_path: Path) -> None:
         with pytest.raises(WorkspaceEscape, match="tether's own state"):
             relative_parts(path)
     assert relative_parts("sub/.tether/x") == ("sub", ".tether", "x")
+
+
+def test_built_in_tools_built_again_share_one_definition_and_its_digest_is_still_right() -> None:
+    """A worker builds the tools once per session in flight: the built-ins' definitions
+    (tether's own constants) are digested once, and each digest is the one spec 10.5 gives."""
+    from tether._tools.builtin import builtin_tools
+
+    first, again = builtin_tools(), builtin_tools()
+    for one, other in zip(first, again, strict=True):
+        assert one._definition is other._definition
+        assert one.definition_digest() == tool_definition_digest(one.definition())
+    bash = again[1]
+    bash.confine(" Commands run in a sandbox.")
+    assert bash.definition()["description"].endswith(" Commands run in a sandbox.")
+    assert bash.definition_digest() == tool_definition_digest(bash.definition())
+    assert first[1].definition_digest() != bash.definition_digest()  # the other kept its own
+    copy = first[0].definition()
+    copy["parameters"]["properties"].clear()  # a caller's copy: the shared one is untouched
+    assert builtin_tools()[0].definition()["parameters"]["properties"]

@@ -188,6 +188,29 @@ def _check_parameters(name: str, parameters: object, *, builtin: bool) -> dict[s
     return _object_copy(parameters)
 
 
+_BUILTIN_DEFINITIONS: dict[tuple[str, str, int], tuple[object, dict[str, Any], str]] = {}
+"""A built-in tool's definition and digest by (name, description, its schema object):
+the schemas are tether's own constants, so every construction of the same tool (a worker
+builds the tools once per session in flight) shares one copy and one digest."""
+_MAX_BUILTIN_DEFINITIONS: Final = 256
+
+
+def _builtin_definition(name: str, description: str, source: object) -> tuple[dict[str, Any], str]:
+    """The definition and digest of a built-in tool (see :data:`_BUILTIN_DEFINITIONS`);
+    never mutated by its users (:meth:`Tool.definition` hands out copies)."""
+    key = (name, description, id(source))
+    known = _BUILTIN_DEFINITIONS.get(key)
+    if known is not None and known[0] is source:
+        return known[1], known[2]
+    parameters = _check_parameters(name, source, builtin=True)
+    definition = {"name": name, "description": description, "parameters": parameters}
+    digest = tool_definition_digest(definition)  # raises CanonicalizationError
+    if len(_BUILTIN_DEFINITIONS) >= _MAX_BUILTIN_DEFINITIONS:
+        _BUILTIN_DEFINITIONS.clear()  # descriptions that vary without end: no memory grows
+    _BUILTIN_DEFINITIONS[key] = (source, definition, digest)
+    return definition, digest
+
+
 def _json_copy(value: Any) -> Any:
     """A deep copy of JSON-like data (a schema, a definition): mappings become dicts, lists
     and tuples stay what they are, anything else is shared (strings, numbers, ``None``).
@@ -256,9 +279,14 @@ class Tool(ABC):
         if not isinstance(description, str):
             raise ConfigurationError(f"tool {name!r}: description must be a string")
         builtin = type(self).__module__ in BUILTIN_MODULES
-        parameters = _check_parameters(name, getattr(self, "parameters", None), builtin=builtin)
-        definition = {"name": name, "description": description, "parameters": parameters}
-        digest = tool_definition_digest(definition)  # raises CanonicalizationError
+        source = getattr(self, "parameters", None)
+        if builtin:
+            definition, digest = _builtin_definition(name, description, source)
+            parameters = definition["parameters"]
+        else:
+            parameters = _check_parameters(name, source, builtin=False)
+            definition = {"name": name, "description": description, "parameters": parameters}
+            digest = tool_definition_digest(definition)  # raises CanonicalizationError
         replay = self.replay
         if not isinstance(replay, Replay):
             raise ConfigurationError(f"tool {name!r}: replay must be a Replay, got {replay!r}")
@@ -284,7 +312,7 @@ class Tool(ABC):
                 )
         self.name = name
         self.description = description
-        self.parameters = MappingProxyType(_object_copy(parameters))
+        self.parameters = MappingProxyType(parameters if builtin else _object_copy(parameters))
         self.replay = replay
         self.replay_key = key
         self._definition = definition
@@ -306,6 +334,12 @@ class Tool(ABC):
         meets the configuration gate)."""
         base = self.__dict__.setdefault("_plain_description", self.description)
         self.description = base + note
+        if type(self).__module__ in BUILTIN_MODULES:
+            parameters = self._definition["parameters"]
+            self._definition, self._digest = _builtin_definition(
+                self.name, self.description, parameters
+            )
+            return
         self._definition = {**self._definition, "description": self.description}
         self._digest = tool_definition_digest(self._definition)
 

@@ -428,3 +428,41 @@ def test_replay_needs_no_working_sandbox_and_sees_no_divergence(ws: Path) -> Non
     # Under another sandbox, the same session diverges: the mode is in the configuration.
     other = run_cli("replay", session_id, "--model", model, "--sandbox", "off", cwd=ws, env=env)
     assert other.returncode == 1 and "diverge" in other.stdout + other.stderr
+
+
+# --------------------------------------------------------------------------- resolving paths
+
+
+def test_deny_read_keeps_what_exists_as_its_real_path_and_drops_the_rest(tmp_path: Path) -> None:
+    """Each ``deny_read`` entry: ``~`` is the home, a relative one is in the workspace, a
+    symlink is denied where it points, and what is not there (a missing path, a dangling
+    link) is dropped: bubblewrap could not hide it, and there is nothing to read."""
+    from tether._sandbox.policy import SandboxMode, resolve_policy
+
+    home, workspace, target = tmp_path / "home", tmp_path / "ws", tmp_path / "keys"
+    for folder in (home / ".ssh", workspace / "secrets", target):
+        folder.mkdir(parents=True)
+    (home / ".aws").symlink_to(target)
+    (home / ".dangling").symlink_to(tmp_path / "nowhere")
+    policy = resolve_policy(
+        SandboxMode.WORKSPACE_WRITE,
+        workspace=workspace,
+        network=False,
+        writable_roots=(),
+        deny_read=("~/.ssh", "~/.aws", "~/.dangling", "~/.missing", "secrets", str(tmp_path / "x")),
+        hidden=(),
+        home=str(home),
+    )
+    assert policy.deny_read == (home / ".ssh", target, workspace / "secrets")
+
+
+def test_exposed_roots_are_the_top_folders_under_tmp_and_run_only(tmp_path: Path) -> None:
+    from tether._sandbox.policy import exposed_roots
+
+    top = Path(tempfile.mkdtemp(prefix="exposed-", dir="/tmp"))
+    try:
+        (top / "venv" / "bin").mkdir(parents=True)
+        assert exposed_roots([top / "venv" / "bin", top]) == (top,)
+        assert exposed_roots(["/tmp", "/usr/bin", "/", "/tmpother/bin"]) == ()
+    finally:
+        shutil.rmtree(top)

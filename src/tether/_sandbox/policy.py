@@ -138,11 +138,15 @@ class SandboxPolicy:
 # --------------------------------------------------------------------------- resolving
 
 
-def _absolute(text: str, home: str, base: Path) -> Path:
+def _expanded(text: str, home: str, base: Path) -> str:
+    """``text`` with ``~`` as ``home``, taken in ``base`` when relative (not resolved)."""
     if text == "~" or text.startswith("~/"):
         text = home + text[1:]
-    path = Path(text)
-    return Path(os.path.realpath(path if path.is_absolute() else base / path))
+    return os.path.join(base, text)  # an absolute ``text`` stays itself
+
+
+def _absolute(text: str, home: str, base: Path) -> Path:
+    return Path(os.path.realpath(_expanded(text, home, base)))
 
 
 def resolve_policy(
@@ -170,7 +174,15 @@ def resolve_policy(
                 f"[sandbox] writable_roots: {text!r} is not an existing folder"
             )
         roots.append(root)
-    denied = [p for p in (_absolute(t, home, real) for t in deny_read) if os.path.lexists(p)]
+    # One lstat rules out a path that is not there (most of the defaults, on most machines)
+    # before its real path is resolved, component by component.
+    denied = [
+        p
+        for p in (
+            _absolute(t, home, real) for t in deny_read if os.path.lexists(_expanded(t, home, real))
+        )
+        if os.path.lexists(p)
+    ]
     return SandboxPolicy(
         mode=mode,
         workspace=real,
@@ -193,13 +205,16 @@ def exposed_roots(paths: Iterable[str | os.PathLike[str]]) -> tuple[Path, ...]:
     installed there finds its libraries beside it. Paths elsewhere need nothing."""
     found: set[Path] = set()
     for text in paths:
-        real = Path(os.path.realpath(text))
-        for root in PRIVATE_ROOTS:
-            if root in real.parents:
-                top = root / real.relative_to(root).parts[0]
+        real = os.path.realpath(text)
+        for root in _PRIVATE_PREFIXES:
+            if real.startswith(root):  # strictly under it: the root itself is not exposed
+                top = Path(root + real[len(root) :].split("/", 1)[0])
                 if top.is_dir():
                     found.add(top)
     return tuple(sorted(found))
+
+
+_PRIVATE_PREFIXES: Final = tuple(f"{root}/" for root in PRIVATE_ROOTS)
 
 
 # --------------------------------------------------------------------------- bubblewrap

@@ -910,6 +910,37 @@ class TestSentAsBefore:
         assert time.monotonic() - started < 2.0
 
 
+    def test_adapters_with_the_same_settings_share_the_first_ones_head_not_its_connections(
+        self, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A worker builds an adapter per session in flight: only the process's first request
+        # of these settings goes through the SDK's post; each adapter keeps its connections.
+        posts = count_posts(monkeypatch)
+        first, second = adapter(fake), adapter(fake)
+        fake.enqueue(ok(completion("one")), ok(completion("two")))
+        assert first.complete(request()).content == "one"
+        assert second.complete(request()).content == "two"
+        assert posts == ["/chat/completions"]
+        sent_first, sent_second = fake.requests
+        assert (sent_second.path, sent_second.headers) == (sent_first.path, sent_first.headers)
+        assert first.open_connections == second.open_connections == 1  # one each
+
+    def test_other_headers_or_another_organization_go_through_post_again(
+        self, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        posts = count_posts(monkeypatch)
+        fake.enqueue(*(ok(completion(t)) for t in ("one", "two", "three")))
+        assert adapter(fake).complete(request()).content == "one"
+        titled = adapter(fake, extra_headers={"X-Title": "other"})
+        assert titled.complete(request()).content == "two"
+        monkeypatch.setenv("OPENAI_ORG_ID", "org-elsewhere")  # the SDK reads it at construction
+        assert adapter(fake).complete(request()).content == "three"
+        assert len(posts) == 3
+        assert fake.requests[1].headers["x-title"] == "other"
+        assert fake.requests[2].headers["openai-organization"] == "org-elsewhere"
+        assert "openai-organization" not in fake.requests[0].headers
+
+
 class TestConfiguration:
     def test_missing_api_key(self) -> None:
         with pytest.raises(ConfigurationError) as info:

@@ -467,6 +467,8 @@ class OpenAICompatibleModel:
         picked for that URL.
         """
         template = self._template
+        if template is None:
+            template = self._template = self._shared_template()
         if template is not None:
             return self._send_as_before(template, body, stream=stream)
         import httpx2  # loaded with the client already (see _client)
@@ -482,7 +484,22 @@ class OpenAICompatibleModel:
             headers = [(k, v) for k, v in sent.headers.raw if k.lower() != b"content-length"]
             transport = _plain_transport(client._client, sent.url)
             self._template = (sent.url, headers, dict(sent.extensions), transport)
+            _SENT_HEADS[_head_key(client)] = (sent.url, headers, dict(sent.extensions))
         return http
+
+    def _shared_template(self) -> _Template | None:
+        """How another adapter's SDK client with the same settings sent its first request,
+        on this adapter's own connections: a worker builds an adapter per session in flight,
+        and each first request through ``post`` cost ~4x a later one. ``None``: none yet
+        (or this client's headers may change: :func:`_static_headers`)."""
+        if not _SENT_HEADS:
+            return None
+        client = self._client
+        known = _SENT_HEADS.get(_head_key(client))
+        if known is None or not _static_headers(client):
+            return None
+        url, headers, extensions = known
+        return (url, headers, extensions, _plain_transport(client._client, url))
 
     def _send_as_before(self, template: _Template, body: bytes, *, stream: bool) -> httpx2.Response:
         """Send ``body`` through the SDK's HTTP client as the SDK sent the first request,
@@ -732,6 +749,34 @@ def _wire_message(message: Mapping[str, Any], side: Reasoning | None) -> bytes:
 _Template = tuple["httpx2.URL", list[tuple[bytes, bytes]], dict[str, Any], "HTTP11Transport | None"]
 """A request as the SDK sent it: its URL, its raw headers but the length, its extensions
 (the timeouts), and the transport the later ones go to (``None``: through the client)."""
+
+
+_SENT_HEADS: dict[
+    tuple[Any, ...], tuple[httpx2.URL, list[tuple[bytes, bytes]], dict[str, Any]]
+] = {}
+"""The first request's URL, head and extensions, by the client state they are made of
+(:func:`_head_key`): shared by the adapters of a process with the same settings."""
+
+
+def _head_key(client: openai.OpenAI) -> tuple[Any, ...]:
+    """What the SDK builds a chat request's head from, for a client whose headers do not
+    change (:func:`_static_headers`): its URL, credentials, organization and project
+    (which it may read from the environment), custom headers, timeout and HTTP client
+    headers (a value that is not a string is the SDK's ``Omit``: the header is left out)."""
+    custom = tuple(
+        (str(k), v if isinstance(v, str) else type(v).__name__)
+        for k, v in client._custom_headers.items()
+    )
+    return (
+        str(client.base_url),
+        client.api_key,
+        client.organization,
+        client.project,
+        custom,
+        repr(client.timeout),
+        tuple(client._client.headers.raw),
+        repr(client._client.timeout),
+    )
 
 
 def _static_headers(client: openai.OpenAI) -> bool:

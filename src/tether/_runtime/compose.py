@@ -41,6 +41,7 @@ Steps, in this order (so the first problem is the one reported):
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -74,7 +75,7 @@ from tether._runtime.retry import RetryPolicy
 from tether._runtime.spend import Spending
 from tether._runtime.tracing import Tracing
 from tether._sandbox.bwrap import Sandbox
-from tether._sandbox.policy import DEFAULT_DENY_READ, SandboxMode, resolve_policy
+from tether._sandbox.policy import DEFAULT_DENY_READ, SandboxMode, exposed_roots, resolve_policy
 from tether._settings import Settings
 from tether._stores.durability import Durability
 from tether._stores.opener import FileSessions
@@ -432,6 +433,16 @@ def _workspace_db(workspace: Path, store_url: str | None, seams: Seams) -> Works
 
 
 _TETHER_SOURCES: Final = Path(__file__).resolve().parents[2]
+
+
+@functools.cache
+def _own_roots() -> tuple[Path, ...]:
+    """The folders under a private root that tether's own interpreter and sources need
+    (:func:`~tether._sandbox.policy.exposed_roots`), found once: they are this process's
+    and do not move while it runs (resolving them was a third of building an agent)."""
+    return exposed_roots((sys.prefix, sys.exec_prefix, sys.base_prefix, _TETHER_SOURCES))
+
+
 """The folder tether's package is imported from (``src/`` of a checkout, or
 ``site-packages``)."""
 
@@ -457,7 +468,7 @@ def _sandbox(settings: Settings, workspace: Path, protected: ProtectedState) -> 
         # tether's own environment stays visible where the private /tmp would hide it (a
         # checkout or venv under /tmp): the commands run its Python, its MCP servers. Not
         # sys.path, whose first entry may be the current folder.
-        exposed=(sys.prefix, sys.exec_prefix, sys.base_prefix, _TETHER_SOURCES),
+        exposed=_own_roots(),
         home=os.path.expanduser("~"),
     )
     return Sandbox(policy)

@@ -909,7 +909,6 @@ class TestSentAsBefore:
         assert "cannot reach" in err.message and fake.base_url in err.message
         assert time.monotonic() - started < 2.0
 
-
     def test_adapters_with_the_same_settings_share_the_first_ones_head_not_its_connections(
         self, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
     ) -> None:

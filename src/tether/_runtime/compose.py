@@ -433,6 +433,8 @@ def _workspace_db(workspace: Path, store_url: str | None, seams: Seams) -> Works
 
 
 _TETHER_SOURCES: Final = Path(__file__).resolve().parents[2]
+"""The folder tether's package is imported from (``src/`` of a checkout, or
+``site-packages``)."""
 
 
 @functools.cache
@@ -441,10 +443,6 @@ def _own_roots() -> tuple[Path, ...]:
     (:func:`~tether._sandbox.policy.exposed_roots`), found once: they are this process's
     and do not move while it runs (resolving them was a third of building an agent)."""
     return exposed_roots((sys.prefix, sys.exec_prefix, sys.base_prefix, _TETHER_SOURCES))
-
-
-"""The folder tether's package is imported from (``src/`` of a checkout, or
-``site-packages``)."""
 
 
 def sandbox_for(settings: Settings, workspace: Path | None = None) -> Sandbox:

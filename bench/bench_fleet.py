@@ -22,6 +22,10 @@ Printed:
 
 * wall (the workers' start to the last one's exit) against the ideal: every session's two
   model answers back to back, ``ceil(S / (C x N)) x 2 x D``;
+* the workers' CPU: with their bash calls and the kernel's share (``wait4``), and their
+  own alone (``/proc``, sampled): the part that runs under their GILs;
+* the ramp: when the sessions' first requests reached the model server (half, 90%, all),
+  where the ideal sends them all at once;
 * peak DB connections: ``pg_stat_activity`` of the database polled every 50 ms, the
   bench's own excluded; peak RSS (sum over the workers) and threads (of the largest
   worker), from ``/proc``;
@@ -159,6 +163,8 @@ class _Handler(BaseHTTPRequestHandler):
         request = json.loads(body)
         # After the tool's result, answer; before it, ask for the call.
         last = request["messages"][-1]["role"]
+        if last != "tool":
+            self.server.first_requests.append(time.perf_counter())  # type: ignore[attr-defined]
         whole = ANSWER if last == "tool" else TOOL_CALL
         streamed = bool(request.get("stream"))
         # Streamed in pieces, the answer takes the delay as a provider does: a delta every
@@ -187,11 +193,15 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     request_queue_size = 4096  # a thousand sessions connect at once
+    first_requests: list[float]
+    """When each session's first request arrived (``perf_counter``; list appends are
+    atomic)."""
 
 
 def serve(delay: float, pieces: int = 1) -> _Server:
     handler = type("Handler", (_Handler,), {"delay": delay, "pieces": pieces})
     server = _Server(("127.0.0.1", 0), handler)
+    server.first_requests = []
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -214,6 +224,8 @@ class Sampler:
         self.connections = 0
         self.rss_mb = 0.0
         self.threads = 0
+        self.own_cpu: dict[int, float] = {}
+        """Each worker's own CPU seconds (user + system, not its children's), last seen."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -231,6 +243,9 @@ class Sampler:
                     status = _proc_status(pid)
                     rss += status.get("VmRSS", 0) / 1024
                     threads = max(threads, status.get("Threads", 0))
+                    seen = _proc_cpu(pid)
+                    if seen is not None:
+                        self.own_cpu[pid] = seen
                 self.rss_mb = max(self.rss_mb, rss)
                 self.threads = max(self.threads, threads)
 
@@ -250,6 +265,29 @@ def _proc_status(pid: int) -> dict[str, int]:
         if key in ("VmRSS", "Threads"):
             out[key] = int(value.split()[0])
     return out
+
+
+def _proc_cpu(pid: int) -> float | None:
+    """``pid``'s own CPU seconds so far (``utime`` + ``stime`` of ``/proc/PID/stat``; its
+    children's are other fields), or ``None`` once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()  # field 3 (state) onwards
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14, 15
+
+
+def _quantiles(times: list[float]) -> tuple[float, float, float]:
+    """Half, 90% and all of ``times`` (sorted) are at or before these; zeros when empty."""
+    if not times:
+        return (0.0, 0.0, 0.0)
+    ordered = sorted(times)
+
+    def at(share: float) -> float:
+        return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+    return (at(0.5), at(0.9), ordered[-1])
 
 
 def bare_loop(url: str, line: bytes, seconds: float = 2.0) -> float:
@@ -287,9 +325,15 @@ class Result:
     commits: int
     codes: list[int]
     cpu: float
+    """CPU seconds the workers used (user + system, with the bash calls they ran)."""
     system: float
     """Of :attr:`cpu`, the kernel's (threads, locks, process starts)."""
-    """CPU seconds the workers used (user + system, with the bash calls they ran)."""
+    own_cpu: float
+    """Of :attr:`cpu`, the worker processes' own, without their children (``/proc``, last
+    50 ms sample): what runs under their GILs."""
+    ramp: tuple[float, float, float]
+    """When the sessions' first requests reached the model, in seconds from the workers'
+    start: half of them, 90% of them, the last (the ideal: all at once)."""
     bare: float
     """The bare INSERT + COMMIT loop's rows per second, measured right after the fleet."""
 
@@ -421,6 +465,8 @@ def run_fleet(
             codes=codes,
             cpu=cpu,
             system=system,
+            own_cpu=sum(sampler.own_cpu.values()),
+            ramp=_quantiles([t - start for t in server.first_requests]),
             bare=bare_loop(url, sample or b"x" * 600),
         )
         return result
@@ -582,6 +628,12 @@ def report(result: Result) -> bool:
         f"  wall {result.wall:.1f} s, ideal {ideal}{ratio}; worker exit codes {result.codes}; "
         f"worker CPU {result.cpu:.1f} s ({result.cpu / result.sessions * 1000:.1f} ms a session, "
         f"{result.system / result.cpu:.0%} in the kernel)"
+    )
+    half, most, last = result.ramp
+    print(
+        f"  the workers' own CPU (without their bash calls) {result.own_cpu:.1f} s "
+        f"({result.own_cpu / result.sessions * 1000:.1f} ms a session); first requests "
+        f"sent by {half:.1f} s (half), {most:.1f} s (90%), {last:.1f} s (all)"
     )
     print(
         f"  finished {result.finished}/{result.sessions}; effects: exactly one in {once}, "

@@ -37,13 +37,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import httpx2
 
 from tether._clock import WakingEvent, wake_on
-from tether._models.http11 import Shutdown
 from tether.errors import ModelError
+
+if TYPE_CHECKING:  # the transport module loads with the first client (tracked_http_client)
+    from tether._models.http11 import Shutdown
 
 __all__ = [
     "ConnectionTracker",

@@ -495,8 +495,10 @@ class OpenAICompatibleModel:
         if not _SENT_HEADS:
             return None
         client = self._client
+        if not _static_headers(client):  # (checked first: such a client asks this each time)
+            return None
         known = _SENT_HEADS.get(_head_key(client))
-        if known is None or not _static_headers(client):
+        if known is None:
             return None
         url, headers, extensions = known
         return (url, headers, extensions, _plain_transport(client._client, url))

@@ -19,6 +19,7 @@ LAYERS = (
     "tether.errors",
     "tether.core",
     "tether._text",
+    "tether._hub",
     "tether._clock",
     "tether._ids",
     "tether._dirs",

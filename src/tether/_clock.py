@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Final, Protocol
 
+from tether._hub import pause, wait_event
+
 __all__ = ["SYSTEM_CLOCK", "Clock", "SystemClock", "WakingEvent", "wake_on"]
 
 
@@ -59,10 +61,10 @@ class SystemClock:
         return time.monotonic()
 
     def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
+        pause(seconds)  # time.sleep, but a session on a hub parks instead (tether._hub)
 
     def wait(self, event: threading.Event, seconds: float) -> bool:
-        return event.wait(seconds)
+        return wait_event(event, seconds)  # event.wait, parked on a hub
 
 
 SYSTEM_CLOCK: Final = SystemClock()

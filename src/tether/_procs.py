@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import selectors
 import signal
@@ -66,6 +67,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Final
+
+from tether._hub import offload, on_hub
 
 __all__ = [
     "Ending",
@@ -177,6 +180,21 @@ def run_in_group(
     cannot be started (``argv[0]`` missing or not executable, no ``/bin/sh``, ``cwd``
     missing).
     """
+    if on_hub():  # a session on a worker's hub: on a helper thread, the session parked
+        return offload(
+            functools.partial(
+                run_in_group,
+                argv,
+                cwd=cwd,
+                env=env,
+                timeout=timeout,
+                on_output=on_output,
+                cancel=cancel,
+                supervision=supervision,
+                merge_stderr=merge_stderr,
+                contained=contained,
+            )
+        )
     if cancel is not None and cancel.is_set():
         return Finished(None, Ending.CANCELLED)
     _check_executable(argv[0])

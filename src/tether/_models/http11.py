@@ -43,6 +43,8 @@ from typing import Any, Final, Protocol, cast
 
 import httpx2
 
+from tether._hub import offload, wait_readable
+
 __all__ = ["HTTP11Transport", "Shutdown", "Tracker"]
 
 _IDLE_PER_ORIGIN: Final = 8
@@ -90,6 +92,23 @@ class _Connection:
                 pass  # already closed
 
 
+class _HubSocketIO(socket.SocketIO):
+    """The raw reader under an answer. On a hub (:mod:`tether._hub`), a read parks the
+    session until the socket has bytes, so that waiting for a model holds no thread; off a
+    hub it is :class:`socket.SocketIO`'s read. A TLS socket with decrypted bytes pending
+    is read at once: its file descriptor may have nothing more to say."""
+
+    def readinto(self, b: Any) -> int | None:
+        sock = cast(socket.socket, self._sock)  # type: ignore[attr-defined]
+        if not (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+            try:
+                wait_readable(sock, sock.gettimeout())
+            except TimeoutError:
+                self._timeout_occurred = True  # as SocketIO marks it
+                raise
+        return super().readinto(b)
+
+
 class _Response(http.client.HTTPResponse):
     """:class:`http.client.HTTPResponse` whose head is parsed without the ``email`` package.
 
@@ -98,6 +117,12 @@ class _Response(http.client.HTTPResponse):
     exchange's Python); a head of plain ``Name: value`` lines is split here instead, into
     the same :class:`http.client.HTTPMessage`. Anything else (a folded continuation line,
     a line without a colon) goes to ``parse_headers`` as before."""
+
+    def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any) -> None:
+        super().__init__(sock, *args, **kwargs)
+        raw = cast(Any, self.fp).raw
+        if type(raw) is socket.SocketIO:
+            raw.__class__ = _HubSocketIO  # the same object and layout, the read above
 
     def begin(self) -> None:
         if cast(Any, self).headers is not None:  # begun already (None until then)
@@ -279,7 +304,7 @@ class HTTP11Transport(httpx2.BaseTransport):
             conn = http.client.HTTPConnection(host, port, timeout=timeout)
         conn.response_class = _Response
         try:
-            conn.connect()
+            offload(conn.connect)  # on a hub, the handshake holds a helper thread, not the hub
             sock = conn.sock
             assert sock is not None
             # The last segment of a request must not wait for the ACK of the one before.

@@ -31,6 +31,7 @@ import tether._runtime.boundaries as boundaries
 import tether._runtime.events as events
 from tether._effects.authorization import Authorization
 from tether._effects.journal import PreparedChange
+from tether._hub import offload
 from tether._runtime.drive import Drive, Shell, running
 from tether._runtime.guards import ParkedCall, is_failure
 from tether._runtime.results import RunResult, RunStatus
@@ -275,7 +276,9 @@ class ToolCalls:
             sandbox=self._parts.sandbox,
         )
         runner = RUNNERS[tool.recovery]
-        result = runner.run(self._site, store, tool, arguments, context, prepared)
+        # In a worker the session is a greenlet on a hub: the call runs on a helper thread
+        # while it is parked, so a long tool holds no other session (tether._hub).
+        result = offload(runner.run, self._site, store, tool, arguments, context, prepared)
         faults.hit(boundaries.AFTER_EFFECT)
         if result is None or (self._shell.cancel.is_set() and result.metadata.get("aborted")):
             # The tool was killed by an abort, or its outcome is not known (an effect tool

@@ -7,14 +7,15 @@ looks for. :func:`submit_all` (``tether submit --from FILE``, lines parsed by
 database transaction (:meth:`~tether._stores.postgres.PostgresSessions.create_queued`).
 
 :class:`Worker` drives up to ``concurrency`` sessions at once (1 to
-:data:`MAX_CONCURRENCY`), each on a thread of its own with its own
-:class:`~tether._runtime.agent.Agent` over a shared store (:mod:`tether._stores.postgres`).
+:data:`MAX_CONCURRENCY`), each with its own :class:`~tether._runtime.agent.Agent` over a
+shared store (:mod:`tether._stores.postgres`), as a greenlet on one of :data:`HUBS` hub
+threads (:mod:`tether._hub`).
 Its loop claims the oldest unfinished sessions of its environment identity whose leases
 are free or expired (``FOR UPDATE SKIP LOCKED``) while fewer than the limit are in flight
 (as many as there are free slots, up to :data:`CLAIM_BATCH` in one statement, when every
-slot shares the process's one opener), and starts a thread for each that drives it with
-the normal executor (``resume``: the same planner as after a crash) and releases the
-lease. A session of another environment identity is
+slot shares the process's one opener), and starts a session on the least busy hub for
+each, which drives it with the normal executor (``resume``: the same planner as after a
+crash) and releases the lease. A session of another environment identity is
 never claimed: it waits for a worker that serves it.
 
 What a session in flight costs (docs/scale-out.md, "Many sessions per worker"): ``tether
@@ -25,10 +26,12 @@ agents are made lazily, when a claim needs one and none is free, and kept for th
 session; the first is prepared (:meth:`~tether._runtime.agent.Agent.prepare`: the executor,
 the model's SDK client, the tools' validators) before the first claim; every thread the
 process starts meanwhile has a :data:`STACK_BYTES` stack. A session waiting on its model
-holds its thread, which reads the answer itself (the process's one watchdog thread ends
-the calls that overrun or are cancelled: :func:`tether._models.streaming.run_stream`):
-threads, not connections, are what grows, one a session. The collector runs less often
-while the worker runs (:data:`GC_FIRST_THRESHOLD`).
+holds no thread: its read of the answer parks its greenlet until the answer's bytes arrive
+(the process's one watchdog thread still ends the calls that overrun or are cancelled:
+:func:`tether._models.streaming.run_stream`); its tool runs, processes and new connections
+run on helper threads while it is parked (:func:`tether._hub.offload`). So a thousand
+sessions waiting on their models cost their state and a few hub threads. The collector
+runs less often while the worker runs (:data:`GC_FIRST_THRESHOLD`).
 
 * a session whose recovery is blocked (a gate, a review) is parked: out of the queue until
   its next commit (a person resolving it);
@@ -44,7 +47,7 @@ while the worker runs (:data:`GC_FIRST_THRESHOLD`).
   waits a second and tries again. Each is said once per outage. The worker exits with the
   store error's code only when the store has been unreachable for
   :data:`UNREACHABLE_SECONDS` with no session in flight;
-* :meth:`Worker.stop` (``SIGTERM``): no new claims; each thread finishes the step it is in
+* :meth:`Worker.stop` (``SIGTERM``): no new claims; each session finishes the step it is in
   (the model request being answered, or the tool call running, until its result is
   committed: the executor's stop signal,
   :meth:`~tether._runtime.executor.Executor.set_stop_signal`), leaves the session's
@@ -64,6 +67,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar, cast
@@ -71,6 +75,7 @@ from typing import Any, Final, TypeVar, cast
 import tether._faults as faults
 import tether._runtime.boundaries as boundaries
 from tether._clock import SYSTEM_CLOCK, Clock
+from tether._hub import Hub
 from tether._ids import new_uuid7
 from tether._loading import gc_less_often
 from tether._project import find_workspace_root
@@ -471,18 +476,23 @@ def when_reachable(
 
 MAX_CONCURRENCY: Final = 10_000
 """The most sessions one worker process drives at once (``--concurrency``)."""
+HUBS: Final = 4
+"""Threads that run a worker's sessions (:mod:`tether._hub`: each session a greenlet that
+parks while it waits for its model). Measured with 1,000 sessions in flight
+(``bench/bench_fleet.py``): 4 hubs finished in 9.4 s, 1 in 12.4 s (a single thread also
+waits alone for every statement), 8 in 10.6 s (more threads, more GIL hand-offs)."""
 STACK_BYTES: Final = 1 << 20
-"""The stack of every thread the process starts while a worker runs (a session's, a model
-request's): 1 MiB instead of the platform's usual 8 MiB of address space. Python frames
-live on the heap; a thread's C stack only holds the interpreter's and the C libraries'
-frames (JSON, TLS, SQLite), far below this."""
+"""The stack of every thread the process starts while a worker runs (a hub's, a helper's):
+1 MiB instead of the platform's usual 8 MiB of address space. Python frames live on the
+heap; a thread's C stack only holds the interpreter's and the C libraries' frames (JSON,
+TLS, SQLite), far below this."""
 GROW_SECONDS: Final = 2.0
 """After the store refused a session (no connection to be had), the in-flight limit grows
 again by half once this long has passed without another refusal."""
 
 
 class Worker:
-    """Claims sessions and drives each on a thread of its own (see the module docstring).
+    """Claims sessions and drives each as a greenlet on a hub (see the module docstring).
 
     ``make_agent`` builds one agent per slot, lazily: a slot is made when a claim needs
     one and none is free, and kept for the next session; at most ``concurrency`` sessions
@@ -502,8 +512,11 @@ class Worker:
         log: Callable[[str], None] = lambda line: None,
         status_every: float = 0.0,
         stack_size: int = STACK_BYTES,
+        hubs: int = HUBS,
     ) -> None:
         check_concurrency(concurrency)
+        if not 1 <= hubs <= 64:
+            raise ConfigurationError(f"a worker runs 1 to 64 hubs, got {hubs}")
         if not status_every >= 0:
             raise ConfigurationError(
                 f"--status-every must be 0 (off) or a number of seconds, got {status_every}"
@@ -514,13 +527,15 @@ class Worker:
         self.log = log
         self.status_every = float(status_every)
         self.stack_size = stack_size
+        self.hubs = min(hubs, concurrency)
         self.report = WorkerReport()
         self._stop = threading.Event()
         self._why = ""
         self._cond = threading.Condition()
         self._agents: list[Agent] = []
         self._idle: list[Agent] = []
-        self._threads: set[threading.Thread] = set()
+        self._running: set[threading.Event] = set()
+        self._hubs: list[Hub] = []
         self._driving: dict[str, threading.Event] = {}
         self._db_failures: dict[str, int] = {}
         self._in_flight = 0
@@ -533,9 +548,9 @@ class Worker:
         """The most sessions in flight at once."""
 
     def stop(self, why: str = "") -> None:
-        """Take no new work; each thread stops at the next durable point of the session it
-        is driving and releases it (thread-safe; callable from a signal handler: it only
-        sets an event). ``why`` (e.g. ``SIGTERM``) is logged by the worker's own thread."""
+        """Take no new work; each session stops at its next durable point and is released
+        (thread-safe; callable from a signal handler: it only sets an event). ``why`` (e.g.
+        ``SIGTERM``) is logged by the worker's own thread."""
         self._why = why
         self._stop.set()
 
@@ -550,9 +565,13 @@ class Worker:
         with self._cond:
             self._idle.append(first)
         previous = _stack_size(self.stack_size)
+        # Offloaded calls (tool runs, processes, new connections: tether._hub.offload) run
+        # on helpers; as many as sessions may be in flight, each may be running a tool.
+        helpers = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tether-helper")
         # Fewer collections while sessions are in flight, until the last thread ended.
         with gc_less_often(GC_FIRST_THRESHOLD):
             try:
+                self._hubs = [Hub(f"tether-hub-{n}", helpers) for n in range(self.hubs)]
                 # What every session's first step would load (the executor, the model's SDK
                 # client, the tools' validators), loaded once here: 1,000 threads importing
                 # the SDK at once wait on its import lock (~8% more CPU a session, measured).
@@ -567,11 +586,14 @@ class Worker:
                 self._stop.set()
                 while True:
                     with self._cond:
-                        threads = list(self._threads)
-                    if not threads:
+                        running = list(self._running)
+                    if not running:
                         break
-                    for thread in threads:
-                        thread.join()
+                    for done in running:
+                        done.wait()
+                for hub in self._hubs:
+                    hub.close()
+                helpers.shutdown()
                 _stack_size(previous)
                 for agent in self._agents:
                     agent.close()
@@ -591,7 +613,7 @@ class Worker:
         return agent
 
     def _dispatch(self, environment: str, clock: Any) -> None:
-        """Claim while fewer than the limit are in flight; a thread drives each claim."""
+        """Claim while fewer than the limit are in flight; a hub drives each claim."""
         unreachable_since: float | None = None
         status = _Status(self, clock)
         while not self._stop.is_set():
@@ -645,7 +667,7 @@ class Worker:
             self._start_all(agent, sessions, claimed, clock)
 
     def _start_all(self, agent: Agent, sessions: Any, claimed: list[str], clock: Any) -> None:
-        """A thread for each claimed session: the first on ``agent``, the others on free
+        """A hub's session for each claimed one: the first on ``agent``, the others on free
         or new slots (which share ``sessions``, the opener that holds the claims). What a
         stop or a failing slot leaves unstarted is given back at once."""
         for index, session in enumerate(claimed):
@@ -676,6 +698,7 @@ class Worker:
 
     def _start(self, agent: Agent, session: str, clock: Any) -> None:
         done = threading.Event()
+        hub: Hub | None = None
         with self._cond:
             self._in_flight += 1
             self.peak = max(self.peak, self._in_flight)
@@ -686,14 +709,20 @@ class Worker:
             # new claim too: the new drive starts once the old thread is done.
             before = self._driving.get(session)
             self._driving[session] = done
-            thread = threading.Thread(
-                target=self._slot,
-                args=(agent, session, clock, before, done),
-                name=f"tether-session-{self._started}",
-                daemon=True,
-            )
-            self._threads.add(thread)
-        thread.start()
+            self._running.add(done)
+            if before is None or before.is_set():
+                hub = min(self._hubs, key=lambda each: each.sessions)  # the least loaded
+        if hub is not None:
+            hub.spawn(lambda: self._slot(agent, session, clock, None, done))
+            return
+        # Rare (the same session's last drive is still ending): it waits for that drive
+        # on a thread of its own; parked on a hub, the wait could hold that drive's hub.
+        threading.Thread(
+            target=self._slot,
+            args=(agent, session, clock, before, done),
+            name=f"tether-session-{self._started}",
+            daemon=True,
+        ).start()
 
     def _slot(
         self,
@@ -722,7 +751,7 @@ class Worker:
                 self._in_flight -= 1
                 self.finished += 1
                 self._idle.append(agent)
-                self._threads.discard(threading.current_thread())
+                self._running.discard(done)
                 self._cond.notify()
 
     def _refused(self, exc: StoreUnavailable, now: float) -> None:

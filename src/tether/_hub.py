@@ -1,0 +1,332 @@
+"""Hubs: many sessions on a few threads, each session a greenlet that waits without a thread.
+
+Why (issue 33): a worker drives a thousand sessions at once, and each spends nearly all its
+time waiting for its model. With a thread per session, every socket read, statement and
+lock released the GIL to one of hundreds of ready threads and queued behind them to get it
+back: measured, a third of the worker's CPU went to those hand-offs. A hub is one thread
+that runs many sessions as greenlets; a session that waits for its model's answer parks
+(its greenlet switches back to the hub) and the hub's selector wakes it when the answer's
+bytes arrive. A worker runs a few hubs, so a thousand waiting sessions cost a few threads.
+
+The rules this module keeps:
+
+* **Where a session parks.** Only at the waits made for it: :func:`wait_readable` (a
+  model's socket, called by :mod:`tether._models.http11` before each read that would
+  block), :func:`wait_event` (a pause that an event cuts short: the clock's ``wait``) and
+  :func:`offload` (a blocking call run on a helper thread: a tool run, a process, a new
+  connection). Anything else a session does (a commit, a lease check) runs on the hub's
+  thread as before and holds it: it must be short. No lock may be held across a park
+  (another session on the same thread taking it would never get it), so the parks are in
+  code that holds none.
+* **Off a hub, nothing changes.** Each function here is the plain blocking call when the
+  caller is not a session on a hub (``tether run``, a library's thread, a helper thread):
+  one thread-local read decides.
+* **Who wakes a parked session.** Only its hub's thread switches to it: the selector (its
+  socket is readable), a timer (its timeout) or :meth:`Hub.resume` from any thread (an
+  offloaded call ended, an event was set), which queues it and pokes the hub's pipe. A
+  park is woken once; whatever comes second is ignored.
+* **A session that raises** ends alone: its exception goes to :func:`threading.excepthook`
+  as a thread's would, and the hub goes on with the others.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import heapq
+import itertools
+import os
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+if TYPE_CHECKING:  # loaded by the first hub: a process without one never needs it
+    import greenlet
+
+__all__ = ["Hub", "offload", "on_hub", "pause", "wait_event", "wait_readable"]
+
+_T = TypeVar("_T")
+
+_POLL: Final = 0.05
+"""How often (seconds) a parked :func:`wait_event` looks at an event that cannot wake it."""
+
+_local = threading.local()
+
+
+_STALE: Final = 256
+"""Woken parks the timer heap may hold before it is rebuilt (a model request's timer is
+long: without this, each request would leave one behind for that long)."""
+
+
+class _Park:
+    """One park of one session: woken once, by whichever comes first."""
+
+    __slots__ = ("fd", "glet", "timed", "why", "woken")
+
+    def __init__(self, glet: greenlet.greenlet) -> None:
+        self.glet = glet
+        self.fd: Any = None  # registered with the selector while not None
+        self.timed = False  # on the timer heap
+        self.woken = False
+        self.why = ""
+
+
+class Hub:
+    """One thread running sessions as greenlets (see the module docstring).
+
+    ``helpers`` runs what :func:`offload` hands it (shared by a worker's hubs; the caller
+    shuts it down)."""
+
+    def __init__(self, name: str, helpers: ThreadPoolExecutor) -> None:
+        self.helpers = helpers
+        self._selector = selectors.DefaultSelector()
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        self._selector.register(self._read, selectors.EVENT_READ, None)
+        self._lock = threading.Lock()
+        self._new: list[Callable[[], None]] = []
+        self._ready: list[_Park] = []
+        self._live = 0
+        self._closing = False
+        self._timers: list[tuple[float, int, _Park]] = []
+        self._stale = 0
+        self._order = itertools.count()
+        import greenlet
+
+        self._greenlet = greenlet.greenlet
+        self.current = greenlet.getcurrent
+        self._main: greenlet.greenlet | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def sessions(self) -> int:
+        """Sessions started here and not yet ended."""
+        return self._live
+
+    def spawn(self, run: Callable[[], None]) -> None:
+        """Run ``run`` as a new session on this hub (from any thread)."""
+        with self._lock:
+            if self._closing:
+                raise RuntimeError("the hub is closed")
+            self._new.append(run)
+            self._live += 1
+        self._poke()
+
+    def resume(self, park: _Park, why: str) -> None:
+        """Wake a parked session (from any thread); a second wake is ignored."""
+        with self._lock:
+            if park.woken:
+                return
+            park.woken, park.why = True, why
+            self._ready.append(park)
+        self._poke()
+
+    def close(self) -> None:
+        """End the hub once its sessions have ended, and wait for that."""
+        with self._lock:
+            self._closing = True
+        self._poke()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    # -- on the hub's thread ----------------------------------------------------------------
+
+    def park(self, fd: Any = None, timeout: float | None = None) -> str:
+        """Switch away until ``fd`` is readable (``"ready"``), ``timeout`` passed
+        (``"timeout"``) or :meth:`resume` (its ``why``). Called by the session itself."""
+        park = _Park(self.current())
+        if fd is not None:
+            try:
+                self._selector.register(fd, selectors.EVENT_READ, park)
+            except (ValueError, OSError):  # closed already: the read says what happened
+                return "ready"
+            park.fd = fd
+        return self._sleep(park, timeout)
+
+    def _sleep(self, park: _Park, timeout: float | None) -> str:
+        """(A session, on the hub's thread.) Switch to the hub until ``park`` is woken."""
+        main = self._main
+        assert main is not None
+        if timeout is not None:
+            park.timed = True
+            heapq.heappush(self._timers, (time.monotonic() + timeout, next(self._order), park))
+        try:
+            while not park.woken:
+                main.switch()
+        finally:
+            if park.fd is not None:
+                self._selector.unregister(park.fd)
+                park.fd = None
+            if park.timed and park.why != "timeout":
+                self._forget_timer()
+        return park.why
+
+    def _forget_timer(self) -> None:
+        self._stale += 1
+        if self._stale > _STALE and self._stale * 2 > len(self._timers):
+            self._timers = [entry for entry in self._timers if not entry[2].woken]
+            heapq.heapify(self._timers)
+            self._stale = 0
+
+    def _run(self) -> None:
+        _local.hub = self
+        self._main = self.current()
+        while True:
+            with self._lock:
+                new, self._new = self._new, []
+                ready, self._ready = self._ready, []
+                if self._closing and not self._live and not new and not ready:
+                    break
+            for run in new:
+                self._switch(self._greenlet(self._session(run), parent=self._main))
+            for park in ready:
+                self._switch(park.glet)
+            self._wait()
+        self._selector.close()
+        os.close(self._read)
+        os.close(self._write)
+
+    def _wait(self) -> None:
+        timeout = None
+        if self._timers:
+            timeout = max(0.0, self._timers[0][0] - time.monotonic())
+        due: list[_Park] = []
+        for key, _ in self._selector.select(timeout):
+            park = key.data
+            if park is None:  # the pipe: new sessions, resumed ones or a close
+                try:
+                    while os.read(self._read, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+                continue
+            self._selector.unregister(key.fd)
+            park.fd = None
+            with self._lock:
+                if park.woken:
+                    continue
+                park.woken, park.why = True, "ready"
+            due.append(park)
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            park = heapq.heappop(self._timers)[2]
+            with self._lock:
+                if park.woken:
+                    continue
+                park.woken, park.why = True, "timeout"
+            due.append(park)
+        for park in due:
+            self._switch(park.glet)
+
+    def _switch(self, glet: greenlet.greenlet) -> None:
+        if not glet.dead:
+            glet.switch()
+
+    def _session(self, run: Callable[[], None]) -> Callable[[], None]:
+        def session() -> None:
+            try:
+                run()
+            except BaseException as exc:
+                threading.excepthook(
+                    threading.ExceptHookArgs((type(exc), exc, exc.__traceback__, self._thread))
+                )
+            finally:
+                with self._lock:
+                    self._live -= 1
+
+        return session
+
+    def _poke(self) -> None:
+        try:
+            os.write(self._write, b"!")
+        except (BlockingIOError, OSError):  # full: a poke is pending anyway; closed: ended
+            pass
+
+
+def _here() -> Hub | None:
+    """The hub whose session is calling, or ``None`` (not on a hub, or its main loop)."""
+    hub: Hub | None = getattr(_local, "hub", None)
+    if hub is None or hub.current() is hub._main:
+        return None
+    return hub
+
+
+def on_hub() -> bool:
+    """Whether the caller is a session on a hub (so a blocking call would hold others)."""
+    return _here() is not None
+
+
+def wait_readable(sock: socket.socket, timeout: float | None) -> None:
+    """Return when ``sock`` has bytes to read (or its peer closed it); raise
+    :class:`TimeoutError` after ``timeout`` seconds. Off a hub: returns at once (the caller's
+    blocking read waits instead)."""
+    hub = _here()
+    if hub is None:
+        return
+    if hub.park(sock, timeout) == "timeout":
+        raise TimeoutError("timed out")
+
+
+def pause(seconds: float) -> None:
+    """``time.sleep(seconds)``, parked on a hub."""
+    hub = _here()
+    if hub is None:
+        time.sleep(seconds)
+        return
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        hub.park(timeout=left)
+
+
+def wait_event(event: threading.Event, timeout: float) -> bool:
+    """``event.wait(timeout)``, parked on a hub. An event with ``waking`` (the clock's
+    :class:`~tether._clock.WakingEvent`) wakes the session when set; another is looked at
+    every :data:`_POLL` seconds."""
+    hub = _here()
+    if hub is None:
+        return event.wait(timeout)
+    deadline = time.monotonic() + timeout
+    waking = getattr(event, "waking", None)
+    while not event.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        if waking is None:
+            hub.park(timeout=min(left, _POLL))
+            continue
+        park = _Park(hub.current())
+        with waking(functools.partial(hub.resume, park, "set")):
+            hub._sleep(park, left)
+    return event.is_set()
+
+
+def offload(call: Callable[..., _T], *args: Any) -> _T:
+    """``call(*args)`` on one of the hub's helper threads while the session is parked; its
+    result or its exception, as if called here. Off a hub: called here."""
+    hub = _here()
+    if hub is None:
+        return call(*args)
+    park = _Park(hub.current())
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call(*args)))
+        except BaseException as exc:
+            outcome.append((False, exc))
+        finally:
+            hub.resume(park, "done")
+
+    # In the session's context (its trace's current span, say), as asyncio's to_thread does.
+    hub.helpers.submit(contextvars.copy_context().run, run)
+    hub._sleep(park, None)
+    ok, value = outcome[0]
+    if ok:
+        return value  # type: ignore[no-any-return]
+    raise value

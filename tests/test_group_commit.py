@@ -132,3 +132,53 @@ def test_an_interrupted_waiter_leaves_the_queue_and_the_next_commit_still_lands(
     leader.join(5)
     assert _commit_all(group, 1) == {0: True}  # answered: no leader was left behind
     assert store.batches == [["s1"], ["s0"]]
+
+
+def test_committers_on_hubs_park_while_they_wait_and_their_hubs_go_on() -> None:
+    """Sessions on two hubs (tether._hub) commit while a slow leader stores: the followers
+    park, so each hub runs its other sessions meanwhile (a follower that blocked its hub's
+    thread would hold them until the leader's transaction ended), and every commit of every
+    hub is answered, in few batches."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tether._hub import Hub
+
+    recorder = Recorder(seconds=0.3)
+    group = GroupCommit(recorder)
+    helpers = ThreadPoolExecutor(2)
+    hubs = [Hub(f"hub-{n}", helpers) for n in range(2)]
+    answers: dict[int, object] = {}
+    ran_while_storing: list[int] = []
+    lock = threading.Lock()
+
+    def committer(n: int) -> None:
+        answer = group.commit(_request(n))
+        with lock:
+            answers[n] = answer
+
+    def other(n: int) -> None:
+        if recorder.running:  # a leader's transaction is under way
+            with lock:
+                ran_while_storing.append(n)
+
+    try:
+        for n in range(40):
+            hubs[n % 2].spawn(lambda n=n: committer(n))
+        deadline = time.monotonic() + 10
+        while not recorder.running:  # the first leader stores; the others queue
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        for n in range(2):
+            hubs[n].spawn(lambda n=n: other(n))
+        while len(answers) < 40:
+            assert time.monotonic() < deadline, "a committer was never answered"
+            time.sleep(0.01)
+    finally:
+        for hub in hubs:
+            hub.close()
+        helpers.shutdown()
+    assert answers == dict.fromkeys(range(40), True)
+    # The hub whose session leads is held by its statement; the other ran its session.
+    assert ran_while_storing
+    assert len(recorder.batches) <= 4
+    assert recorder.most == 1

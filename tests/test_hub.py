@@ -225,7 +225,7 @@ def test_a_closed_hub_takes_no_session() -> None:
     helpers.shutdown()
 
 
-def test_commands_run_off_the_hub(hub: Hub, tmp_path: Any) -> None:
+def test_a_command_parks_its_session(hub: Hub, tmp_path: Any) -> None:
     sessions = _Sessions(hub)
 
     def command() -> tuple[int | None, bytes]:

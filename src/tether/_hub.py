@@ -12,10 +12,12 @@ The rules this module keeps:
 
 * **Where a session parks.** Only at the waits made for it: :func:`wait_readable` (a
   model's socket, called by :mod:`tether._models.http11` before each read that would
-  block), :func:`wait_event` (a pause that an event cuts short: the clock's ``wait``) and
-  :func:`offload` (a blocking call run on a helper thread: a tool run, a process, a new
-  connection). Anything else a session does (a commit, a lease check) runs on the hub's
-  thread as before and holds it: it must be short. No lock may be held across a park
+  block; a command's output and exit, by :mod:`tether._procs`), :func:`wait_event` and
+  :func:`pause` (the clock's ``wait`` and ``sleep``), :class:`Wake` (a group commit's
+  follower waiting for its leader) and :func:`offload` (a blocking call run on a helper
+  thread: a tool's run, a new connection's handshake). Anything else a session does (a
+  statement, a lease check, encoding a request) runs on the hub's thread and holds it: it
+  must be short. No lock may be held across a park
   (another session on the same thread taking it would never get it), so the parks are in
   code that holds none.
 * **Off a hub, nothing changes.** Each function here is the plain blocking call when the
@@ -36,6 +38,7 @@ import functools
 import heapq
 import itertools
 import os
+import queue
 import selectors
 import socket
 import threading
@@ -47,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 if TYPE_CHECKING:  # loaded by the first hub: a process without one never needs it
     import greenlet
 
-__all__ = ["Hub", "offload", "on_hub", "pause", "wait_event", "wait_readable"]
+__all__ = ["Hub", "Wake", "offload", "on_hub", "pause", "wait_event", "wait_readable"]
 
 _T = TypeVar("_T")
 
@@ -88,9 +91,12 @@ class Hub:
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
         self._selector.register(self._read, selectors.EVENT_READ, None)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the count and the new sessions; never taken by a wake
         self._new: list[Callable[[], None]] = []
-        self._ready: list[_Park] = []
+        # Wakes from other threads. A SimpleQueue's put takes no lock a signal handler could
+        # interrupt (a WakingEvent's set may run in one); only the hub's thread decides which
+        # wake of a park counts, so a park needs no lock either.
+        self._wakes: queue.SimpleQueue[tuple[_Park, str]] = queue.SimpleQueue()
         self._live = 0
         self._closing = False
         self._timers: list[tuple[float, int, _Park]] = []
@@ -119,12 +125,9 @@ class Hub:
         self._poke()
 
     def resume(self, park: _Park, why: str) -> None:
-        """Wake a parked session (from any thread); a second wake is ignored."""
-        with self._lock:
-            if park.woken:
-                return
-            park.woken, park.why = True, why
-            self._ready.append(park)
+        """Wake a parked session (from any thread, a signal handler included); a park's
+        second wake is ignored."""
+        self._wakes.put((park, why))
         self._poke()
 
     def close(self) -> None:
@@ -144,7 +147,8 @@ class Hub:
         if fd is not None:
             try:
                 self._selector.register(fd, selectors.EVENT_READ, park)
-            except (ValueError, OSError):  # closed already: the read says what happened
+            except (KeyError, ValueError, OSError):  # closed (or its number reused): the
+                # read says what happened, on this thread
                 return "ready"
             park.fd = fd
         return self._sleep(park, timeout)
@@ -180,13 +184,16 @@ class Hub:
         while True:
             with self._lock:
                 new, self._new = self._new, []
-                ready, self._ready = self._ready, []
-                if self._closing and not self._live and not new and not ready:
+                if self._closing and not self._live and not new:
                     break
             for run in new:
                 self._switch(self._greenlet(self._session(run), parent=self._main))
-            for park in ready:
-                self._switch(park.glet)
+            while True:
+                try:
+                    park, why = self._wakes.get_nowait()
+                except queue.Empty:
+                    break
+                self._wake(park, why)
             self._wait()
         self._selector.close()
         os.close(self._read)
@@ -196,7 +203,7 @@ class Hub:
         timeout = None
         if self._timers:
             timeout = max(0.0, self._timers[0][0] - time.monotonic())
-        due: list[_Park] = []
+        due: list[tuple[_Park, str]] = []
         for key, _ in self._selector.select(timeout):
             park = key.data
             if park is None:  # the pipe: new sessions, resumed ones or a close
@@ -208,21 +215,19 @@ class Hub:
                 continue
             self._selector.unregister(key.fd)
             park.fd = None
-            with self._lock:
-                if park.woken:
-                    continue
-                park.woken, park.why = True, "ready"
-            due.append(park)
+            due.append((park, "ready"))
         now = time.monotonic()
         while self._timers and self._timers[0][0] <= now:
-            park = heapq.heappop(self._timers)[2]
-            with self._lock:
-                if park.woken:
-                    continue
-                park.woken, park.why = True, "timeout"
-            due.append(park)
-        for park in due:
-            self._switch(park.glet)
+            due.append((heapq.heappop(self._timers)[2], "timeout"))
+        for park, why in due:
+            self._wake(park, why)
+
+    def _wake(self, park: _Park, why: str) -> None:
+        """(The hub's thread.) Switch to a parked session, unless it was woken already."""
+        if park.woken:
+            return
+        park.woken, park.why = True, why
+        self._switch(park.glet)
 
     def _switch(self, glet: greenlet.greenlet) -> None:
         if not glet.dead:
@@ -262,8 +267,9 @@ def on_hub() -> bool:
     return _here() is not None
 
 
-def wait_readable(sock: socket.socket, timeout: float | None) -> None:
-    """Return when ``sock`` has bytes to read (or its peer closed it); raise
+def wait_readable(sock: socket.socket | int, timeout: float | None) -> None:
+    """Return when ``sock`` (a socket or a file descriptor) has bytes to read (or its peer
+    closed it); raise
     :class:`TimeoutError` after ``timeout`` seconds. Off a hub: returns at once (the caller's
     blocking read waits instead)."""
     hub = _here()
@@ -330,3 +336,40 @@ def offload(call: Callable[..., _T], *args: Any) -> _T:
     if ok:
         return value  # type: ignore[no-any-return]
     raise value
+
+
+class Wake:
+    """A one-shot wake-up for the thread or session that made it: :meth:`wait` blocks its
+    thread until :meth:`set` (from any thread), or parks it when it is a session on a hub.
+
+    For a wait on another thread's work that holds nothing the waiter's hub needs (a group
+    commit's follower waits for its leader, :class:`tether._stores.pgpool.GroupCommit`)."""
+
+    __slots__ = ("_hub", "_lock", "_park")
+
+    def __init__(self) -> None:
+        hub = _here()
+        self._hub = hub
+        self._lock: threading.Lock | None = None
+        self._park: _Park | None = None
+        if hub is None:
+            self._lock = threading.Lock()
+            self._lock.acquire()
+        else:
+            self._park = _Park(hub.current())
+
+    def wait(self) -> None:
+        """(Its maker.) Until :meth:`set`."""
+        if self._lock is not None:
+            self._lock.acquire()
+        else:
+            assert self._hub is not None and self._park is not None
+            self._hub._sleep(self._park, None)
+
+    def set(self) -> None:
+        """Wake the waiter (once; any thread)."""
+        if self._lock is not None:
+            self._lock.release()
+        else:
+            assert self._hub is not None and self._park is not None
+            self._hub.resume(self._park, "set")

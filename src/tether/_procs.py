@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import os
 import selectors
 import signal
@@ -68,7 +67,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Final
 
-from tether._hub import offload, on_hub
+from tether._hub import on_hub, pause, wait_readable
 
 __all__ = [
     "Ending",
@@ -180,21 +179,6 @@ def run_in_group(
     cannot be started (``argv[0]`` missing or not executable, no ``/bin/sh``, ``cwd``
     missing).
     """
-    if on_hub():  # a session on a worker's hub: on a helper thread, the session parked
-        return offload(
-            functools.partial(
-                run_in_group,
-                argv,
-                cwd=cwd,
-                env=env,
-                timeout=timeout,
-                on_output=on_output,
-                cancel=cancel,
-                supervision=supervision,
-                merge_stderr=merge_stderr,
-                contained=contained,
-            )
-        )
     if cancel is not None and cancel.is_set():
         return Finished(None, Ending.CANCELLED)
     _check_executable(argv[0])
@@ -317,8 +301,17 @@ class _Group:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.proc.wait(timeout=wait)
             elif wait > 0:
-                time.sleep(wait)
+                pause(wait)  # time.sleep, parked on a hub
             return
+        fileno = getattr(self.selector, "fileno", None)  # epoll, kqueue: not select()
+        if wait > 0 and fileno is not None and on_hub():
+            # A worker's session waits on its hub's epoll (tether._hub), for this selector's
+            # own descriptor: readable when the pipe or the pidfd is.
+            try:
+                wait_readable(fileno(), wait)
+            except TimeoutError:
+                return
+            wait = 0.0
         for key, _ in self.selector.select(wait):
             if key.fd == self.fd:
                 self._read_pipe()

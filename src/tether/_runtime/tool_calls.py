@@ -276,9 +276,14 @@ class ToolCalls:
             sandbox=self._parts.sandbox,
         )
         runner = RUNNERS[tool.recovery]
-        # In a worker the session is a greenlet on a hub: the call runs on a helper thread
-        # while it is parked, so a long tool holds no other session (tether._hub).
-        result = offload(runner.run, self._site, store, tool, arguments, context, prepared)
+        # In a worker the session is a greenlet on a hub: a call runs on a helper thread
+        # while it is parked, so a long tool holds no other session (tether._hub), unless
+        # the tool's own waits park it (bash).
+        run = runner.run
+        if tool.parks:
+            result = run(self._site, store, tool, arguments, context, prepared)
+        else:
+            result = offload(run, self._site, store, tool, arguments, context, prepared)
         faults.hit(boundaries.AFTER_EFFECT)
         if result is None or (self._shell.cancel.is_set() and result.metadata.get("aborted")):
             # The tool was killed by an abort, or its outcome is not known (an effect tool

@@ -45,6 +45,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     ConnectionPool = PoolClosed = PoolTimeout = None  # type: ignore[assignment,misc]
 
 from tether._clock import SYSTEM_CLOCK, Clock
+from tether._hub import Wake
 from tether.errors import StoreUnavailable
 
 __all__ = [
@@ -186,9 +187,9 @@ class CommitRequest:
     stored: bool | None = None
     error: BaseException | None = None
     done: bool = False
-    wake: threading.Lock | None = None
-    """Held while the request waits behind a leader; released to wake it alone (answered,
-    or made the next leader)."""
+    wake: Wake | None = None
+    """What the request waits on behind a leader; set to wake it alone (answered, or made
+    the next leader). A session on a hub parks on it (tether._hub): its hub runs others."""
     leads: bool = False
 
     def params(self) -> dict[str, Any]:
@@ -272,6 +273,9 @@ class GroupCommit:
     answered, its members wake and the first request queued meanwhile is handed the lead, and
     nobody else wakes. (Waking every waiter after each transaction, as one condition does,
     cost a thread switch per waiter per commit: quadratic at a thousand sessions in flight.)
+    A waiter that is a session on a worker's hub parks instead (:class:`tether._hub.Wake`):
+    its hub goes on with its other sessions, so commits from every session of every hub
+    queue up behind the leader and go in its next transaction.
     """
 
     def __init__(self, store: Callable[[list[CommitRequest]], None]) -> None:
@@ -284,17 +288,16 @@ class GroupCommit:
         """Queue ``request``; lead or wait; whether it was stored. The leader's own
         exception (an interrupt, :class:`CommitLost`) is raised in every committer it
         answered with it."""
-        wake: threading.Lock | None = None
+        wake: Wake | None = None
         with self._lock:
             self._queue.append(request)
             if self._leading:
-                request.wake = wake = threading.Lock()
-                wake.acquire()
+                request.wake = wake = Wake()
             else:
                 self._leading = request.leads = True
-        if wake is not None:  # the lock as made: promotion clears the field
+        if wake is not None:  # the wake as made: promotion clears the field
             try:
-                wake.acquire()
+                wake.wait()
             except BaseException:
                 self._give_up(request)
                 raise
@@ -324,14 +327,14 @@ class GroupCommit:
             self._promote()
         for r in batch:
             if r.wake is not None:
-                r.wake.release()
+                r.wake.set()
 
     def _promote(self) -> None:
         """(With the lock held) the first queued request leads next, woken; none: no leader."""
         if self._queue:
             first = self._queue[0]
             first.leads = True
-            first.wake.release()  # type: ignore[union-attr]
+            first.wake.set()  # type: ignore[union-attr]
             first.wake = None  # woken once: its batch's answer must not release it again
         else:
             self._leading = False

@@ -263,6 +263,12 @@ class Tool(ABC):
     """``True`` for a tool whose calls run programs of the machine (``bash``): the agent's
     sandbox confines them (:attr:`ToolContext.sandbox`), and :meth:`confine` tells the
     model how."""
+    parks: bool = False
+    """``True`` for a tool whose :meth:`run` waits only where a worker's session parks
+    (:mod:`tether._hub`: ``bash``, whose command's output and exit are waited for on the
+    hub's ``epoll``): a worker runs its calls on the session's hub. Any other tool's calls
+    run on a helper thread while the session is parked, so a tool that blocks (a network
+    call, a long computation) holds no other session."""
     validates_in_run: bool = False
     """``True`` when :meth:`run` checks the arguments itself and answers a violation with an
     error result that says why (typed tools): the registry then lets the call through,

@@ -805,6 +805,7 @@ class BashTool(Tool):
     """
 
     name = "bash"
+    parks = True  # run_in_group's waits park a worker's session (tether._hub)
     description = (
         "Run a bash command in the workspace directory and return its combined stdout and "
         "stderr followed by the exit code. stdin is empty; commands must not be interactive. "

@@ -56,13 +56,11 @@ _T = TypeVar("_T")
 
 _POLL: Final = 0.05
 """How often (seconds) a parked :func:`wait_event` looks at an event that cannot wake it."""
-
-_local = threading.local()
-
-
 _STALE: Final = 256
 """Woken parks the timer heap may hold before it is rebuilt (a model request's timer is
 long: without this, each request would leave one behind for that long)."""
+
+_local = threading.local()  # .hub: the hub whose thread this is
 
 
 class _Park:

@@ -659,7 +659,13 @@ class Worker:
                 if empty:
                     return
                 unreachable_since = None
-                clock.wait(self._stop, POLL_SECONDS)
+                if self.until_empty and self._in_flight and not self._stop.is_set():
+                    # The last drive's end wakes it (a drive's end notifies): the queue may
+                    # be empty then, and the worker done at once rather than a poll later.
+                    with self._cond:
+                        self._cond.wait_for(lambda: self._in_flight == 0, POLL_SECONDS)
+                else:
+                    clock.wait(self._stop, POLL_SECONDS)
                 continue
             if unreachable_since is not None:
                 self.log("store reachable again")

@@ -319,3 +319,86 @@ def test_model_requests_wait_for_their_answers_together(hub: Hub) -> None:
         transport.close()
         server.shutdown()
         server.server_close()
+
+
+def test_a_tls_connection_is_made_parked_and_checked(hub: Hub, tmp_path: Any) -> None:
+    """A session on a hub connects over TLS (the connect and each handshake step parked):
+    the answer arrives through a certificate its authority signed, and a certificate for
+    another name is refused, as off a hub."""
+    import ssl
+
+    import trustme
+
+    authority = trustme.CA()
+    served = authority.issue_cert("127.0.0.1")
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.configure_cert(server_context)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = b'{"ok": true}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.socket = server_context.wrap_socket(server.socket, server_side=True)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    trusting = ssl.create_default_context()
+    authority.configure_trust(trusting)
+    sessions = _Sessions(hub)
+
+    def request(context: ssl.SSLContext, host: str) -> bytes:
+        transport = HTTP11Transport(_Tracker(), context)
+        try:
+            response = transport.send(
+                "POST",
+                httpx2.URL(f"https://{host}:{port}/v1/chat"),
+                [(b"Host", host.encode()), (b"Content-Length", b"2")],
+                b"{}",
+                {"connect": WAIT, "read": WAIT, "write": WAIT},
+            )
+            return b"".join(response.stream)  # type: ignore[union-attr]
+        finally:
+            transport.close()
+
+    try:
+        sessions.spawn(0, lambda: request(trusting, "127.0.0.1"))
+        sessions.spawn(1, lambda: request(ssl.create_default_context(), "127.0.0.1"))
+        results = sessions.wait(2)
+        assert results[0] == b'{"ok": true}'
+        assert isinstance(results[1], httpx2.ConnectError)
+        assert "certificate verify failed" in str(results[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_refused_connection_fails_at_once_parked(hub: Hub) -> None:
+    spare = socket.socket()
+    spare.bind(("127.0.0.1", 0))
+    port = spare.getsockname()[1]
+    spare.close()  # nothing listens there now
+    transport = HTTP11Transport(_Tracker(), __import__("ssl").create_default_context())
+    sessions = _Sessions(hub)
+    sessions.spawn(
+        0,
+        lambda: transport.send(
+            "POST",
+            httpx2.URL(f"http://127.0.0.1:{port}/"),
+            [(b"Host", b"127.0.0.1"), (b"Content-Length", b"0")],
+            b"",
+            {"connect": WAIT, "read": WAIT, "write": WAIT},
+        ),
+    )
+    error = sessions.wait(1)[0]
+    assert isinstance(error, httpx2.ConnectError)
+    assert "refused" in str(error).lower()
+    transport.close()

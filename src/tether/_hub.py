@@ -14,8 +14,9 @@ The rules this module keeps:
   model's socket, called by :mod:`tether._models.http11` before each read that would
   block; a command's output and exit, by :mod:`tether._procs`), :func:`wait_event` and
   :func:`pause` (the clock's ``wait`` and ``sleep``), :class:`Wake` (a group commit's
-  follower waiting for its leader) and :func:`offload` (a blocking call run on a helper
-  thread: a tool's run, a new connection's handshake). Anything else a session does (a
+  follower waiting for its leader), :func:`wait_writable` (a connection being made, its TLS
+  handshake) and :func:`offload` (a blocking call run on a helper thread: a tool's run, a
+  host name's lookup). Anything else a session does (a
   statement, a lease check, encoding a request) runs on the hub's thread and holds it: it
   must be short. No lock may be held across a park
   (another session on the same thread taking it would never get it), so the parks are in
@@ -50,7 +51,16 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 if TYPE_CHECKING:  # loaded by the first hub: a process without one never needs it
     import greenlet
 
-__all__ = ["Hub", "Wake", "offload", "on_hub", "pause", "wait_event", "wait_readable"]
+__all__ = [
+    "Hub",
+    "Wake",
+    "offload",
+    "on_hub",
+    "pause",
+    "wait_event",
+    "wait_readable",
+    "wait_writable",
+]
 
 _T = TypeVar("_T")
 
@@ -138,13 +148,16 @@ class Hub:
 
     # -- on the hub's thread ----------------------------------------------------------------
 
-    def park(self, fd: Any = None, timeout: float | None = None) -> str:
-        """Switch away until ``fd`` is readable (``"ready"``), ``timeout`` passed
-        (``"timeout"``) or :meth:`resume` (its ``why``). Called by the session itself."""
+    def park(
+        self, fd: Any = None, timeout: float | None = None, events: int = selectors.EVENT_READ
+    ) -> str:
+        """Switch away until ``fd`` is ready for ``events`` (readable by default:
+        ``"ready"``), ``timeout`` passed (``"timeout"``) or :meth:`resume` (its ``why``).
+        Called by the session itself."""
         park = _Park(self.current())
         if fd is not None:
             try:
-                self._selector.register(fd, selectors.EVENT_READ, park)
+                self._selector.register(fd, events, park)
             except (KeyError, ValueError, OSError):  # closed (or its number reused): the
                 # read says what happened, on this thread
                 return "ready"
@@ -286,6 +299,16 @@ def pause(seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
         hub.park(timeout=left)
+
+
+def wait_writable(sock: socket.socket, timeout: float | None) -> None:
+    """Return when ``sock`` can be written to (a connection being made: made, or failed);
+    raise :class:`TimeoutError` after ``timeout`` seconds. Off a hub: returns at once."""
+    hub = _here()
+    if hub is None:
+        return
+    if hub.park(sock, timeout, selectors.EVENT_WRITE) == "timeout":
+        raise TimeoutError("timed out")
 
 
 def wait_event(event: threading.Event, timeout: float) -> bool:

@@ -32,18 +32,21 @@ Rules of this module:
 from __future__ import annotations
 
 import email.parser
+import errno
 import http.client
+import os
 import re
 import select
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol, cast
 
 import httpx2
 
-from tether._hub import offload, wait_readable
+from tether._hub import offload, on_hub, wait_readable, wait_writable
 
 __all__ = ["HTTP11Transport", "Shutdown", "Tracker"]
 
@@ -304,7 +307,11 @@ class HTTP11Transport(httpx2.BaseTransport):
             conn = http.client.HTTPConnection(host, port, timeout=timeout)
         conn.response_class = _Response
         try:
-            offload(conn.connect)  # on a hub, the handshake holds a helper thread, not the hub
+            if on_hub():  # a worker's session: parked while the connection is made
+                context = self._ssl_context if scheme == "https" else None
+                conn.sock = _parked_connection(host, port, timeout, context)
+            else:
+                conn.connect()
             sock = conn.sock
             assert sock is not None
             # The last segment of a request must not wait for the ACK of the one before.
@@ -391,6 +398,61 @@ def _still_good(sock: socket.socket | None) -> bool:
         return not poller.poll(0)
     except (OSError, ValueError):
         return False
+
+
+def _parked_connection(
+    host: str, port: int, timeout: float | None, context: ssl.SSLContext | None
+) -> socket.socket:
+    """What ``connect()`` of :mod:`http.client` makes (a TCP connection, TLS over it with
+    ``context``), made by a session on a hub without holding the hub's thread: the connect
+    and each step of the handshake park the session until the socket is ready
+    (:mod:`tether._hub`). A host name is looked up on a helper thread (``getaddrinfo``
+    blocks); an address is used as it is. Each address is tried in turn, as
+    :func:`socket.create_connection` does; ``timeout`` bounds the whole and stays on the
+    socket."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+
+    def left() -> float | None:
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+    try:
+        addresses = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+        )
+    except socket.gaierror:  # a name, not an address
+        addresses = offload(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM)
+    failure: Exception = OSError(f"no address for {host}")
+    for family, kind, proto, _, address in addresses:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            code = sock.connect_ex(address)
+            if code in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
+                wait_writable(sock, left())
+                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if code:
+                raise OSError(code, os.strerror(code))
+            if context is not None:
+                sock = context.wrap_socket(
+                    sock, server_hostname=host, do_handshake_on_connect=False
+                )
+                while True:
+                    try:
+                        sock.do_handshake()
+                        break
+                    except ssl.SSLWantReadError:
+                        wait_readable(sock, left())
+                    except ssl.SSLWantWriteError:
+                        wait_writable(sock, left())
+            sock.settimeout(timeout)
+            return sock
+        except Exception as exc:  # the next address, as create_connection does
+            sock.close()
+            failure = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise failure
 
 
 def _mapped(

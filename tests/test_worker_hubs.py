@@ -16,7 +16,7 @@ import pytest
 
 from tether._models.scripted import ScriptedModel
 from tether._runtime import Agent
-from tether._runtime.worker import Worker, submit
+from tether._runtime.worker import FleetSessions, Worker, submit
 from tether._stores.memory import MemorySessions
 
 SESSIONS = 40
@@ -34,6 +34,11 @@ class _Queue(MemorySessions):
     def claim(self, environment: str) -> str | None:
         with self.guard:
             return self.queue.pop(0) if self.queue else None
+
+    def claim_many(self, environment: str, count: int) -> list[str]:
+        with self.guard:
+            taken, self.queue = self.queue[:count], self.queue[count:]
+            return taken
 
     def waiting(self, environment: str) -> int:
         with self.guard:
@@ -66,11 +71,12 @@ def _script() -> ScriptedModel:
 def test_sessions_wait_on_two_hubs_and_each_effect_happens_once(tmp_path: Path) -> None:
     (tmp_path / ".tether").mkdir()
     store = _Queue()
+    fleet = FleetSessions(store)  # what a worker's slots share: claims of many at once
     model = _script()
 
     def make_agent() -> Agent:
         return Agent(
-            model, workspace=tmp_path, read_agents_md=False, session_store=store, sandbox="off"
+            model, workspace=tmp_path, read_agents_md=False, session_store=fleet, sandbox="off"
         )
 
     first = make_agent()
@@ -115,3 +121,38 @@ def test_a_worker_runs_one_to_64_hubs() -> None:
 
     with pytest.raises(ConfigurationError, match="1 to 64 hubs"):
         Worker(lambda: None, concurrency=4, hubs=0)  # type: ignore[arg-type,return-value]
+
+
+def test_a_slot_its_hub_cannot_make_stops_the_worker_with_the_error(tmp_path: Path) -> None:
+    """New slots are made by the hubs (Worker._made_here): one that cannot be made gives
+    its session back and stops the worker, whose run raises the error, as it did when the
+    dispatcher made them."""
+    (tmp_path / ".tether").mkdir()
+    given_back: list[str] = []
+
+    class Queue(_Queue):
+        def release_claim(self, session_id: str) -> None:
+            given_back.append(session_id)
+
+    store = Queue()
+    fleet = FleetSessions(store)
+    model = _script()
+    made = [0]
+
+    def make_agent() -> Agent:
+        made[0] += 1
+        if made[0] > 2:  # the submitter's and the worker's first: then no more
+            raise OSError("too many open files")
+        return Agent(
+            model, workspace=tmp_path, read_agents_md=False, session_store=fleet, sandbox="off"
+        )
+
+    first = make_agent()
+    store.queue = [submit(first, f"task {n}") for n in range(4)]
+    sessions = list(store.queue)
+    first.close()
+    worker = Worker(make_agent, concurrency=4, until_empty=True, hubs=2)
+    with pytest.raises(OSError, match="too many open files"):
+        worker.run()
+    # The first session had the first slot; each of the others was given back.
+    assert sorted(given_back) == sorted(sessions[1:])

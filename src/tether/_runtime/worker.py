@@ -535,6 +535,7 @@ class Worker:
         self._agents: list[Agent] = []
         self._idle: list[Agent] = []
         self._running: set[threading.Event] = set()
+        self._error: BaseException | None = None  # a slot its hub could not make
         self._hubs: list[Hub] = []
         self._driving: dict[str, threading.Event] = {}
         self._db_failures: dict[str, int] = {}
@@ -565,8 +566,9 @@ class Worker:
         with self._cond:
             self._idle.append(first)
         previous = _stack_size(self.stack_size)
-        # Offloaded calls (tool runs, processes, new connections: tether._hub.offload) run
-        # on helpers; as many as sessions may be in flight, each may be running a tool.
+        # Offloaded calls (tether._hub.offload: the calls of tools that do not park, host
+        # name lookups) run on helpers; as many sessions as may be in flight may each be
+        # running a tool.
         helpers = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tether-helper")
         # Fewer collections while sessions are in flight, until the last thread ended.
         with gc_less_often(GC_FIRST_THRESHOLD):
@@ -597,6 +599,8 @@ class Worker:
                 _stack_size(previous)
                 for agent in self._agents:
                     agent.close()
+        if self._error is not None:
+            raise self._error
         return self.report
 
     def _new_agent(self) -> Agent:
@@ -674,35 +678,51 @@ class Worker:
 
     def _start_all(self, agent: Agent, sessions: Any, claimed: list[str], clock: Any) -> None:
         """A hub's session for each claimed one: the first on ``agent``, the others on free
-        or new slots (which share ``sessions``, the opener that holds the claims). What a
-        stop or a failing slot leaves unstarted is given back at once."""
+        slots or on new ones, which their hubs make (:meth:`_made_here`: they share
+        ``sessions``, the opener that holds the claims). What a stop leaves unstarted is
+        given back at once."""
         for index, session in enumerate(claimed):
             slot: Agent | None = agent if index == 0 else None
-            try:
-                if slot is None:
+            if slot is None:
+                with self._cond:
+                    slot = self._idle.pop() if self._idle else None
+                if slot is not None and _shared_store(slot) is not sessions:
                     with self._cond:
-                        slot = self._idle.pop() if self._idle else None
-                    if slot is None:
-                        slot = self._new_agent()
-                    if _shared_store(slot) is not sessions:
-                        raise ConfigurationError(
-                            "a worker claiming many sessions at once needs one opener for "
-                            "every slot (FleetSessions)"
-                        )
-                if self._stop.is_set():
-                    raise _Stopped
-            except BaseException as exc:
+                        self._idle.append(slot)
+                    slot = None  # not this opener's: a hub makes one that is
+            if self._stop.is_set():
                 if slot is not None:
                     with self._cond:
                         self._idle.append(slot)
                 for rest in claimed[index:]:
                     sessions.release_claim(rest)
-                if isinstance(exc, _Stopped):
-                    return
-                raise
-            self._start(slot, session, clock)
+                return
+            self._start(slot, sessions, session, clock)
 
-    def _start(self, agent: Agent, session: str, clock: Any) -> None:
+    def _made_here(self, sessions: Any, session: str) -> Agent | None:
+        """A new slot for ``session``, made by its hub. Why there: made by the dispatcher,
+        a thousand agents (~1 ms each) waited on one thread's share of the GIL while the
+        hubs ran sessions, and the last sessions started seconds late; a hub makes a new
+        session's agent before it resumes the answers its other sessions are waiting for.
+        ``None`` when it cannot be made: the session is given back and the worker stops
+        with the error (raised by :meth:`run`), as when the dispatcher made them."""
+        try:
+            agent = self._new_agent()
+            if _shared_store(agent) is not sessions:
+                raise ConfigurationError(
+                    "a worker claiming many sessions at once needs one opener for every slot "
+                    "(FleetSessions)"
+                )
+        except BaseException as exc:
+            sessions.release_claim(session)
+            with self.report.lock:
+                if self._error is None:
+                    self._error = exc
+            self._stop.set()
+            return None
+        return agent
+
+    def _start(self, agent: Agent | None, sessions: Any, session: str, clock: Any) -> None:
         done = threading.Event()
         hub: Hub | None = None
         with self._cond:
@@ -719,20 +739,21 @@ class Worker:
             if before is None or before.is_set():
                 hub = min(self._hubs, key=lambda each: each.sessions)  # the least loaded
         if hub is not None:
-            hub.spawn(lambda: self._slot(agent, session, clock, None, done))
+            hub.spawn(lambda: self._slot(agent, sessions, session, clock, None, done))
             return
         # Rare (the same session's last drive is still ending): it waits for that drive
         # on a thread of its own; parked on a hub, the wait could hold that drive's hub.
         threading.Thread(
             target=self._slot,
-            args=(agent, session, clock, before, done),
+            args=(agent, sessions, session, clock, before, done),
             name=f"tether-session-{self._started}",
             daemon=True,
         ).start()
 
     def _slot(
         self,
-        agent: Agent,
+        agent: Agent | None,
+        sessions: Any,
         session: str,
         clock: Any,
         before: threading.Event | None,
@@ -741,7 +762,10 @@ class Worker:
         try:
             if before is not None:
                 before.wait()
-            self._drive(agent, _shared_store(agent), session)
+            if agent is None:
+                agent = self._made_here(sessions, session)
+            if agent is not None:
+                self._drive(agent, sessions, session)
         except SessionFenced as exc:
             self.log(f"fenced: {exc}")
             with self.report.lock:
@@ -756,7 +780,8 @@ class Worker:
                     del self._driving[session]
                 self._in_flight -= 1
                 self.finished += 1
-                self._idle.append(agent)
+                if agent is not None:
+                    self._idle.append(agent)
                 self._running.discard(done)
                 self._cond.notify()
 

@@ -293,7 +293,10 @@ def test_model_requests_wait_for_their_answers_together(hub: Hub) -> None:
         lock = threading.Lock()
         all_in = threading.Event()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 64  # twenty connections at once (socketserver's default: 5)
+
+    server = Server(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = httpx2.URL(f"http://127.0.0.1:{server.server_address[1]}/v1/chat")
@@ -402,3 +405,43 @@ def test_a_refused_connection_fails_at_once_parked(hub: Hub) -> None:
     assert isinstance(error, httpx2.ConnectError)
     assert "refused" in str(error).lower()
     transport.close()
+
+
+def test_each_new_session_gets_to_its_first_wait_before_the_next_starts(hub: Hub) -> None:
+    """Three sessions queued at once: each runs through its group-commit-like wait (a
+    Wake, which does not count) to its first wait on the world before the next starts;
+    the ones waiting on the world go on only after that (tether._hub.Hub._wake)."""
+    from tether._hub import Wake
+
+    log: list[str] = []
+    hold = threading.Event()
+
+    def blocker() -> None:  # holds the hub's thread while the three are queued
+        hold.wait(WAIT)
+
+    def session(n: int) -> None:
+        log.append(f"start {n}")
+        wake = Wake()
+        wake.set()  # answered at once, as a quick commit is
+        wake.wait()
+        log.append(f"resumed {n}")
+        pause(0.05)  # a wait on the world
+        log.append(f"on {n}")
+
+    hub.spawn(blocker)
+    _wait_for(lambda: hub.sessions == 1)
+    for n in range(3):
+        hub.spawn(lambda n=n: session(n))
+    hold.set()
+    _wait_for(lambda: len(log) == 9)
+    assert log == [
+        "start 0",
+        "resumed 0",
+        "start 1",
+        "resumed 1",
+        "start 2",
+        "resumed 2",
+        "on 0",
+        "on 1",
+        "on 2",
+    ]

@@ -420,7 +420,7 @@ def _parked_connection(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
         )
     except socket.gaierror:  # a name, not an address
-        addresses = offload(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM)
+        addresses = offload(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM, setup=True)
     failure: Exception = OSError(f"no address for {host}")
     for family, kind, proto, _, address in addresses:
         sock = socket.socket(family, kind, proto)
@@ -428,7 +428,7 @@ def _parked_connection(
             sock.setblocking(False)
             code = sock.connect_ex(address)
             if code in (errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
-                wait_writable(sock, left())
+                wait_writable(sock, left(), setup=True)
                 code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if code:
                 raise OSError(code, os.strerror(code))
@@ -441,9 +441,9 @@ def _parked_connection(
                         sock.do_handshake()
                         break
                     except ssl.SSLWantReadError:
-                        wait_readable(sock, left())
+                        wait_readable(sock, left(), setup=True)
                     except ssl.SSLWantWriteError:
-                        wait_writable(sock, left())
+                        wait_writable(sock, left(), setup=True)
             sock.settimeout(timeout)
             return sock
         except Exception as exc:  # the next address, as create_connection does

@@ -367,10 +367,15 @@ def wait_event(event: threading.Event, timeout: float) -> bool:
     return event.is_set()
 
 
-def offload(call: Callable[..., _T], *args: Any, setup: bool = False) -> _T:
-    """``call(*args)`` on one of the hub's helper threads while the session is parked; its
-    result or its exception, as if called here. Off a hub: called here. ``setup``: see
-    :meth:`Hub.park`."""
+def offload(
+    call: Callable[..., _T],
+    *args: Any,
+    setup: bool = False,
+    helpers: ThreadPoolExecutor | None = None,
+) -> _T:
+    """``call(*args)`` on one of the hub's helper threads (or of ``helpers``) while the
+    session is parked; its result or its exception, as if called here. Off a hub: called
+    here. ``setup``: see :meth:`Hub.park`."""
     hub = _here()
     if hub is None:
         return call(*args)
@@ -388,7 +393,7 @@ def offload(call: Callable[..., _T], *args: Any, setup: bool = False) -> _T:
             hub.resume(park, "done")
 
     # In the session's context (its trace's current span, say), as asyncio's to_thread does.
-    hub.helpers.submit(contextvars.copy_context().run, run)
+    (helpers or hub.helpers).submit(contextvars.copy_context().run, run)
     hub._sleep(park, None)
     ok, value = outcome[0]
     if ok:

@@ -75,7 +75,7 @@ from typing import Any, Final, TypeVar, cast
 import tether._faults as faults
 import tether._runtime.boundaries as boundaries
 from tether._clock import SYSTEM_CLOCK, Clock
-from tether._hub import Hub
+from tether._hub import Hub, offload
 from tether._ids import new_uuid7
 from tether._loading import gc_less_often
 from tether._project import find_workspace_root
@@ -537,6 +537,9 @@ class Worker:
         self._running: set[threading.Event] = set()
         self._error: BaseException | None = None  # a slot its hub could not make
         self._hubs: list[Hub] = []
+        # Where new slots are composed: CPU-bound, so two threads do as much as more, and
+        # a thousand sessions starting at once do not each start a helper.
+        self._slot_makers = ThreadPoolExecutor(2, thread_name_prefix="tether-slots")
         self._driving: dict[str, threading.Event] = {}
         self._db_failures: dict[str, int] = {}
         self._in_flight = 0
@@ -596,6 +599,7 @@ class Worker:
                 for hub in self._hubs:
                     hub.close()
                 helpers.shutdown()
+                self._slot_makers.shutdown()
                 _stack_size(previous)
                 for agent in self._agents:
                     agent.close()
@@ -700,14 +704,16 @@ class Worker:
             self._start(slot, sessions, session, clock)
 
     def _made_here(self, sessions: Any, session: str) -> Agent | None:
-        """A new slot for ``session``, made by its hub. Why there: made by the dispatcher,
-        a thousand agents (~1 ms each) waited on one thread's share of the GIL while the
-        hubs ran sessions, and the last sessions started seconds late; a hub makes a new
-        session's agent before it resumes the answers its other sessions are waiting for.
+        """A new slot for ``session``, composed on one of two threads while its session is
+        parked (a step of its start: :func:`tether._hub.offload`, ``setup``). Why not by
+        the dispatcher: a thousand agents (~1 ms each) made one after another on its
+        thread waited on that thread's share of the GIL while the hubs ran sessions, and
+        the last sessions started seconds late. Why not on the hub itself: composing may
+        wait (an MCP server starting), which would hold the hub's other sessions.
         ``None`` when it cannot be made: the session is given back and the worker stops
         with the error (raised by :meth:`run`), as when the dispatcher made them."""
         try:
-            agent = self._new_agent()
+            agent = offload(self._new_agent, setup=True, helpers=self._slot_makers)
             if _shared_store(agent) is not sessions:
                 raise ConfigurationError(
                     "a worker claiming many sessions at once needs one opener for every slot "

@@ -16,11 +16,12 @@ The rules this module keeps:
   :func:`pause` (the clock's ``wait`` and ``sleep``), :class:`Wake` (a group commit's
   follower waiting for its leader), :func:`wait_writable` (a connection being made, its TLS
   handshake) and :func:`offload` (a blocking call run on a helper thread: a tool's run, a
-  host name's lookup). Anything else a session does (a
-  statement, a lease check, encoding a request) runs on the hub's thread and holds it: it
-  must be short. No lock may be held across a park
-  (another session on the same thread taking it would never get it), so the parks are in
-  code that holds none.
+  host name's lookup). Anything else a session does (a statement, a lease check, encoding
+  a request) runs on the hub's thread and holds it: it must be short. No lock may be held
+  across a park (another session on the same thread taking it would never get it), so the
+  parks are in code that holds none.
+* **Which session runs next.** One a round, in the order of :meth:`Hub._wake`: started
+  sessions that have not yet waited on the world, then new ones, then the rest.
 * **Off a hub, nothing changes.** Each function here is the plain blocking call when the
   caller is not a session on a hub (``tether run``, a library's thread, a helper thread):
   one thread-local read decides.

@@ -28,9 +28,11 @@ the model's SDK client, the tools' validators) before the first claim; every thr
 process starts meanwhile has a :data:`STACK_BYTES` stack. A session waiting on its model
 holds no thread: its read of the answer parks its greenlet until the answer's bytes arrive
 (the process's one watchdog thread still ends the calls that overrun or are cancelled:
-:func:`tether._models.streaming.run_stream`); its tool runs, processes and new connections
-run on helper threads while it is parked (:func:`tether._hub.offload`). So a thousand
-sessions waiting on their models cost their state and a few hub threads. The collector
+:func:`tether._models.streaming.run_stream`), and so do a connection being made, a command
+it runs and a commit behind the group commit's leader; the calls of other tools than
+``bash`` run on helper threads while it is parked (:func:`tether._hub.offload`), and a new
+slot is composed on one of two threads kept for that. So a thousand sessions waiting on
+their models cost their state and a few hub threads. The collector
 runs less often while the worker runs (:data:`GC_FIRST_THRESHOLD`).
 
 * a session whose recovery is blocked (a gate, a review) is parked: out of the queue until
@@ -137,10 +139,6 @@ def _shared_store(agent: Agent) -> Any:
 
 CLAIM_BATCH: Final = 64
 """The most sessions a worker claims in one statement when its slots share one opener."""
-
-
-class _Stopped(Exception):
-    """(Internal.) The worker stopped while claimed sessions waited for their threads."""
 
 
 def _claim(sessions: Any, environment: str, free: int) -> list[str]:
@@ -478,9 +476,9 @@ MAX_CONCURRENCY: Final = 10_000
 """The most sessions one worker process drives at once (``--concurrency``)."""
 HUBS: Final = 4
 """Threads that run a worker's sessions (:mod:`tether._hub`: each session a greenlet that
-parks while it waits for its model). Measured with 1,000 sessions in flight
-(``bench/bench_fleet.py``): 4 hubs finished in 9.4 s, 1 in 12.4 s (a single thread also
-waits alone for every statement), 8 in 10.6 s (more threads, more GIL hand-offs)."""
+parks while it waits). Measured with 1,000 sessions in flight (``bench/bench_fleet.py``,
+alternating runs): 2, 3 and 4 hubs alike (7.8-9.0 s); 1 hub 12.5 s (its sessions wait
+for each other's statements) and 8 hubs 12.2 s (more threads, more GIL hand-offs)."""
 STACK_BYTES: Final = 1 << 20
 """The stack of every thread the process starts while a worker runs (a hub's, a helper's):
 1 MiB instead of the platform's usual 8 MiB of address space. Python frames live on the
@@ -682,7 +680,7 @@ class Worker:
 
     def _start_all(self, agent: Agent, sessions: Any, claimed: list[str], clock: Any) -> None:
         """A hub's session for each claimed one: the first on ``agent``, the others on free
-        slots or on new ones, which their hubs make (:meth:`_made_here`: they share
+        slots or on new ones made for them as they start (:meth:`_made_here`: they share
         ``sessions``, the opener that holds the claims). What a stop leaves unstarted is
         given back at once."""
         for index, session in enumerate(claimed):

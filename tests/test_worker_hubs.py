@@ -155,5 +155,6 @@ def test_a_slot_its_hub_cannot_make_stops_the_worker_with_the_error(tmp_path: Pa
     worker = Worker(make_agent, concurrency=4, until_empty=True, hubs=2)
     with pytest.raises(OSError, match="too many open files"):
         worker.run()
-    # The first session had the first slot; each of the others was given back.
-    assert sorted(given_back) == sorted(sessions[1:])
+    # Each session was driven (the first had the first slot) or given back, once.
+    assert len(given_back) == len(set(given_back)) >= 3
+    assert set(given_back) | set(worker.report.driven) == set(sessions)

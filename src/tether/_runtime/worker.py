@@ -766,9 +766,15 @@ class Worker:
         try:
             if before is not None:
                 before.wait()
-            if agent is None:
+            if agent is None and not self._stop.is_set():
                 agent = self._made_here(sessions, session)
-            if agent is not None:
+                if agent is None:
+                    return  # given back, and the worker stopped with the error
+            if agent is None or self._stop.is_set():
+                # Stopped before its drive began (while its slot was made, or while it
+                # waited for its hub): given back at once, as a claim never started is.
+                sessions.release_claim(session)
+            else:
                 self._drive(agent, sessions, session)
         except SessionFenced as exc:
             self.log(f"fenced: {exc}")

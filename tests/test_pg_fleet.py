@@ -534,3 +534,101 @@ def test_the_status_line_carries_the_store_s_metrics(tmp_path: Path) -> None:
         r"store pool_in_use 2 pool_size 10",
         status[-1],
     ), status
+
+
+# -- hubs: a worker's sessions as greenlets on a few threads (tether._hub) -------------------
+
+
+def _hub_slots(tmp_path: Path, opener: Any, fail_after: int | None = None) -> Callable[[], Agent]:
+    """A worker's ``make_agent`` over ``opener`` whose model asks for one real ``bash`` call
+    (appending the session's id to ``effects.txt``) after 1 s, then answers after 1 s; the
+    agents after the first ``fail_after`` cannot be made."""
+    command = 'echo "$TETHER_SESSION_ID" >> effects.txt'
+    model = ScriptedModel.from_json(
+        {
+            "model": "scripted/hubs",
+            "responses": [
+                {
+                    "content": "Counting.",
+                    "tool_calls": [{"id": "c1", "name": "bash", "arguments": {"command": command}}],
+                    "delay": 1.0,
+                },
+                {"content": "Done.", "finish_reason": "stop", "delay": 1.0},
+            ],
+        }
+    )
+    made = [0]
+
+    def make_agent() -> Agent:
+        made[0] += 1
+        if fail_after is not None and made[0] > fail_after:
+            raise OSError("too many open files")
+        return Agent(
+            model, workspace=tmp_path, read_agents_md=False, session_store=opener, sandbox="off"
+        )
+
+    return make_agent
+
+
+def test_sessions_wait_on_two_hubs_and_each_effect_happens_once(tmp_path: Path) -> None:
+    """40 sessions on a worker with two hubs: while they all wait for their first answers
+    (the scripted model waits on the clock, which parks a session on its hub) the worker
+    holds its two hubs and the two threads that compose new slots, not a thread a session;
+    each session's real bash call runs exactly once."""
+    sessions = 40
+    store = _Batches()
+    make_agent = _hub_slots(tmp_path, FleetSessions(store))
+    _queue_up(store, make_agent, sessions, "task")
+    worker = Worker(make_agent, concurrency=sessions, until_empty=True, hubs=2)
+    before = threading.active_count()
+    peak_waiting = [0]
+    names: list[list[str]] = []
+    done = threading.Event()
+    started = time.monotonic()
+
+    def sample() -> None:
+        while not done.is_set():
+            early = time.monotonic() - started < 0.8  # no answer came yet
+            if early and worker.in_flight == sessions:
+                peak_waiting[0] = max(peak_waiting[0], threading.active_count())
+                names.append(sorted(t.name for t in threading.enumerate()))
+            time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    report = worker.run()
+    wall = time.monotonic() - started
+    done.set()
+    sampler.join()
+
+    assert report.failed is None and report.fenced is None
+    assert list(report.driven.values()) == ["completed"] * sessions
+    lines = (tmp_path / "effects.txt").read_text().split()
+    assert sorted(lines) == sorted(report.driven)  # every session's call ran exactly once
+    assert worker.peak == sessions  # all in flight at once
+    # Two hubs, the two threads that compose new slots, and the sampler.
+    assert 0 < peak_waiting[0] <= before + 2 + 2 + 1, names[-1]
+    # Waiting together: one after another would take 40 x 2 x 1 s = 80 s.
+    assert wall < 20
+
+
+def test_a_slot_that_cannot_be_made_stops_the_worker_with_the_error(tmp_path: Path) -> None:
+    """New slots are made as their sessions start (Worker._made_here): one that cannot be
+    made gives its session back and stops the worker, whose run raises the error, as it
+    did when the dispatcher made them; every session is driven or given back, once."""
+    store = _Batches()
+    make_agent = _hub_slots(tmp_path, FleetSessions(store), fail_after=2)
+    _queue_up(store, make_agent, 4, "task")  # the submitter's agent is the first
+    queued = list(store.queue)
+    worker = Worker(make_agent, concurrency=4, until_empty=True, hubs=2)
+    with pytest.raises(OSError, match="too many open files"):
+        worker.run()
+    assert len(store.given_back) == len(set(store.given_back)) >= 3
+    assert set(store.given_back) | set(worker.report.driven) == set(queued)
+
+
+def test_a_worker_runs_one_to_64_hubs() -> None:
+    from tether.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="1 to 64 hubs"):
+        Worker(lambda: None, concurrency=4, hubs=0)  # type: ignore[arg-type,return-value]

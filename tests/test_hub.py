@@ -445,3 +445,33 @@ def test_each_new_session_gets_to_its_first_wait_before_the_next_starts(hub: Hub
         "on 1",
         "on 2",
     ]
+
+
+def test_a_session_woken_by_a_wake_runs_before_new_ones(hub: Hub) -> None:
+    """A Wake's session (a group commit's follower, maybe just handed the lead that every
+    committer waits on) runs before the hub's queue of new sessions, even when it has
+    waited on the world before (which puts a session behind new ones otherwise)."""
+    from tether._hub import Wake
+
+    log: list[str] = []
+    hold = threading.Event()
+    wakes: list[Wake] = []
+
+    def follower() -> None:
+        pause(0.01)  # has waited on the world: no longer starting
+        wake = Wake()
+        wakes.append(wake)
+        wake.wait()
+        log.append("follower")
+
+    hub.spawn(follower)
+    _wait_for(lambda: bool(wakes))
+    hub.spawn(lambda: hold.wait(WAIT))  # holds the hub's thread meanwhile
+    _wait_for(lambda: hub.sessions == 2)
+    time.sleep(0.05)
+    for n in range(2):
+        hub.spawn(lambda n=n: log.append(f"new {n}"))
+    wakes[0].set()
+    hold.set()
+    _wait_for(lambda: len(log) == 3)
+    assert log == ["follower", "new 0", "new 1"]

@@ -20,8 +20,9 @@ The rules this module keeps:
   a request) runs on the hub's thread and holds it: it must be short. No lock may be held
   across a park (another session on the same thread taking it would never get it), so the
   parks are in code that holds none.
-* **Which session runs next.** One a round, in the order of :meth:`Hub._wake`: started
-  sessions that have not yet waited on the world, then new ones, then the rest.
+* **Which session runs next.** One a round, in the order of :meth:`Hub._wake`: sessions
+  woken by a :class:`Wake`, started sessions that have not yet waited on the world, new
+  ones, then the rest.
 * **Off a hub, nothing changes.** Each function here is the plain blocking call when the
   caller is not a session on a hub (``tether run``, a library's thread, a helper thread):
   one thread-local read decides.
@@ -78,10 +79,11 @@ _local = threading.local()  # .hub: the hub whose thread this is
 class _Park:
     """One park of one session: woken once, by whichever comes first."""
 
-    __slots__ = ("fd", "glet", "timed", "why", "woken")
+    __slots__ = ("fd", "glet", "timed", "urgent", "why", "woken")
 
-    def __init__(self, glet: greenlet.greenlet) -> None:
+    def __init__(self, glet: greenlet.greenlet, urgent: bool = False) -> None:
         self.glet = glet
+        self.urgent = urgent  # runs before any other when woken (see Hub._wake)
         self.fd: Any = None  # registered with the selector while not None
         self.timed = False  # on the timer heap
         self.woken = False
@@ -112,11 +114,13 @@ class Hub:
         self._timers: list[tuple[float, int, _Park]] = []
         self._stale = 0
         # Sessions ready to run, in this order (the hub's thread's alone, see _wake):
-        # started ones that have not waited on the world yet, new ones, the others.
+        # urgent ones, started ones that have not waited on the world yet, new ones, the
+        # others.
+        self._urgent: collections.deque[greenlet.greenlet] = collections.deque()
         self._starting: collections.deque[greenlet.greenlet] = collections.deque()
         self._fresh: collections.deque[greenlet.greenlet] = collections.deque()
         self._going: collections.deque[greenlet.greenlet] = collections.deque()
-        self._ready = (self._starting, self._fresh, self._going)
+        self._ready = (self._urgent, self._starting, self._fresh, self._going)
         self._order = itertools.count()
         import greenlet
 
@@ -258,10 +262,12 @@ class Hub:
     def _wake(self, park: _Park, why: str) -> None:
         """(The hub's thread.) Queue a parked session to run, unless it was woken already.
 
-        A session that started and has not waited on the world yet (for an answer, a
-        command, a pause, an offloaded call; not for a group commit or a connection being
-        made) runs first; then a new session; then the others, each queue in the order its
-        sessions became ready. So each new session gets to its first request before the
+        A session woken by a :class:`Wake` runs first: it may have been handed the group
+        commit's lead, which every committer of every hub waits on (behind a hub's queue
+        of new sessions, it held them all). Then a session that started and has not
+        waited on the world yet (for an answer, a command, a pause, an offloaded call; not
+        for a group commit or a connection being made); then a new session; then the
+        others, each queue in the order its sessions became ready. So each new session gets to its first request before the
         next one starts, and both before the hub goes on with the answers the others are
         getting. Why: a worker's sessions start together, and a session's first request
         starts its clock. Started in turn with the others' next steps, the last of a
@@ -272,7 +278,10 @@ class Hub:
         if park.woken:
             return
         park.woken, park.why = True, why
-        (self._going if park.glet.waited else self._starting).append(park.glet)
+        if park.urgent:
+            self._urgent.append(park.glet)
+        else:
+            (self._going if park.glet.waited else self._starting).append(park.glet)
 
     def _switch(self, glet: greenlet.greenlet) -> None:
         if not glet.dead:
@@ -420,7 +429,7 @@ class Wake:
             self._lock = threading.Lock()
             self._lock.acquire()
         else:
-            self._park = _Park(hub.current())
+            self._park = _Park(hub.current(), urgent=True)
 
     def wait(self) -> None:
         """(Its maker.) Until :meth:`set`."""

@@ -267,14 +267,14 @@ class Hub:
         of new sessions, it held them all). Then a session that started and has not
         waited on the world yet (for an answer, a command, a pause, an offloaded call; not
         for a group commit or a connection being made); then a new session; then the
-        others, each queue in the order its sessions became ready. So each new session gets to its first request before the
-        next one starts, and both before the hub goes on with the answers the others are
-        getting. Why: a worker's sessions start together, and a session's first request
-        starts its clock. Started in turn with the others' next steps, the last of a
-        thousand sessions sent its first request seconds late; all started before any went
-        on, their thousand requests went out together and their thousand answers came back
-        together, for the next steps to queue behind (measured: ~2.5 s late either way,
-        at 1,000 sessions in flight)."""
+        others, each queue in the order its sessions became ready. So each new session gets
+        to its first request before the next one starts, and both before the hub goes on
+        with the answers the others are getting. Why: a worker's sessions start together,
+        and a session's first request starts its clock. Started in turn with the others'
+        next steps, the last of a thousand sessions sent its first request seconds late;
+        all started before any went on, their thousand requests went out together and their
+        thousand answers came back together, for the next steps to queue behind (measured:
+        ~2.5 s late either way, at 1,000 sessions in flight)."""
         if park.woken:
             return
         park.woken, park.why = True, why
@@ -377,15 +377,10 @@ def wait_event(event: threading.Event, timeout: float) -> bool:
     return event.is_set()
 
 
-def offload(
-    call: Callable[..., _T],
-    *args: Any,
-    setup: bool = False,
-    helpers: ThreadPoolExecutor | None = None,
-) -> _T:
-    """``call(*args)`` on one of the hub's helper threads (or of ``helpers``) while the
-    session is parked; its result or its exception, as if called here. Off a hub: called
-    here. ``setup``: see :meth:`Hub.park`."""
+def offload(call: Callable[..., _T], *args: Any, setup: bool = False) -> _T:
+    """``call(*args)`` on one of the hub's helper threads while the session is parked; its
+    result or its exception, as if called here. Off a hub: called here. ``setup``: see
+    :meth:`Hub.park`."""
     hub = _here()
     if hub is None:
         return call(*args)
@@ -403,7 +398,7 @@ def offload(
             hub.resume(park, "done")
 
     # In the session's context (its trace's current span, say), as asyncio's to_thread does.
-    (helpers or hub.helpers).submit(contextvars.copy_context().run, run)
+    hub.helpers.submit(contextvars.copy_context().run, run)
     hub._sleep(park, None)
     ok, value = outcome[0]
     if ok:

@@ -30,9 +30,8 @@ holds no thread: its read of the answer parks its greenlet until the answer's by
 (the process's one watchdog thread still ends the calls that overrun or are cancelled:
 :func:`tether._models.streaming.run_stream`), and so do a connection being made, a command
 it runs and a commit behind the group commit's leader; the calls of other tools than
-``bash`` run on helper threads while it is parked (:func:`tether._hub.offload`), and a new
-slot is composed on one of two threads kept for that. So a thousand sessions waiting on
-their models cost their state and a few hub threads. The collector
+``bash`` run on helper threads while it is parked (:func:`tether._hub.offload`). So a
+thousand sessions waiting on their models cost their state and a few hub threads. The collector
 runs less often while the worker runs (:data:`GC_FIRST_THRESHOLD`).
 
 * a session whose recovery is blocked (a gate, a review) is parked: out of the queue until
@@ -77,7 +76,7 @@ from typing import Any, Final, TypeVar, cast
 import tether._faults as faults
 import tether._runtime.boundaries as boundaries
 from tether._clock import SYSTEM_CLOCK, Clock
-from tether._hub import Hub, offload
+from tether._hub import Hub
 from tether._ids import new_uuid7
 from tether._loading import gc_less_often
 from tether._project import find_workspace_root
@@ -535,9 +534,6 @@ class Worker:
         self._running: set[threading.Event] = set()
         self._error: BaseException | None = None  # a slot its hub could not make
         self._hubs: list[Hub] = []
-        # Where new slots are composed: CPU-bound, so two threads do as much as more, and
-        # a thousand sessions starting at once do not each start a helper.
-        self._slot_makers = ThreadPoolExecutor(2, thread_name_prefix="tether-slots")
         self._driving: dict[str, threading.Event] = {}
         self._db_failures: dict[str, int] = {}
         self._in_flight = 0
@@ -597,7 +593,6 @@ class Worker:
                 for hub in self._hubs:
                     hub.close()
                 helpers.shutdown()
-                self._slot_makers.shutdown()
                 _stack_size(previous)
                 for agent in self._agents:
                     agent.close()
@@ -702,16 +697,19 @@ class Worker:
             self._start(slot, sessions, session, clock)
 
     def _made_here(self, sessions: Any, session: str) -> Agent | None:
-        """A new slot for ``session``, composed on one of two threads while its session is
-        parked (a step of its start: :func:`tether._hub.offload`, ``setup``). Why not by
-        the dispatcher: a thousand agents (~1 ms each) made one after another on its
-        thread waited on that thread's share of the GIL while the hubs ran sessions, and
-        the last sessions started seconds late. Why not on the hub itself: composing may
-        wait (an MCP server starting), which would hold the hub's other sessions.
+        """A new slot for ``session``, composed by its session on its hub, as the first
+        thing it does. Why not by the dispatcher: a thousand agents (~1 ms each) made one
+        after another on its thread waited on that thread's share of the GIL while the
+        hubs ran sessions, and the last sessions started seconds late. Why not on other
+        threads while the session is parked: measured, two such threads (CPU-bound, beside
+        hubs that mostly wait) held the hubs' sessions at each GIL hand-off, and they all
+        sent their first requests at once; a helper each cost more CPU and more threads
+        (alternating runs, 1,000 sessions). A composition that waits (an MCP server
+        starting: each slot starts its own) holds the hub's other sessions meanwhile.
         ``None`` when it cannot be made: the session is given back and the worker stops
         with the error (raised by :meth:`run`), as when the dispatcher made them."""
         try:
-            agent = offload(self._new_agent, setup=True, helpers=self._slot_makers)
+            agent = self._new_agent()
             if _shared_store(agent) is not sessions:
                 raise ConfigurationError(
                     "a worker claiming many sessions at once needs one opener for every slot "

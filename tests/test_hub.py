@@ -408,22 +408,22 @@ def test_a_refused_connection_fails_at_once_parked(hub: Hub) -> None:
 
 
 def test_each_new_session_gets_to_its_first_wait_before_the_next_starts(hub: Hub) -> None:
-    """Three sessions queued at once: each runs through its group-commit-like wait (a
-    Wake, which does not count) to its first wait on the world before the next starts;
-    the ones waiting on the world go on only after that (tether._hub.Hub._wake)."""
-    from tether._hub import Wake
+    """Three sessions queued at once: each runs through a step of its start (a connection
+    being made, which does not count as waiting on the world) to its first wait on the
+    world before the next starts; the ones waiting on the world go on only after that
+    (tether._hub.Hub._wake)."""
+    from tether._hub import wait_writable
 
     log: list[str] = []
     hold = threading.Event()
+    ours, theirs = socket.socketpair()  # writable at once, as a connection just made
 
     def blocker() -> None:  # holds the hub's thread while the three are queued
         hold.wait(WAIT)
 
     def session(n: int) -> None:
         log.append(f"start {n}")
-        wake = Wake()
-        wake.set()  # answered at once, as a quick commit is
-        wake.wait()
+        wait_writable(ours, WAIT, setup=True)
         log.append(f"resumed {n}")
         pause(0.05)  # a wait on the world
         log.append(f"on {n}")
@@ -445,6 +445,8 @@ def test_each_new_session_gets_to_its_first_wait_before_the_next_starts(hub: Hub
         "on 1",
         "on 2",
     ]
+    ours.close()
+    theirs.close()
 
 
 def test_a_session_woken_by_a_wake_runs_before_new_ones(hub: Hub) -> None:

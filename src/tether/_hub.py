@@ -226,9 +226,11 @@ class Hub:
                 except queue.Empty:
                     break
                 self._wake(park, why)
+            self._wait(0.0 if any(self._ready) else None)
+            # One session a round, from the first queue that has one (see _wake), chosen
+            # after the wait: what it woke may come first.
             ready = next((each for each in self._ready if each), None)
-            self._wait(None if ready is None else 0.0)
-            if ready:  # one session a round, in the order of _wake
+            if ready is not None:
                 self._switch(ready.popleft())
         self._selector.close()
         os.close(self._read)

@@ -81,7 +81,9 @@ class _Park:
 
     __slots__ = ("fd", "glet", "timed", "urgent", "why", "woken")
 
-    def __init__(self, glet: greenlet.greenlet, urgent: bool = False) -> None:
+    def __init__(self, glet: greenlet.greenlet, *, urgent: bool = False, ages: bool = True) -> None:
+        if ages:  # a wait on the world: its session no longer counts as starting (Hub._wake)
+            glet.waited = True
         self.glet = glet
         self.urgent = urgent  # runs before any other when woken (see Hub._wake)
         self.fd: Any = None  # registered with the selector while not None
@@ -171,9 +173,7 @@ class Hub:
         ``"ready"``), ``timeout`` passed (``"timeout"``) or :meth:`resume` (its ``why``).
         Called by the session itself. ``setup``: a step of getting a request out (a
         connection being made), after which the session still counts as starting."""
-        park = _Park(self.current())
-        if not setup:
-            park.glet.waited = True  # its first wait on the world: no longer starting
+        park = _Park(self.current(), ages=not setup)
         if fd is not None:
             try:
                 self._selector.register(fd, events, park)
@@ -373,7 +373,6 @@ def wait_event(event: threading.Event, timeout: float) -> bool:
             hub.park(timeout=min(left, _POLL))
             continue
         park = _Park(hub.current())
-        park.glet.waited = True
         with waking(functools.partial(hub.resume, park, "set")):
             hub._sleep(park, left)
     return event.is_set()
@@ -386,9 +385,7 @@ def offload(call: Callable[..., _T], *args: Any, setup: bool = False) -> _T:
     hub = _here()
     if hub is None:
         return call(*args)
-    park = _Park(hub.current())
-    if not setup:
-        park.glet.waited = True
+    park = _Park(hub.current(), ages=not setup)
     outcome: list[Any] = []
 
     def run() -> None:
@@ -426,7 +423,7 @@ class Wake:
             self._lock = threading.Lock()
             self._lock.acquire()
         else:
-            self._park = _Park(hub.current(), urgent=True)
+            self._park = _Park(hub.current(), urgent=True, ages=False)
 
     def wait(self) -> None:
         """(Its maker.) Until :meth:`set`."""

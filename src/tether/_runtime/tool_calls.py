@@ -279,11 +279,8 @@ class ToolCalls:
         # In a worker the session is a greenlet on a hub: a call runs on a helper thread
         # while it is parked, so a long tool holds no other session (tether._hub), unless
         # the tool's own waits park it (bash).
-        run = runner.run
-        if tool.parks:
-            result = run(self._site, store, tool, arguments, context, prepared)
-        else:
-            result = offload(run, self._site, store, tool, arguments, context, prepared)
+        call = (self._site, store, tool, arguments, context, prepared)
+        result = runner.run(*call) if tool.parks else offload(runner.run, *call)
         faults.hit(boundaries.AFTER_EFFECT)
         if result is None or (self._shell.cancel.is_set() and result.metadata.get("aborted")):
             # The tool was killed by an abort, or its outcome is not known (an effect tool

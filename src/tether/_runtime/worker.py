@@ -475,9 +475,9 @@ MAX_CONCURRENCY: Final = 10_000
 """The most sessions one worker process drives at once (``--concurrency``)."""
 HUBS: Final = 4
 """Threads that run a worker's sessions (:mod:`tether._hub`: each session a greenlet that
-parks while it waits). Measured with 1,000 sessions in flight (``bench/bench_fleet.py``,
-alternating runs): 2, 3 and 4 hubs alike (7.8-9.0 s); 1 hub 12.5 s (its sessions wait
-for each other's statements) and 8 hubs 12.2 s (more threads, more GIL hand-offs)."""
+parks while it waits). Measured with 1,000 sessions in flight (``bench/bench_fleet.py``),
+as the hubs were built: 2, 3 and 4 hubs alike (7.8-9.0 s); 1 hub 12.5 s (its sessions
+wait for each other's statements) and 8 hubs 12.2 s (more threads, more GIL hand-offs)."""
 STACK_BYTES: Final = 1 << 20
 """The stack of every thread the process starts while a worker runs (a hub's, a helper's):
 1 MiB instead of the platform's usual 8 MiB of address space. Python frames live on the

@@ -18,6 +18,7 @@ import pytest
 
 from pgkit import pg_store, pg_url  # noqa: F401 (fixtures)
 from tether._runtime import Agent, RunStatus
+from tether._stores import postgres
 from tether._stores.memory import MemorySessions
 from tether._stores.postgres import (
     SCHEMA_VERSION,
@@ -250,6 +251,58 @@ def test_leases_are_renewed_while_the_store_is_open(pg_store: str) -> None:  # n
                 PostgresSessions(pg_store).open(store.session_id)
             store.check_lease()
             _prompt(store)
+    finally:
+        sessions.close()
+
+
+def _shorten_lease(url: str, session: str, seconds: float) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE tether_sessions SET lease_expires = now() + make_interval(secs => %s) "
+            "WHERE session_id = %s",
+            (seconds, session),
+        )
+
+
+@pytest.mark.skipif(
+    not hasattr(__import__("time"), "CLOCK_BOOTTIME"), reason="needs CLOCK_BOOTTIME (Linux)"
+)
+def test_a_fresh_commit_proves_the_lease_and_an_old_one_does_not(
+    pg_store: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # check_lease asks the database unless a commit of this writer renewed the lease less
+    # than half a lease ago. Told apart by a lease shortened by hand (as no worker would):
+    # the database's answer renews it; a commit's proof leaves it short.
+    sessions = PostgresSessions(pg_store, "/w", lease_seconds=30)
+    try:
+        with _create(sessions) as store:
+            session = store.session_id
+            _prompt(store)
+            _shorten_lease(pg_store, session, 5)
+            assert store.check_lease() == store.fencing_token
+            assert _lease_left(pg_store, session) < 6  # no statement was sent
+
+            # Half a lease after that commit (the boot-time clock moved on; a suspend or a
+            # SIGSTOP moves it alike), the database is asked again and renews.
+            real = postgres._elapsed
+            monkeypatch.setattr(postgres, "_elapsed", lambda: real() + 15.0)
+            assert store.check_lease() == store.fencing_token
+            assert _lease_left(pg_store, session) > 25
+            monkeypatch.setattr(postgres, "_elapsed", real)
+
+            # The statement's renewal proves the lease in turn; a lease found lost by the
+            # renewal proves nothing, and an expired lease then fences.
+            _shorten_lease(pg_store, session, 5)
+            store.check_lease()
+            assert _lease_left(pg_store, session) < 6
+            _shorten_lease(pg_store, session, -1)
+            sessions._lost.add(session)
+            with pytest.raises(SessionFenced, match="expired or was taken over"):
+                store.check_lease()
+            sessions._lost.discard(session)
+            with pytest.raises(StoreUnavailable, match="fenced"):
+                _prompt(store)  # a writer fenced before an effect stays stopped
     finally:
         sessions.close()
 

@@ -924,6 +924,30 @@ class TestSentAsBefore:
         assert (sent_second.path, sent_second.headers) == (sent_first.path, sent_first.headers)
         assert first.open_connections == second.open_connections == 1  # one each
 
+    def test_a_first_request_shows_the_others_how_before_its_answer_comes(
+        self, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # A worker's sessions make their first requests together, to a model that may take
+        # seconds: the second adapter must not wait for the first answer to skip post.
+        posts = count_posts(monkeypatch)
+        first, second = adapter(fake), adapter(fake)
+        fake.enqueue(ok(completion("slow"), delay=1.5), ok(completion("fast")))
+        answers: list[str] = []
+        waiting = threading.Thread(target=lambda: answers.append(first.complete(request()).content))
+        waiting.start()
+        try:
+            deadline = time.monotonic() + 5
+            while not fake.requests and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert second.complete(request()).content == "fast"
+            assert answers == []  # the first is still waiting for its answer
+        finally:
+            waiting.join()
+        assert answers == ["slow"]
+        assert posts == ["/chat/completions"]
+        sent_first, sent_second = fake.requests
+        assert (sent_second.path, sent_second.headers) == (sent_first.path, sent_first.headers)
+
     def test_other_headers_or_another_organization_go_through_post_again(
         self, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
     ) -> None:

@@ -41,7 +41,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, Protocol, cast
 
 import httpx2
@@ -194,10 +194,15 @@ class HTTP11Transport(httpx2.BaseTransport):
         self._lock = threading.Lock()
         self._idle: dict[Origin, list[_Connection]] = {}
         self._closed = False
+        self.on_request: Callable[[httpx2.Request], None] | None = None
+        """Called with each request :meth:`handle_request` is about to send (an adapter
+        learns how its SDK sends a request before the answer comes)."""
 
     # -- the exchange -------------------------------------------------------------------------
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        if self.on_request is not None:
+            self.on_request(request)
         body = request.read()
         if request.headers.get("transfer-encoding", "").lower() == "chunked":
             # A body of unknown length (a generator): read whole, sent as one chunk.

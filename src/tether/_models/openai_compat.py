@@ -245,7 +245,7 @@ class OpenAICompatibleModel:
                         max_retries=0,
                         timeout=http_timeout,
                         default_headers=headers or None,
-                        http_client=tracked_http_client(tracker, http_timeout),
+                        http_client=tracked_http_client(tracker, http_timeout, self._heard),
                     )
                 except openai.OpenAIError as exc:  # pragma: no cover - defensive
                     raise ConfigurationError(
@@ -480,12 +480,22 @@ class OpenAICompatibleModel:
             _PATH, cast_to=httpx2.Response, content=body, options=options, stream=stream
         )
         if _static_headers(client):
-            sent = http.request
-            headers = [(k, v) for k, v in sent.headers.raw if k.lower() != b"content-length"]
-            transport = _plain_transport(client._client, sent.url)
-            self._template = (sent.url, headers, dict(sent.extensions), transport)
-            _SENT_HEADS[_head_key(client)] = (sent.url, headers, dict(sent.extensions))
+            sent = http.request  # after a redirect, the last request (_heard had the first)
+            url, headers, extensions = _SENT_HEADS[_head_key(client)] = _head_of(sent)
+            self._template = (url, headers, extensions, _plain_transport(client._client, url))
         return http
+
+    def _heard(self, request: httpx2.Request) -> None:
+        """The SDK's request to the model, as it goes out: other adapters with the same
+        settings send theirs as it does from now on (:meth:`_shared_template`), not once
+        its answer came back: a worker's sessions make their first requests together, and
+        a slow model's first answer took seconds, all of them through ``post`` meanwhile."""
+        client = self._sdk_client
+        if client is None or request.method != "POST" or not _static_headers(client):
+            return
+        key = _head_key(client)
+        if key not in _SENT_HEADS and request.url.path.endswith(_PATH):
+            _SENT_HEADS[key] = _head_of(request)
 
     def _shared_template(self) -> _Template | None:
         """How another adapter's SDK client with the same settings sent its first request,
@@ -779,6 +789,14 @@ def _head_key(client: openai.OpenAI) -> tuple[Any, ...]:
         tuple(client._client.headers.raw),
         repr(client._client.timeout),
     )
+
+
+def _head_of(
+    request: httpx2.Request,
+) -> tuple[httpx2.URL, list[tuple[bytes, bytes]], dict[str, Any]]:
+    """A request's URL, head (without its body's length) and extensions."""
+    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+    return request.url, headers, dict(request.extensions)
 
 
 def _static_headers(client: openai.OpenAI) -> bool:

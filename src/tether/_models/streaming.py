@@ -173,12 +173,18 @@ class ConnectionTracker:
             self._doomed -= 1
 
 
-def tracked_http_client(tracker: ConnectionTracker, timeout: httpx2.Timeout) -> httpx2.Client:
+def tracked_http_client(
+    tracker: ConnectionTracker,
+    timeout: httpx2.Timeout,
+    on_request: Callable[[httpx2.Request], None] | None = None,
+) -> httpx2.Client:
     """An HTTP client whose connections ``tracker`` can shut down: httpx's client (the
-    SDKs' own), on tether's HTTP/1.1 transport (:mod:`tether._models.http11`)."""
+    SDKs' own), on tether's HTTP/1.1 transport (:mod:`tether._models.http11`), which calls
+    ``on_request`` with each request it is about to send."""
     from tether._models.http11 import HTTP11Transport
 
     transport = HTTP11Transport(tracker, _default_ssl_context(*_ssl_environment()))
+    transport.on_request = on_request
     return httpx2.Client(transport=transport, timeout=timeout, follow_redirects=True)
 
 

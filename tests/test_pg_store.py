@@ -348,9 +348,10 @@ def test_the_queue_hands_each_session_to_one_worker(
     assert sessions.claim("other-env") is None and sessions.claim_many("other-env", 9) == []
 
 
-def test_a_claimed_session_opens_in_one_round_trip_unless_it_was_taken_over(
+def test_a_claimed_session_opens_without_a_statement_unless_it_may_have_been_taken_over(
     sessions: PostgresSessions,
     pg_store: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     with _create(sessions) as store:
         _prompt(store)
@@ -378,22 +379,55 @@ def test_a_claimed_session_opens_in_one_round_trip_unless_it_was_taken_over(
             return run(spy)
 
         worker._run = counted  # type: ignore[method-assign]
-        # The claim's full id needs no prefix lookup; the lease check and the log are read
-        # together: one statement, and the state is the whole log.
+        # The claim read the log with the lease, and its full id needs no prefix lookup:
+        # opening sends nothing, and the state is the whole log.
         with worker.open(session) as opened:
             assert opened.state.last_seq == lines and opened.fencing_token >= 1
-            assert len(statements) == 1 and "JOIN tether_lines" in statements[0]
-        # Claimed again, then taken over (its lease expired) before it is opened: fenced.
+            assert statements == []
+        # Half a lease after the claim (a slow start, a SIGSTOP), the lease check and the log
+        # are read again, together: one statement.
+        real = postgres._elapsed
         assert worker.claim("env") == session
+        monkeypatch.setattr(postgres, "_elapsed", lambda: real() + 1.0)
+        statements.clear()  # (the release of the lease, as the store closed)
+        with worker.open(session) as opened:
+            assert opened.state.last_seq == lines
+            assert len(statements) == 1 and "JOIN tether_lines" in statements[0]
+        # Claimed again, then taken over once its lease expired, before it is opened: fenced.
+        monkeypatch.setattr(postgres, "_elapsed", real)
+        assert worker.claim("env") == session
+        monkeypatch.setattr(postgres, "_elapsed", lambda: real() + 2.0)
         _expire(pg_store, session)
         with sessions.open(session):
             pass
         with pytest.raises(SessionFenced, match="taken over before the session opened"):
             worker.open(session)
         # A prefix still resolves (a person typing part of an id).
+        monkeypatch.setattr(postgres, "_elapsed", real)
         assert worker.claim("env") == session
         with worker.open(session[:-3]) as opened:
             assert opened.session_id == session
+    finally:
+        worker.close()
+
+
+def test_many_claims_bring_their_logs_oldest_first(
+    sessions: PostgresSessions,
+    pg_store: str,  # noqa: F811
+) -> None:
+    made = []
+    for n in range(5):
+        with _create(sessions) as store:
+            _prompt(store, f"prompt {n}")
+            made.append((store.session_id, store.state.last_seq))
+    worker = PostgresSessions(pg_store, lease_seconds=5)
+    try:
+        assert worker.claim_many("env", 10) == [session for session, _ in made]
+        for session, last in made:
+            with worker.open_claimed(session) as opened:
+                assert opened.state.last_seq == last
+                number = made.index((session, last))
+                assert opened.state.transcript[-1]["content"] == f"prompt {number}"
     finally:
         worker.close()
 

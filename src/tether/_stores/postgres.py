@@ -167,16 +167,23 @@ WITH candidate AS (
      ORDER BY updated_at
      LIMIT %(limit)s
      FOR UPDATE SKIP LOCKED
+),
+claimed AS (
+    UPDATE tether_sessions AS s
+       SET lease_owner = %(owner)s, lease_epoch = s.lease_epoch + 1,
+           lease_expires = now() + make_interval(secs => %(ttl)s)
+      FROM candidate
+     WHERE s.session_id = candidate.session_id
+    RETURNING s.session_id, s.lease_epoch, s.lines, s.updated_at
 )
-UPDATE tether_sessions AS s
-   SET lease_owner = %(owner)s, lease_epoch = s.lease_epoch + 1,
-       lease_expires = now() + make_interval(secs => %(ttl)s)
-  FROM candidate
- WHERE s.session_id = candidate.session_id
-RETURNING s.session_id, s.lease_epoch
+SELECT c.session_id, c.lease_epoch, c.lines, l.data
+  FROM claimed AS c
+  LEFT JOIN tether_lines AS l ON l.session_id = c.session_id AND l.line_no <= c.lines
+ ORDER BY c.updated_at, c.session_id, l.line_no
 """
 """The queue: up to ``limit`` unfinished sessions of this environment whose leases are free or
-expired, oldest first."""
+expired, oldest first, with their logs (a row per line): opening a claimed session then
+needs no statement of its own (:meth:`PostgresSessions.open_claimed`)."""
 
 
 def is_store_url(value: str) -> bool:
@@ -407,6 +414,10 @@ class SessionRow:
 class _Held:
     epoch: int
     lines: int
+    fetched: list[Any] | None = None
+    """A claimed session's lines as the claim read them, until it is opened."""
+    fresh_until: float = -math.inf
+    """Until when (on ``_elapsed``) the claim's lease proves that nobody else wrote since."""
 
 
 class PostgresSessions(ClosesOnExit):
@@ -709,8 +720,15 @@ class PostgresSessions(ClosesOnExit):
         """Open a session this opener claimed (:meth:`claim`), keeping the claim's lease."""
         with self._lock:
             held = self._held.get(session_id)
+            fetched = None if held is None else held.fetched
+            if held is not None:
+                held.fetched = None
         if held is None:
             return self.open(session_id)
+        if fetched is not None and _elapsed() < held.fresh_until:
+            # Read by the claim, under a lease it took less than half a lease ago: no other
+            # writer can have committed since (each commit is fenced by the lease's epoch).
+            return self._load(session_id, held.epoch, held.lines, fetched)
         try:
             # The lease check and the log in one round trip: no row means fenced.
             rows = self._run(
@@ -774,6 +792,7 @@ class PostgresSessions(ClosesOnExit):
     def claim_many(self, environment: str, limit: int) -> list[str]:
         """:meth:`claim` of up to ``limit`` sessions in one statement (a worker filling
         many free slots; one round trip each made its dispatcher the bottleneck)."""
+        sent = _elapsed()
         with self._db() as conn:
             rows = conn.execute(
                 CLAIM_SQL,
@@ -784,14 +803,24 @@ class PostgresSessions(ClosesOnExit):
                     "limit": max(1, limit),
                 },
             ).fetchall()
-        claimed = [(str(row[0]), int(row[1])) for row in rows]
+        fresh_until = sent + self.lease_seconds * PROOF_SHARE
+        claimed: dict[str, _Held] = {}
+        for session_id, epoch, lines, data in rows:
+            held = claimed.get(session_id)
+            if held is None:
+                held = claimed[session_id] = _Held(int(epoch), int(lines), [], fresh_until)
+            if data is not None:
+                assert held.fetched is not None
+                held.fetched.append(data)
         with self._lock:
-            for session_id, epoch in claimed:
-                self._held[session_id] = _Held(epoch, 0)
+            for session_id, held in claimed.items():
+                if held.fetched is not None and len(held.fetched) != held.lines:
+                    held.fetched = None  # (a commit that raced the claim's lock) read again
+                self._held[session_id] = held
                 self._claimed.add(session_id)
         if claimed:
             self._start_renewer()
-        return [session_id for session_id, _ in claimed]
+        return list(claimed)
 
     def waiting(self, environment: str) -> int:
         """How many unfinished, unblocked sessions of ``environment`` there are (leased or

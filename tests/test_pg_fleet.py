@@ -507,8 +507,11 @@ def test_a_worker_with_one_opener_claims_its_free_slots_at_once(tmp_path: Path) 
         return agent
 
     stopping._new_agent = stop_on_the_second_slot  # type: ignore[method-assign]
-    stopping.run()
-    assert store.asked == [5] and len(store.given_back) == 4
+    stopped = stopping.run()
+    # The four whose slots were never made go back, and the first one too unless its hub
+    # began to drive it before the stop (it then stops at its first durable point).
+    assert store.asked == [5] and len(store.given_back) in (4, 5)
+    assert len(store.given_back) + len(stopped.driven) == 5
     assert sorted(store.queue) == sorted(store.given_back)
 
 

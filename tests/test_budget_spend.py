@@ -550,3 +550,38 @@ def test_inspect_sessions_show_and_the_result_report_the_cost(
     assert json.loads(shown.stdout)["costUsd"] == pytest.approx(expected)
     drawn = runner.invoke(app, ["show", "--last"], catch_exceptions=False)
     assert "Cost $0.0513" in drawn.stdout
+
+
+def test_a_session_known_to_have_no_side_records_is_costed_without_looking_for_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker's every session ended with a look for side records (a statement on a shared
+    # store). None is needed when the session had none when opened and none was written.
+    from tether._stores.file import SessionStore
+
+    looked: list[str] = []
+    real = SessionStore.sidecar_names
+
+    def counted(store: SessionStore, prefix: str) -> frozenset[str] | None:
+        looked.append(prefix)
+        return real(store, prefix)
+
+    monkeypatch.setattr(SessionStore, "sidecar_names", counted)
+    root = _workspace(tmp_path, monkeypatch)
+    (root / "tether.toml").write_text('[prices."scripted/budget"]\ninput = 1000\noutput = 2000\n')
+    agent = _agent(root, _script(2), FakeClock())
+    try:
+        result = agent.run("go")
+    finally:
+        agent.close()
+    assert result.status is RunStatus.COMPLETED
+    assert result.session_cost_usd == pytest.approx(3 * 0.02)  # priced, none reported
+    assert looked == []
+    # Answers that report a cost write side records: the cost reads them.
+    agent = _agent(root, _script(2, cost=STEP_COST), FakeClock())
+    try:
+        result = agent.run("go")
+    finally:
+        agent.close()
+    assert result.session_cost_usd == pytest.approx(2 * STEP_COST + 0.02)
+    assert looked

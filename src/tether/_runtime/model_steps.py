@@ -60,10 +60,14 @@ class ModelSteps:
         # Whether a held session has any reasoning side record: most have none, and then a
         # request needs no walk over the whole context to find them (see _side_reasoning).
         self._has_side: dict[str, bool] = {}
+        # And those with no side record at all (nor reported cost): their cost needs no look
+        # for records either (Spending.cost).
+        self._without_side = self._parts.spending.without_side_records
 
     def forget(self, session_id: str) -> None:
         """The session was (re)opened: what another writer may have left is not known."""
         self._has_side.pop(session_id, None)
+        self._without_side.discard(session_id)
 
     # ------------------------------------------------------------------ startStep
 
@@ -153,6 +157,7 @@ class ModelSteps:
             return []  # none on disk when the session was opened, and none written since
         ids = align_context_ids(messages, state.transcript, state.transcript_ids)
         out: list[Any] = []
+        records = False
         for message, entry_id in zip(messages, ids, strict=True):
             record = None
             if entry_id is not None and message.get("role") == "assistant":
@@ -161,11 +166,14 @@ class ModelSteps:
                 if key not in self._side_cache:
                     self._side_cache[key] = read_side_record(store, entry_id)
                 record = self._side_cache[key]
+                records = records or record is not None
             out.append(record.reasoning if record is not None else None)
         found = any(r is not None for r in out)
         if not found and len(ids) == len(state.transcript):
             # The whole transcript was looked at (no compaction hides a part): none exists.
             self._has_side[store.session_id] = False
+            if not records:
+                self._without_side.add(store.session_id)
         return out if found else []
 
     def _delta(self, delta: Any) -> None:
@@ -229,6 +237,7 @@ class ModelSteps:
             # The side record is durable before the entry that owns it (docs/models.md).
             entry["id"] = self._shell.ids()
             self._has_side[store.session_id] = True
+            self._without_side.discard(store.session_id)
             write_side_record(
                 store,
                 entry_id=entry["id"],

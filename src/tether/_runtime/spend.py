@@ -98,10 +98,16 @@ class Spending:
         self.model = model
         self.price = price_for(model, prices)
         self._sessions: dict[str, Answers] = {}
+        self.without_side_records: set[str] = set()
+        """Sessions known to have no side record: none when opened, none written since
+        (kept by the model steps, :class:`tether._runtime.model_steps.ModelSteps`). Their
+        cost asks the store for none: a worker's every session ended with that question, a
+        statement on a shared store."""
 
     def forget(self, session_id: str) -> None:
         """Read the side records of ``session_id`` anew (another process may have written)."""
         self._sessions.pop(session_id, None)
+        self.without_side_records.discard(session_id)
 
     def cost(
         self, store: SessionStoreProtocol, state: SessionState, *, start: int, usage: Usage
@@ -112,14 +118,14 @@ class Spending:
 
         answers = self._sessions.setdefault(store.session_id, Answers())
         scanned = len(state.transcript_ids)
-        if answers.scanned < scanned:
+        if answers.scanned < scanned and store.session_id not in self.without_side_records:
             # Imported here: a run's, not an agent's construction (which builds Spending).
             from tether._stores.reasoning import reported_costs, side_record_reader
 
             read = side_record_reader(store)  # None: the session has no side records
             if read is not None:
                 answers.reported += reported_costs(state, read, start=answers.scanned)
-            answers.scanned = scanned
+        answers.scanned = scanned
         return cost_of_answers(answers.reported, usage, self.price, start=start)
 
 

@@ -555,11 +555,12 @@ class ToolRegistry:
     def definitions(self) -> list[dict[str, Any]]:
         """Model-facing definitions, in order (what the adapter sends to the provider).
 
-        Made once per registry (tools are immutable once built) and shared by every
-        request: a model request is built per step, and deep-copying every schema each
-        time was the largest part of building one. Treat them as read-only."""
+        The tools' own (immutable once built: :meth:`Tool.confine` replaces a definition,
+        never changes it), shared by every request of every registry: a model request is
+        built per step, and a worker builds a registry per session; deep-copying every
+        schema each time was the largest part of building one. Treat them as read-only."""
         if self._definitions is None:
-            self._definitions = [t.definition() for t in self._tools.values()]
+            self._definitions = [t._definition for t in self._tools.values()]
         return list(self._definitions)
 
     def snapshot_tools(self) -> list[dict[str, str]]:

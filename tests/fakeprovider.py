@@ -332,6 +332,18 @@ class FakeProvider:
             assert len(self._requests) == seen + 1
             del self._requests[seen:]
 
+    def in_order(self, make: Any, order: str) -> Any:
+        """``make()``, an adapter of this server, ready to send the request ``order`` names
+        (one of :data:`REQUEST_ORDERS`): its first, a later one (its first sent now, see
+        :meth:`send_first_request`), or a first one sent as another adapter with the same
+        settings sent its own (a worker's sessions: that adapter builds no SDK client)."""
+        model = make()
+        if order == "later request":
+            self.send_first_request(model)
+        elif order == "a sibling's later request":
+            self.send_first_request(make())
+        return model
+
     def close(self) -> None:
         self.stopping.set()
         self._server.shutdown()
@@ -349,6 +361,10 @@ def running() -> Iterator[FakeProvider]:
 
 
 # -- streaming (server-sent events) ------------------------------------------------------------
+
+
+REQUEST_ORDERS = ("first request", "later request", "a sibling's later request")
+"""The requests a test of an adapter runs with (:meth:`FakeProvider.in_order`)."""
 
 
 def sse_data(payload: Any) -> bytes:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from fakeprovider import (
+    REQUEST_ORDERS,
     Canned,
     FakeProvider,
     completion,
@@ -85,31 +86,32 @@ def fake() -> Iterator[FakeProvider]:
         provider.close()
 
 
-_LATER = [False]
-"""Whether :func:`adapter` hands out adapters that already sent a first request."""
+_ORDER = ["first request"]
+"""Which request :func:`adapter` hands out adapters ready to send (REQUEST_ORDERS)."""
 
 
-@pytest.fixture(params=["first request", "later request"])
+@pytest.fixture(params=REQUEST_ORDERS)
 def request_order(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Run a test with the adapter's first request, then with a later one: the first goes
-    through the SDK's ``post``, the later ones as the SDK sent the first
-    (``OpenAICompatibleModel._send_as_before``), and both must behave alike."""
-    _LATER[0] = request.param == "later request"
+    """Run a test with the adapter's first request, a later one, and a first one after
+    another adapter's: the first goes through the SDK's ``post``, the others as the SDK
+    sent a first one (``OpenAICompatibleModel._send_as_before``; the last without an SDK
+    client of the adapter's own), and all must behave alike."""
+    _ORDER[0] = request.param
     try:
         yield
     finally:
-        _LATER[0] = False
+        _ORDER[0] = "first request"
 
 
 def adapter(fake: FakeProvider, *, timeout: float = 5.0, **kw: Any) -> OpenAICompatibleModel:
     """The adapter in its non-streamed mode (streaming: tests/test_models_streaming.py)."""
     kw.setdefault("stream", False)
-    model = OpenAICompatibleModel(
-        "fake/model", base_url=fake.base_url, api_key=KEY, timeout=timeout, **kw
+    return fake.in_order(  # type: ignore[no-any-return]
+        lambda: OpenAICompatibleModel(
+            "fake/model", base_url=fake.base_url, api_key=KEY, timeout=timeout, **kw
+        ),
+        _ORDER[0],
     )
-    if _LATER[0]:
-        fake.send_first_request(model)
-    return model
 
 
 def fail(model: ModelAdapter, req: ModelRequest, **kw: Any) -> ModelError:
@@ -923,6 +925,12 @@ class TestSentAsBefore:
         sent_first, sent_second = fake.requests
         assert (sent_second.path, sent_second.headers) == (sent_first.path, sent_first.headers)
         assert first.open_connections == second.open_connections == 1  # one each
+        # Nor does the second build an SDK client of its own (a worker's every session
+        # did): one is made only when an answer needs it, an error here.
+        assert second._sdk_client is None
+        fake.enqueue(error(400, "no such model"))
+        assert fail(second, request()).code == "provider_error"
+        assert second._sdk_client is not None and posts == ["/chat/completions"]
 
     def test_a_first_request_shows_the_others_how_before_its_answer_comes(
         self, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from fakeprovider import (
+    REQUEST_ORDERS,
     FakeProvider,
     chunk,
     completion,
@@ -45,28 +46,27 @@ def fake() -> Iterator[FakeProvider]:
         provider.close()
 
 
-_LATER = [False]
-"""Whether :func:`adapter` hands out adapters that already sent a first request."""
+_ORDER = ["first request"]
+"""Which request :func:`adapter` hands out adapters ready to send (REQUEST_ORDERS)."""
 
 
-@pytest.fixture(params=["first request", "later request"])
+@pytest.fixture(params=REQUEST_ORDERS)
 def request_order(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Run a test with the adapter's first request, then with a later one (see
-    tests/test_models.py's fixture of the same name)."""
-    _LATER[0] = request.param == "later request"
+    """Run a test with the adapter's first request, a later one, and a first one after
+    another adapter's (see tests/test_models.py's fixture of the same name)."""
+    _ORDER[0] = request.param
     try:
         yield
     finally:
-        _LATER[0] = False
+        _ORDER[0] = "first request"
 
 
 def adapter(fake: FakeProvider, **kw: Any) -> OpenAICompatibleModel:
     kw.setdefault("timeout", 5.0)
     kw.setdefault("api_key", KEY)
-    model = OpenAICompatibleModel("fake/model", base_url=fake.base_url, **kw)
-    if _LATER[0]:
-        fake.send_first_request(model)
-    return model
+    return fake.in_order(  # type: ignore[no-any-return]
+        lambda: OpenAICompatibleModel("fake/model", base_url=fake.base_url, **kw), _ORDER[0]
+    )
 
 
 def request(**changes: Any) -> ModelRequest:

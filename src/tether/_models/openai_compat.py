@@ -198,6 +198,9 @@ class OpenAICompatibleModel:
         self._sdk_client: openai.OpenAI | None = None
         self._template: _Template | None = None  # how the SDK sent the first request
         self._client_lock = threading.Lock()
+        # The adapter's own transport, when its requests go as another adapter's SDK client
+        # sent one and it never needed a client of its own (see _shared_template).
+        self._own_transport: HTTP11Transport | None = None
 
     @property
     def _tracker(self) -> ConnectionTracker:
@@ -251,7 +254,25 @@ class OpenAICompatibleModel:
                     raise ConfigurationError(
                         f"cannot configure the model client: {self._redact(str(exc))}"
                     ) from None
+                _BUILT[self._build_key()] = _what_was_built(self._sdk_client)
             return self._sdk_client
+
+    def _build_key(self) -> tuple[Any, ...]:
+        """What a client this adapter builds is made of: its settings, and the environment
+        the SDK and httpx read as they build one (``OPENAI_*``: organization, project, auth;
+        proxies; certificates). Adapters with equal keys build equal clients."""
+        env = tuple(
+            sorted(
+                (name, value)
+                for name, value in os.environ.items()
+                if name.startswith("OPENAI_")
+                or name.lower().endswith("_proxy")
+                or name.startswith("SSL_CERT_")
+            )
+        )
+        base_url, key, headers, stream = self._client_settings
+        custom = tuple(sorted(headers.items())) if headers else ()
+        return (base_url, key, custom, stream, self._timeout, self._idle_timeout, env)
 
     # -- construction from flags and environment ------------------------------------------
 
@@ -348,6 +369,8 @@ class OpenAICompatibleModel:
         """Close the underlying HTTP client (abandoned requests then fail quietly)."""
         if self._sdk_client is not None:
             self._sdk_client.close()
+        if self._own_transport is not None:
+            self._own_transport.close()
 
     # -- the request ------------------------------------------------------------------------
 
@@ -504,14 +527,33 @@ class OpenAICompatibleModel:
         (or this client's headers may change: :func:`_static_headers`)."""
         if not _SENT_HEADS:
             return None
+        built = None if self._sdk_client is not None else _BUILT.get(self._build_key())
+        if built is not None:
+            # A client like the one this adapter would build was built: what it sends is
+            # known, and its transport was tether's own for every URL. This adapter needs
+            # none of its own (~0.1-0.2 ms, a worker's every session) until an answer is an
+            # error or a redirect; its connections are its own, as they would be.
+            head, plain = built
+            known = None if head is None else _SENT_HEADS.get(head)
+            if known is None or not plain:
+                return None if known is None else self._client_template(known)
+            with self._client_lock:
+                if self._own_transport is None:
+                    from tether._models.streaming import tracked_transport
+
+                    self._own_transport = tracked_transport(self._tracker)
+            return (*known, self._own_transport)
         client = self._client
         if not _static_headers(client):  # (checked first: such a client asks this each time)
             return None
         known = _SENT_HEADS.get(_head_key(client))
-        if known is None:
-            return None
+        return None if known is None else self._client_template(known)
+
+    def _client_template(
+        self, known: tuple[httpx2.URL, list[tuple[bytes, bytes]], dict[str, Any]]
+    ) -> _Template:
         url, headers, extensions = known
-        return (url, headers, extensions, _plain_transport(client._client, url))
+        return (url, headers, extensions, _plain_transport(self._client._client, url))
 
     def _send_as_before(self, template: _Template, body: bytes, *, stream: bool) -> httpx2.Response:
         """Send ``body`` through the SDK's HTTP client as the SDK sent the first request,
@@ -528,21 +570,21 @@ class OpenAICompatibleModel:
         import httpx2
         import openai
 
-        client = self._client
         url, headers, extensions, transport = template
+        made = self._sdk_client  # (None: the adapter's own transport; a client when needed)
 
         def request() -> httpx2.Request:
             return httpx2.Request("POST", url, headers=headers, content=body, extensions=extensions)
 
         try:
-            if transport is None or client._client.is_closed:
-                http = client._client.send(request(), stream=stream)
+            if transport is None or (made is not None and made._client.is_closed):
+                http = self._client._client.send(request(), stream=stream)
             else:
                 sent = [*headers, (b"Content-Length", b"%d" % len(body))]
                 http = transport.send("POST", url, sent, body, extensions.get("timeout") or {})
                 if http.is_redirect:
                     http.close()
-                    http = client._client.send(request(), stream=stream)
+                    http = self._client._client.send(request(), stream=stream)
                 else:
                     if not http.is_success:
                         http.request = request()  # the SDK's error names it
@@ -555,7 +597,7 @@ class OpenAICompatibleModel:
         if not http.is_success:  # as the SDK's raise_for_status: every status but 2xx
             if not http.is_closed:
                 http.read()
-            raise client._make_status_error_from_response(http) from None
+            raise self._client._make_status_error_from_response(http) from None
         return http
 
     def _stream_exchange(
@@ -768,6 +810,25 @@ _SENT_HEADS: dict[
 ] = {}
 """The first request's URL, head and extensions, by the client state they are made of
 (:func:`_head_key`): shared by the adapters of a process with the same settings."""
+
+
+_BUILT: dict[tuple[Any, ...], tuple[tuple[Any, ...] | None, bool]] = {}
+"""By what a client was built from (``_build_key``): its head key (:func:`_head_key`;
+``None``: its headers may change) and whether it sends every URL through tether's own
+transport (:func:`_what_was_built`)."""
+
+
+def _what_was_built(client: openai.OpenAI) -> tuple[tuple[Any, ...] | None, bool]:
+    from tether._models.http11 import HTTP11Transport  # loaded with the client
+
+    http = client._client
+    plain = (
+        http.auth is None
+        and not any(http.event_hooks.values())
+        and not http._mounts  # a proxy (from the environment) is a mount
+        and isinstance(http._transport, HTTP11Transport)
+    )
+    return (_head_key(client) if _static_headers(client) else None), plain
 
 
 def _head_key(client: openai.OpenAI) -> tuple[Any, ...]:

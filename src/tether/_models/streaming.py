@@ -45,7 +45,7 @@ from tether._clock import WakingEvent, wake_on
 from tether.errors import ModelError
 
 if TYPE_CHECKING:  # the transport module loads with the first client (tracked_http_client)
-    from tether._models.http11 import Shutdown
+    from tether._models.http11 import HTTP11Transport, Shutdown
 
 __all__ = [
     "ConnectionTracker",
@@ -56,6 +56,7 @@ __all__ = [
     "drain",
     "run_stream",
     "tracked_http_client",
+    "tracked_transport",
 ]
 
 _T = TypeVar("_T")
@@ -181,11 +182,17 @@ def tracked_http_client(
     """An HTTP client whose connections ``tracker`` can shut down: httpx's client (the
     SDKs' own), on tether's HTTP/1.1 transport (:mod:`tether._models.http11`), which calls
     ``on_request`` with each request it is about to send."""
-    from tether._models.http11 import HTTP11Transport
-
-    transport = HTTP11Transport(tracker, _default_ssl_context(*_ssl_environment()))
+    transport = tracked_transport(tracker)
     transport.on_request = on_request
     return httpx2.Client(transport=transport, timeout=timeout, follow_redirects=True)
+
+
+def tracked_transport(tracker: ConnectionTracker) -> HTTP11Transport:
+    """Tether's HTTP/1.1 transport (what :func:`tracked_http_client` sends through), its
+    connections tracked by ``tracker``."""
+    from tether._models.http11 import HTTP11Transport
+
+    return HTTP11Transport(tracker, _default_ssl_context(*_ssl_environment()))
 
 
 def _ssl_environment() -> tuple[str | None, str | None]:

@@ -211,6 +211,25 @@ def _builtin_definition(name: str, description: str, source: object) -> tuple[di
     return definition, digest
 
 
+def _builtin_validator(parameters: Mapping[str, Any]) -> Draft202012Validator:
+    """The validator of a built-in tool's parameters, one per process for each shared
+    definition (:data:`_BUILTIN_DEFINITIONS`; a validator is immutable, and validating is
+    reentrant): a worker's every session built its own for its first call."""
+    known = _BUILTIN_VALIDATORS.get(id(parameters))
+    if known is not None and known[0] is parameters:
+        return known[1]
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(parameters)
+    if len(_BUILTIN_VALIDATORS) >= _MAX_BUILTIN_DEFINITIONS:
+        _BUILTIN_VALIDATORS.clear()
+    _BUILTIN_VALIDATORS[id(parameters)] = (parameters, validator)
+    return validator
+
+
+_BUILTIN_VALIDATORS: dict[int, tuple[Mapping[str, Any], Draft202012Validator]] = {}
+
+
 def _json_copy(value: Any) -> Any:
     """A deep copy of JSON-like data (a schema, a definition): mappings become dicts, lists
     and tuples stay what they are, anything else is shared (strings, numbers, ``None``).
@@ -377,9 +396,14 @@ class Tool(ABC):
     def _checker(self) -> Draft202012Validator:
         validator = self._validator
         if validator is None:  # the first call: racing threads build equal validators
-            from jsonschema import Draft202012Validator
+            parameters = self._definition["parameters"]
+            if type(self).__module__ in BUILTIN_MODULES:
+                validator = _builtin_validator(parameters)
+            else:
+                from jsonschema import Draft202012Validator
 
-            validator = self._validator = Draft202012Validator(self._definition["parameters"])
+                validator = Draft202012Validator(parameters)
+            self._validator = validator
         return validator
 
     def validation_errors(self, arguments: Mapping[str, Any]) -> list[str]:

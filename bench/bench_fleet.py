@@ -25,7 +25,8 @@ Printed:
 * the workers' CPU: with their bash calls and the kernel's share (``wait4``), and their
   own alone (``/proc``, sampled): the part that runs under their GILs;
 * the ramp: when the sessions' first requests reached the model server (half, 90%, all),
-  where the ideal sends them all at once;
+  where the ideal sends them all at once; and when their second requests did (the last one
+  plus the model delay is the earliest the last session can end);
 * peak DB connections: ``pg_stat_activity`` of the database polled every 50 ms, the
   bench's own excluded; peak RSS (sum over the workers) and threads (of the largest
   worker), from ``/proc``;
@@ -163,8 +164,11 @@ class _Handler(BaseHTTPRequestHandler):
         request = json.loads(body)
         # After the tool's result, answer; before it, ask for the call.
         last = request["messages"][-1]["role"]
+        arrived = time.perf_counter()
         if last != "tool":
-            self.server.first_requests.append(time.perf_counter())  # type: ignore[attr-defined]
+            self.server.first_requests.append(arrived)  # type: ignore[attr-defined]
+        else:
+            self.server.second_requests.append(arrived)  # type: ignore[attr-defined]
         whole = ANSWER if last == "tool" else TOOL_CALL
         streamed = bool(request.get("stream"))
         # Streamed in pieces, the answer takes the delay as a provider does: a delta every
@@ -196,12 +200,15 @@ class _Server(ThreadingHTTPServer):
     first_requests: list[float]
     """When each session's first request arrived (``perf_counter``; list appends are
     atomic)."""
+    second_requests: list[float]
+    """And its second (after the tool's result)."""
 
 
 def serve(delay: float, pieces: int = 1) -> _Server:
     handler = type("Handler", (_Handler,), {"delay": delay, "pieces": pieces})
     server = _Server(("127.0.0.1", 0), handler)
     server.first_requests = []
+    server.second_requests = []
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -332,6 +339,8 @@ class Result:
     """Of :attr:`cpu`, the worker processes' own, without their children (``/proc``, last
     50 ms sample): what runs under their GILs."""
     ramp: tuple[float, float, float]
+    ramp2: tuple[float, float, float]
+    """The same for the second requests."""
     """When the sessions' first requests reached the model, in seconds from the workers'
     start: half of them, 90% of them, the last (the ideal: all at once)."""
     bare: float
@@ -467,6 +476,7 @@ def run_fleet(
             system=system,
             own_cpu=sum(sampler.own_cpu.values()),
             ramp=_quantiles([t - start for t in server.first_requests]),
+            ramp2=_quantiles([t - start for t in server.second_requests]),
             bare=bare_loop(url, sample or b"x" * 600),
         )
         return result
@@ -634,6 +644,11 @@ def report(result: Result) -> bool:
         f"  the workers' own CPU (without their bash calls) {result.own_cpu:.1f} s "
         f"({result.own_cpu / result.sessions * 1000:.1f} ms a session); first requests "
         f"sent by {half:.1f} s (half), {most:.1f} s (90%), {last:.1f} s (all)"
+    )
+    half, most, last = result.ramp2
+    print(
+        f"  second requests sent by {half:.1f} s (half), {most:.1f} s (90%), {last:.1f} s "
+        f"(all); the last session could end at {last + result.delay:.1f} s"
     )
     print(
         f"  finished {result.finished}/{result.sessions}; effects: exactly one in {once}, "

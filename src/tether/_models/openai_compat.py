@@ -822,12 +822,14 @@ def _what_was_built(client: openai.OpenAI) -> tuple[tuple[Any, ...] | None, bool
     from tether._models.http11 import HTTP11Transport  # loaded with the client
 
     http = client._client
+    mounts = getattr(http, "_mounts", None)  # a proxy (from the environment) is a mount
     plain = (
         http.auth is None
         and not any(http.event_hooks.values())
-        and not http._mounts  # a proxy (from the environment) is a mount
-        and isinstance(http._transport, HTTP11Transport)
-    )
+        and isinstance(mounts, dict)
+        and not mounts
+        and isinstance(getattr(http, "_transport", None), HTTP11Transport)
+    )  # (read defensively: an httpx that names these otherwise keeps the client's path)
     return (_head_key(client) if _static_headers(client) else None), plain
 
 

@@ -118,14 +118,15 @@ class Spending:
 
         answers = self._sessions.setdefault(store.session_id, Answers())
         scanned = len(state.transcript_ids)
-        if answers.scanned < scanned and store.session_id not in self.without_side_records:
-            # Imported here: a run's, not an agent's construction (which builds Spending).
-            from tether._stores.reasoning import reported_costs, side_record_reader
+        if answers.scanned < scanned:
+            if store.session_id not in self.without_side_records:
+                # Imported here: a run's, not an agent's construction (which builds Spending).
+                from tether._stores.reasoning import reported_costs, side_record_reader
 
-            read = side_record_reader(store)  # None: the session has no side records
-            if read is not None:
-                answers.reported += reported_costs(state, read, start=answers.scanned)
-        answers.scanned = scanned
+                read = side_record_reader(store)  # None: the session has no side records
+                if read is not None:
+                    answers.reported += reported_costs(state, read, start=answers.scanned)
+            answers.scanned = scanned
         return cost_of_answers(answers.reported, usage, self.price, start=start)
 
 

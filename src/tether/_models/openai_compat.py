@@ -819,17 +819,14 @@ transport (:func:`_what_was_built`)."""
 
 
 def _what_was_built(client: openai.OpenAI) -> tuple[tuple[Any, ...] | None, bool]:
-    from tether._models.http11 import HTTP11Transport  # loaded with the client
-
-    http = client._client
-    mounts = getattr(http, "_mounts", None)  # a proxy (from the environment) is a mount
+    # Plain: no mount (a proxy from the environment is one; read defensively, an httpx that
+    # names it otherwise keeps the client's path), so every URL goes where the base URL does.
+    mounts = getattr(client._client, "_mounts", None)
     plain = (
-        http.auth is None
-        and not any(http.event_hooks.values())
-        and isinstance(mounts, dict)
+        isinstance(mounts, dict)
         and not mounts
-        and isinstance(getattr(http, "_transport", None), HTTP11Transport)
-    )  # (read defensively: an httpx that names these otherwise keeps the client's path)
+        and _plain_transport(client._client, client.base_url) is not None
+    )
     return (_head_key(client) if _static_headers(client) else None), plain
 
 

@@ -241,6 +241,12 @@ def _elapsed() -> float:
 _BOOTTIME: Final = getattr(time, "CLOCK_BOOTTIME", None)
 
 
+def _proof_until(sent: float, lease_seconds: float) -> float:
+    """Until when (on :func:`_elapsed`) a lease renewed by a statement sent at ``sent``
+    proves itself held (:data:`PROOF_SHARE` of it)."""
+    return sent + lease_seconds * PROOF_SHARE
+
+
 def _require_driver() -> None:
     if psycopg is None or not pgpool.installed():
         raise ConfigurationError(
@@ -803,7 +809,7 @@ class PostgresSessions(ClosesOnExit):
                     "limit": max(1, limit),
                 },
             ).fetchall()
-        fresh_until = sent + self.lease_seconds * PROOF_SHARE
+        fresh_until = _proof_until(sent, self.lease_seconds)
         claimed: dict[str, _Held] = {}
         for session_id, epoch, lines, data in rows:
             held = claimed.get(session_id)
@@ -1032,7 +1038,7 @@ class PostgresSessionStore(ClosesOnExit):
             pending.commit()
             self._lines += 1
             self._operation = (operation, busy)
-            self._proven_until = sent + self._sessions.lease_seconds * PROOF_SHARE
+            self._proven_until = _proof_until(sent, self._sessions.lease_seconds)
             return committed
 
     def _store(self, line: bytes, operation: str, pending: bool) -> bool:
@@ -1125,7 +1131,7 @@ class PostgresSessionStore(ClosesOnExit):
                     self.fencing_token,
                     "expired or was taken over before the effect; the effect was not started",
                 )
-            self._proven_until = sent + self._sessions.lease_seconds * PROOF_SHARE
+            self._proven_until = _proof_until(sent, self._sessions.lease_seconds)
         return self.fencing_token
 
     def flush(self) -> None:

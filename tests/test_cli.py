@@ -231,6 +231,31 @@ def test_help_and_version() -> None:
     assert version.stdout.startswith("tether ")
 
 
+def test_exit_freezes_what_the_command_left() -> None:
+    """The process's exit (``tether._cli.main``): what the command left is frozen, so the
+    interpreter's exit does not collect it; the command's output and the exit's handlers
+    are still there, in order."""
+    script = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('at exit: frozen', gc.get_freeze_count() > 0))\n"
+        "sys.argv = ['tether', '--version']\n"
+        "from tether._cli import main\n"
+        "print('before: frozen', gc.get_freeze_count() > 0)\n"
+        "main()\n"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT / "src"), env.get("PYTHONPATH")) if p
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    before, version, at_exit = result.stdout.splitlines()
+    assert (before, at_exit) == ("before: frozen False", "at exit: frozen True")
+    assert version.startswith("tether ")
+
+
 # ------------------------------------------------------------------------ plan
 
 

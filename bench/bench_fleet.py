@@ -34,6 +34,11 @@ Printed:
 * facts/s and commits/s (lines: one database transaction each of a writer without group
   commit) over the wall, and a bare ``INSERT`` + ``COMMIT`` loop on one connection of
   lines of the same size, in the same run, with the ratio.
+* the machine's CPU over the wall (``/proc/stat``, every core) and, of it, the rest but the
+  workers' own: their bash calls, PostgreSQL, the model server. Spread over the machine's
+  cores, the rest is the shortest wall that workers taking no CPU at all could reach, and
+  so the most facts/s this machine allows the workload, against the bare loop: a ratio
+  above it cannot be reached here by any worker.
 
 Acceptance (issue 33), printed as PASS or MISS: with the defaults, every session finished
 with exactly one effect within 2x the ideal, peak connections <= 25, RSS <= 500 MB; with
@@ -285,6 +290,14 @@ def _proc_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14, 15
 
 
+def _machine_busy() -> float:
+    """CPU seconds this machine's CPUs have been busy since boot, all of them together
+    (``/proc/stat``: user, nice, system, irq and softirq; not idle, I/O wait or steal)."""
+    values = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, _steal = values
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def _quantiles(times: list[float]) -> tuple[float, float, float]:
     """Half, 90% and all of ``times`` (sorted) are at or before these; zeros when empty."""
     if not times:
@@ -345,6 +358,10 @@ class Result:
     start: half of them, 90% of them, the last (the ideal: all at once)."""
     bare: float
     """The bare INSERT + COMMIT loop's rows per second, measured right after the fleet."""
+    machine_cpu: float
+    """CPU seconds the whole machine used over the wall (``/proc/stat``): the workers, their
+    bash calls, PostgreSQL, this script's model server, and anything else running."""
+    cores: int
 
     @property
     def exactly_once(self) -> int:
@@ -398,7 +415,7 @@ def run_fleet(
             row = conn.execute("SELECT coalesce(sum(lines), 0) FROM tether_sessions").fetchone()
             lines_before = int(row[0]) if row else 0
         logs = [work / f"worker{n}.log" for n in range(workers)]
-        start = time.perf_counter()
+        start, busy = time.perf_counter(), _machine_busy()
         worker = [*tether, "worker", "--until-empty", "--concurrency", str(concurrency)]
         worker += ["--status-every", "5", *common]
         procs = [
@@ -415,7 +432,7 @@ def run_fleet(
             codes.append(proc.returncode)
             cpu += usage.ru_utime + usage.ru_stime
             system += usage.ru_stime
-        wall = time.perf_counter() - start
+        wall, busy = time.perf_counter() - start, _machine_busy() - busy
         sampler.stop()
         for code, log in zip(codes, logs, strict=True):
             if code != 0 or keep:
@@ -478,6 +495,8 @@ def run_fleet(
             ramp=_quantiles([t - start for t in server.first_requests]),
             ramp2=_quantiles([t - start for t in server.second_requests]),
             bare=bare_loop(url, sample or b"x" * 600),
+            machine_cpu=busy,
+            cores=len(os.sched_getaffinity(0)),
         )
         return result
     finally:
@@ -663,6 +682,20 @@ def report(result: Result) -> bool:
         f"  facts/s {facts_rate:.0f}, commits/s {commits_rate:.0f}; bare INSERT+COMMIT loop "
         f"{bare:.0f}/s; facts/s over bare {facts_rate / bare:.2f}x, commits/s over bare "
         f"{commits_rate / bare:.2f}x"
+    )
+    # What the workers cannot make faster: the CPU the rest of the run needs (each session's
+    # bash process, PostgreSQL, the model server) shares the machine's cores with them.
+    rest = max(0.0, result.machine_cpu - result.own_cpu)
+    floor = rest / result.cores
+    print(
+        f"  the machine's CPU over the wall {result.machine_cpu:.1f} s ({result.cores} cores); "
+        f"the rest but the workers' own (bash calls, PostgreSQL, the model server) {rest:.1f} "
+        f"s: workers that took no CPU at all could not end before {floor:.1f} s, "
+        + (
+            f"{result.facts / floor:.0f} facts/s, {result.facts / floor / bare:.2f}x the bare loop"
+            if floor > 0
+            else "(not measured)"
+        )
     )
     return once == result.sessions and result.finished == result.sessions
 

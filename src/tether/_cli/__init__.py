@@ -14,7 +14,6 @@ awaits approval and 130 aborted (see :mod:`tether._cli.run_cmd`).
 
 from __future__ import annotations
 
-import gc
 import os
 
 import typer
@@ -44,6 +43,7 @@ from tether._cli import (
 from tether._cli.common import EXIT_USAGE
 from tether._cli.help_format import plain_argument_help
 from tether._credentials import hide_from_process_listing, register_secret
+from tether._loading import freeze_for_exit
 from tether.errors import EXIT_ABORTED
 
 plain_argument_help()
@@ -126,24 +126,9 @@ def main() -> None:
     except typer.Abort:
         raise SystemExit(EXIT_ABORTED) from None
     finally:
-        _before_exit()
+        # The command has ended; the process exits next (see freeze_for_exit).
+        freeze_for_exit()
     raise SystemExit(code if isinstance(code, int) else 0)
-
-
-def _before_exit() -> None:
-    """The command has ended; the process exits next. Everything it still holds is frozen
-    (:func:`gc.freeze`): the interpreter's exit does not collect it cycle by cycle, nor
-    walk it to find the few cycles that are garbage.
-
-    Why: a worker that drove a thousand sessions holds its slots (agents, executors, their
-    cycles) until it exits; after the last session ended, the exit's collections took
-    0.4-0.6 s, a collection of its own here 0.2 s (measured, ``bench/bench_fleet.py``).
-    Nothing is lost: every store, log and connection was closed by the command (files are
-    written unbuffered, and the standard streams are flushed at exit as before), and the
-    exit's handlers (:mod:`atexit`: telemetry's flush, ``weakref.finalize``) still run. A
-    finalizer of an object left in a cycle may not run, as Python allows at exit; the
-    memory goes back to the operating system with the process."""
-    gc.freeze()
 
 
 __all__ = ["app", "main"]

@@ -250,6 +250,14 @@ class FakeProvider:
     """The server; use :func:`running` or call :meth:`close` at teardown."""
 
     def __init__(self) -> None:
+        # The process forgets the first requests its adapters sent (tether._models.
+        # openai_compat shares them by settings): this server may have an earlier one's
+        # port, and a test's "first request" must go through the SDK's post as in a new
+        # process.
+        from tether._models import openai_compat
+
+        openai_compat._SENT_HEADS.clear()
+        openai_compat._BUILT.clear()
         self._lock = threading.Lock()
         self._queue: deque[Canned] = deque()
         self._requests: list[Recorded] = []

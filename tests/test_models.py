@@ -605,8 +605,11 @@ class TestOpenAICompatible:
             cancelled.append(time.monotonic())
             cancel.set()
 
+        # The adapter first: an earlier request it or a sibling sends (REQUEST_ORDERS) is
+        # recorded, then forgotten, and must not be taken for this one.
+        model = adapter(fake, timeout=10.0)
         threading.Thread(target=cancel_once_sent, daemon=True).start()
-        err = fail(adapter(fake, timeout=10.0), request(), cancel=cancel)
+        err = fail(model, request(), cancel=cancel)
         assert err.code == "aborted"
         assert err.message == "Operation aborted"
         assert time.monotonic() - cancelled[0] < 1.0  # the answer would take 5 s

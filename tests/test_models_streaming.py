@@ -250,8 +250,9 @@ class TestStreaming:
     ) -> None:
         fake.enqueue(ok(completion("late"), delay=10.0))
         cancel = kind()
+        model = adapter(fake)  # first: its earlier request (REQUEST_ORDERS) is not timed
         threading.Timer(0.3, cancel.set).start()
-        err = fail(adapter(fake), request(), cancel=cancel)
+        err = fail(model, request(), cancel=cancel)
         assert err.code == "aborted"
         assert fake.disconnected.wait(2.0)
 
@@ -372,8 +373,9 @@ def test_gzip_compressed_stream_is_decoded(fake: FakeProvider) -> None:
 def test_cancel_without_streaming_closes_the_connection(fake: FakeProvider) -> None:
     fake.enqueue(ok(completion("late"), delay=10.0))
     cancel = threading.Event()
+    model = adapter(fake, stream=False)  # first: its earlier request is not timed
     threading.Timer(0.3, cancel.set).start()
-    err = fail(adapter(fake, stream=False), request(), cancel=cancel)
+    err = fail(model, request(), cancel=cancel)
     assert err.code == "aborted"
     assert fake.disconnected.wait(2.0)
 

@@ -35,10 +35,11 @@ Printed:
   commit) over the wall, and a bare ``INSERT`` + ``COMMIT`` loop on one connection of
   lines of the same size, in the same run, with the ratio.
 * the machine's CPU over the wall (``/proc/stat``, every core) and, of it, the rest but the
-  workers' own: their bash calls, PostgreSQL, the model server. Spread over the machine's
-  cores, the rest is the shortest wall that workers taking no CPU at all could reach, and
-  so the most facts/s this machine allows the workload, against the bare loop: a ratio
-  above it cannot be reached here by any worker.
+  workers' own: their bash calls, PostgreSQL, this script (the model server, the sampler)
+  and anything else running. Spread over the machine's cores, the rest is the shortest
+  wall that workers taking no CPU at all could reach, and so the most facts/s this machine
+  allows the workload, against the bare loop: a ratio above it cannot be reached here by
+  any worker.
 
 Acceptance (issue 33), printed as PASS or MISS: with the defaults, every session finished
 with exactly one effect within 2x the ideal, peak connections <= 25, RSS <= 500 MB; with
@@ -684,12 +685,13 @@ def report(result: Result) -> bool:
         f"{commits_rate / bare:.2f}x"
     )
     # What the workers cannot make faster: the CPU the rest of the run needs (each session's
-    # bash process, PostgreSQL, the model server) shares the machine's cores with them.
+    # bash process, PostgreSQL, this script's model server and sampler) shares the machine's
+    # cores with them.
     rest = max(0.0, result.machine_cpu - result.own_cpu)
     floor = rest / result.cores
     print(
         f"  the machine's CPU over the wall {result.machine_cpu:.1f} s ({result.cores} cores); "
-        f"the rest but the workers' own (bash calls, PostgreSQL, the model server) {rest:.1f} "
+        f"the rest but the workers' own (bash calls, PostgreSQL, this script) {rest:.1f} "
         f"s: workers that took no CPU at all could not end before {floor:.1f} s, "
         + (
             f"{result.facts / floor:.0f} facts/s, {result.facts / floor / bare:.2f}x the bare loop"

@@ -73,7 +73,8 @@ def freeze_for_exit() -> None:
 
     Why: a worker that drove a thousand sessions holds its slots (agents, executors, their
     cycles) until it exits; after the last session ended, the exit's collections took
-    0.4-0.6 s, a collection of its own here 0.2 s (measured, ``bench/bench_fleet.py``).
+    0.4-0.6 s, and collecting first, here, would still take 0.2 s (measured,
+    ``bench/bench_fleet.py``).
     Nothing is lost: every store, log and connection was closed by the command (files are
     written unbuffered, and the standard streams are flushed at exit as before), and the
     exit's handlers (:mod:`atexit`: telemetry's flush, ``weakref.finalize``) still run. A

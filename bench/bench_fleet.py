@@ -24,9 +24,10 @@ Printed:
   model answers back to back, ``ceil(S / (C x N)) x 2 x D``;
 * the workers' CPU: with their bash calls and the kernel's share (``wait4``), and their
   own alone (``/proc``, sampled): the part that runs under their GILs;
-* the ramp: when the sessions' first requests reached the model server (half, 90%, all),
-  where the ideal sends them all at once; and when their second requests did (the last one
-  plus the model delay is the earliest the last session can end);
+* the ramp: when the sessions' first requests reached the model server (the first: the
+  workers' start-up; half, 90%, all), where the ideal sends them all at once; and when
+  their second requests did (the last one plus the model delay is the earliest the last
+  session can end; the workers' exit comes after it by their last steps and their exit);
 * peak DB connections: ``pg_stat_activity`` of the database polled every 50 ms, the
   bench's own excluded; peak RSS (sum over the workers) and threads (of the largest
   worker), from ``/proc``;
@@ -352,6 +353,8 @@ class Result:
     own_cpu: float
     """Of :attr:`cpu`, the worker processes' own, without their children (``/proc``, last
     50 ms sample): what runs under their GILs."""
+    first: float
+    """When the first request of all reached the model, from the workers' start."""
     ramp: tuple[float, float, float]
     ramp2: tuple[float, float, float]
     """The same for the second requests."""
@@ -493,6 +496,7 @@ def run_fleet(
             cpu=cpu,
             system=system,
             own_cpu=sum(sampler.own_cpu.values()),
+            first=min(server.first_requests, default=start) - start,
             ramp=_quantiles([t - start for t in server.first_requests]),
             ramp2=_quantiles([t - start for t in server.second_requests]),
             bare=bare_loop(url, sample or b"x" * 600),
@@ -663,12 +667,14 @@ def report(result: Result) -> bool:
     print(
         f"  the workers' own CPU (without their bash calls) {result.own_cpu:.1f} s "
         f"({result.own_cpu / result.sessions * 1000:.1f} ms a session); first requests "
-        f"sent by {half:.1f} s (half), {most:.1f} s (90%), {last:.1f} s (all)"
+        f"sent from {result.first:.1f} s, by {half:.1f} s (half), {most:.1f} s (90%), "
+        f"{last:.1f} s (all)"
     )
     half, most, last = result.ramp2
     print(
         f"  second requests sent by {half:.1f} s (half), {most:.1f} s (90%), {last:.1f} s "
-        f"(all); the last session could end at {last + result.delay:.1f} s"
+        f"(all); the last session could end at {last + result.delay:.1f} s, the workers "
+        f"exited {result.wall - last - result.delay:.1f} s after"
     )
     print(
         f"  finished {result.finished}/{result.sessions}; effects: exactly one in {once}, "

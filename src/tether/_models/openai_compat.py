@@ -504,8 +504,8 @@ class OpenAICompatibleModel:
         )
         if _static_headers(client):
             sent = http.request  # after a redirect, the last request (_heard had the first)
-            url, headers, extensions = _SENT_HEADS[_head_key(client)] = _head_of(sent)
-            self._template = (url, headers, extensions, _plain_transport(client._client, url))
+            known = _SENT_HEADS[_head_key(client)] = _head_of(sent)
+            self._template = self._client_template(known)
         return http
 
     def _heard(self, request: httpx2.Request) -> None:
@@ -535,8 +535,10 @@ class OpenAICompatibleModel:
             # error or a redirect; its connections are its own, as they would be.
             head, plain = built
             known = None if head is None else _SENT_HEADS.get(head)
-            if known is None or not plain:
-                return None if known is None else self._client_template(known)
+            if known is None:
+                return None
+            if not plain:
+                return self._client_template(known)
             with self._client_lock:
                 if self._own_transport is None:
                     from tether._models.streaming import tracked_transport

@@ -35,12 +35,15 @@ Printed:
 * facts/s and commits/s (lines: one database transaction each of a writer without group
   commit) over the wall, and a bare ``INSERT`` + ``COMMIT`` loop on one connection of
   lines of the same size, in the same run, with the ratio.
-* the machine's CPU over the wall (``/proc/stat``, every core) and, of it, the rest but the
-  workers' own: their bash calls, PostgreSQL, this script (the model server, the sampler)
-  and anything else running. Spread over the machine's cores, the rest is the shortest
-  wall that workers taking no CPU at all could reach, and so the most facts/s this machine
-  allows the workload, against the bare loop: a ratio above it cannot be reached here by
-  any worker.
+* the machine's CPU over the wall (``/proc/stat``, every core), split: the workers' own,
+  their bash calls, PostgreSQL (its processes in ``/proc``, with the backends the
+  postmaster reaped), this script (the model server, the sampler) and anything else
+  running. Spread over the machine's cores, a share of it is the shortest wall a run that
+  needed only that share could reach, and so the most facts/s this machine allows it,
+  against the bare loop: printed for the rest but the workers' own (workers that took no
+  CPU at all), for the bash calls and PostgreSQL alone, and for PostgreSQL and bare starts
+  of ``bash -c COMMAND`` alone (a second physical baseline, measured after the fleet). A
+  ratio above a bound cannot be reached here by any worker that needs what it counts.
 
 Acceptance (issue 33), printed as PASS or MISS: with the defaults, every session finished
 with exactly one effect within 2x the ideal, peak connections <= 25, RSS <= 500 MB; with
@@ -55,6 +58,7 @@ import contextlib
 import json
 import math
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -292,6 +296,26 @@ def _proc_cpu(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # fields 14, 15
 
 
+def _postgres_cpu() -> float:
+    """CPU seconds PostgreSQL's processes on this machine have used: each live one's own
+    (``comm`` ``postgres``), and what they reaped of their exited children (the postmaster
+    reaps every backend). The difference over a run is the server's share of it; 0 when the
+    server runs elsewhere."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_bytes() != b"postgres\n":
+                continue
+            stat = (entry / "stat").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        total += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def _machine_busy() -> float:
     """CPU seconds this machine's CPUs have been busy since boot, all of them together
     (``/proc/stat``: user, nice, system, irq and softirq; not idle, I/O wait or steal)."""
@@ -330,6 +354,19 @@ def bare_loop(url: str, line: bytes, seconds: float = 2.0) -> float:
     return rate
 
 
+def bare_spawns(workdir: Path, count: int = 300) -> float:
+    """CPU seconds one bare start of the sessions' command takes (``subprocess.run`` of
+    ``bash -c COMMAND``, the process's own CPU, the kernel's included): what any runtime
+    pays for the workload's bash call, whatever it adds to it."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TETHER_SESSION_ID": "bare"}
+    for _ in range(count):
+        subprocess.run(["/bin/bash", "-c", COMMAND], cwd=workdir, env=env, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return used / count
+
+
 @dataclass
 class Result:
     sessions: int
@@ -365,6 +402,13 @@ class Result:
     machine_cpu: float
     """CPU seconds the whole machine used over the wall (``/proc/stat``): the workers, their
     bash calls, PostgreSQL, this script's model server, and anything else running."""
+    postgres_cpu: float
+    """Of :attr:`machine_cpu`, PostgreSQL's (0 when it runs elsewhere)."""
+    script_cpu: float
+    """Of :attr:`machine_cpu`, this script's: the model server and the sampler."""
+    spawn_cpu: float
+    """CPU seconds of one bare start of the sessions' command (:func:`bare_spawns`),
+    measured right after the fleet."""
     cores: int
 
     @property
@@ -420,6 +464,7 @@ def run_fleet(
             lines_before = int(row[0]) if row else 0
         logs = [work / f"worker{n}.log" for n in range(workers)]
         start, busy = time.perf_counter(), _machine_busy()
+        postgres, script = _postgres_cpu(), time.process_time()
         worker = [*tether, "worker", "--until-empty", "--concurrency", str(concurrency)]
         worker += ["--status-every", "5", *common]
         procs = [
@@ -437,6 +482,7 @@ def run_fleet(
             cpu += usage.ru_utime + usage.ru_stime
             system += usage.ru_stime
         wall, busy = time.perf_counter() - start, _machine_busy() - busy
+        postgres, script = _postgres_cpu() - postgres, time.process_time() - script
         sampler.stop()
         for code, log in zip(codes, logs, strict=True):
             if code != 0 or keep:
@@ -500,7 +546,10 @@ def run_fleet(
             ramp=_quantiles([t - start for t in server.first_requests]),
             ramp2=_quantiles([t - start for t in server.second_requests]),
             bare=bare_loop(url, sample or b"x" * 600),
+            spawn_cpu=bare_spawns(work),
             machine_cpu=busy,
+            postgres_cpu=postgres,
+            script_cpu=script,
             cores=len(os.sched_getaffinity(0)),
         )
         return result
@@ -643,6 +692,19 @@ def _facts_in(line: bytes) -> int:
     return 1
 
 
+def _bound(who: str, cpu: float, result: Result) -> str:
+    """The shortest wall ``cpu`` seconds allow on the machine's cores, and so the most
+    facts/s, against the bare loop: a ratio above it cannot be reached here."""
+    floor = cpu / result.cores
+    if floor <= 0:
+        return f"{who}: (not measured)"
+    rate = result.facts / floor
+    return (
+        f"{who} could not end before {floor:.2f} s: {rate:.0f} facts/s, "
+        f"{rate / result.bare:.2f}x the bare loop"
+    )
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
@@ -693,17 +755,22 @@ def report(result: Result) -> bool:
     # What the workers cannot make faster: the CPU the rest of the run needs (each session's
     # bash process, PostgreSQL, this script's model server and sampler) shares the machine's
     # cores with them.
+    bash = max(0.0, result.cpu - result.own_cpu)
     rest = max(0.0, result.machine_cpu - result.own_cpu)
-    floor = rest / result.cores
+    other = max(0.0, rest - bash - result.postgres_cpu - result.script_cpu)
     print(
-        f"  the machine's CPU over the wall {result.machine_cpu:.1f} s ({result.cores} cores); "
-        f"the rest but the workers' own (bash calls, PostgreSQL, this script) {rest:.1f} "
-        f"s: workers that took no CPU at all could not end before {floor:.1f} s, "
-        + (
-            f"{result.facts / floor:.0f} facts/s, {result.facts / floor / bare:.2f}x the bare loop"
-            if floor > 0
-            else "(not measured)"
-        )
+        f"  the machine's CPU over the wall {result.machine_cpu:.1f} s ({result.cores} cores): "
+        f"the workers' own {result.own_cpu:.1f} s, their bash calls {bash:.1f} s, PostgreSQL "
+        f"{result.postgres_cpu:.1f} s, this script (model server, sampler) "
+        f"{result.script_cpu:.1f} s, the rest {other:.1f} s"
+    )
+    print(f"  {_bound('workers that took no CPU at all', rest, result)}")
+    needed = bash + result.postgres_cpu
+    print(f"  {_bound('nothing but the bash calls and PostgreSQL', needed, result)}")
+    needed = result.postgres_cpu + result.spawn_cpu * result.sessions
+    print(
+        f"  {_bound('nothing but PostgreSQL and bare starts of bash', needed, result)} (a "
+        f"bare start: {result.spawn_cpu * 1000:.2f} ms CPU, measured after the fleet)"
     )
     return once == result.sessions and result.finished == result.sessions
 

@@ -264,6 +264,50 @@ def _shorten_lease(url: str, session: str, seconds: float) -> None:
         )
 
 
+def test_a_renewal_never_waits_for_a_row_a_commit_holds(pg_store: str) -> None:  # noqa: F811
+    # A group commit locks its rows in its batch's order, a renewal every lease of the
+    # process in its own: waiting for each other they deadlocked (PostgreSQL aborted one,
+    # in the fleet tests' server log). A transaction holds one session's row here, as a
+    # commit in flight does: the renewal renews the others at once, leaves that one to
+    # the commit, and does not call it lost; a lease another owner took still is.
+    sessions = PostgresSessions(pg_store, "/w", lease_seconds=30, waits=FakeClock())
+    try:
+        with _create(sessions) as busy, _create(sessions) as free:
+            for store in (busy, free):
+                _shorten_lease(pg_store, store.session_id, 5)
+            with psycopg.connect(pg_store) as commit:  # a transaction, open until the end
+                commit.execute(
+                    "SELECT 1 FROM tether_sessions WHERE session_id = %s FOR UPDATE",
+                    (busy.session_id,),
+                )
+                renewed: list[int] = []
+                renewal = threading.Thread(target=lambda: renewed.append(sessions.renew_now()))
+                renewal.start()
+                renewal.join(timeout=10)
+                waited = renewal.is_alive()
+                commit.rollback()  # lets a renewal that waited finish, so the test ends
+                renewal.join()
+            assert not waited, "the renewal waited for the row the commit holds"
+            assert renewed == [1]
+            assert _lease_left(pg_store, free.session_id) > 25
+            assert _lease_left(pg_store, busy.session_id) < 6  # the commit's to renew
+            assert not sessions.lease_lost(busy.session_id)
+            busy.check_lease()
+            _prompt(busy)  # still its writer
+
+            with psycopg.connect(pg_store, autocommit=True) as conn:
+                conn.execute(
+                    "UPDATE tether_sessions SET lease_owner = 'rival', lease_epoch = "
+                    "lease_epoch + 1 WHERE session_id = %s",
+                    (free.session_id,),
+                )
+            assert sessions.renew_now() == 1  # busy's; free's is no longer held
+            assert sessions.lease_lost(free.session_id)
+            assert not sessions.lease_lost(busy.session_id)
+    finally:
+        sessions.close()
+
+
 @pytest.mark.skipif(
     not hasattr(__import__("time"), "CLOCK_BOOTTIME"), reason="needs CLOCK_BOOTTIME (Linux)"
 )

@@ -527,14 +527,14 @@ class PostgresSessions(ClosesOnExit):
                 for sid, held in self._held.items()
             ]
 
-    def leases_renewed(self, renewed: dict[tuple[str, str], int]) -> None:
-        """After a renewal: a lease not renewed at its epoch is lost."""
+    def leases_renewed(self, held: dict[tuple[str, str], int]) -> None:
+        """After a renewal: a lease not held at its epoch is lost."""
         with self._lock:
             mine = False
-            for sid, held in self._held.items():
-                epoch = renewed.get((sid, self.owner))
+            for sid, lease in self._held.items():
+                epoch = held.get((sid, self.owner))
                 mine = mine or epoch is not None
-                if epoch != held.epoch:
+                if epoch != lease.epoch:
                     self._lost.add(sid)
             if mine:
                 self.renewals += 1
